@@ -1,0 +1,568 @@
+"""One configuration tree for every way apex_dask is driven.
+
+``ApexConfig`` is a frozen dataclass tree. The CLI (``apex-dask-submit``),
+the notebook, YAML files and the HPC job scripts all build the same object::
+
+    cfg = ApexConfig.preset("cartpole")
+    cfg = cfg.override({"replay.alpha": 0.5, "learner.lr": 1e-3})
+    cfg = ApexConfig.from_yaml("my_run.yaml")   # may name a preset: `preset: cartpole`
+
+Defaults are RLlib's Ape-X defaults (the ``atari`` preset); smaller machines
+use the ``cartpole`` and ``minatar`` presets. Every invalid value raises one
+:class:`ConfigError` whose message names the field, the bad value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ApexConfig",
+    "ConfigError",
+    "EnvConfig",
+    "EnvWorkersConfig",
+    "EvalConfig",
+    "LearnerConfig",
+    "ReplayConfig",
+    "ReportConfig",
+    "StopConfig",
+    "TopologyConfig",
+    "PRESETS",
+]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The environment every env worker (and the evaluator) builds."""
+
+    env_id: str = "ALE/Pong-v5"
+    """Gymnasium id, e.g. ``CartPole-v1``. List ids with
+    ``python -c "import gymnasium; gymnasium.pprint_registry()"``."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments passed to ``gymnasium.make``."""
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Prioritized replay, split evenly over ``num_shards`` shard actors."""
+
+    capacity: int = 2_000_000
+    """Total transitions stored over all shards (RLlib ``buffer_size``)."""
+    num_shards: int = 4
+    """Number of replay shards (RLlib ``num_replay_buffer_shards``)."""
+    alpha: float = 0.6
+    """Priority exponent: P(i) = p_i^alpha / sum_k p_k^alpha. In [0, 1]."""
+    beta: float = 0.4
+    """Importance-sampling exponent, constant: w_i = (N P(i))^-beta / max w. In [0, 1]."""
+    eps: float = 1e-6
+    """Added to every priority so no item has zero probability (> 0)."""
+    learning_starts: int = 50_000
+    """Total transitions stored before sampling starts, split evenly over shards."""
+    colocate_with_learner: bool = True
+    """Place the shards on the learner's host (as RLlib did); else spread them."""
+
+    @property
+    def shard_capacity(self) -> int:
+        """Capacity of one shard."""
+        return self.capacity // self.num_shards
+
+    @property
+    def shard_learning_starts(self) -> int:
+        """Items one shard holds before it returns samples."""
+        return -(-self.learning_starts // self.num_shards)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """The learner: n-step double dueling DQN with Adam."""
+
+    batch_size: int = 512
+    """Transitions per sampled batch (RLlib ``train_batch_size``)."""
+    lr: float = 5e-4
+    """Adam learning rate."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+    grad_clip: float = 40.0
+    """Gradient norm clip (> 0)."""
+    gamma: float = 0.99
+    """Discount factor, in (0, 1]."""
+    n_step: int = 3
+    """Steps summed in the return before bootstrapping (>= 1)."""
+    double_q: bool = True
+    """Double DQN target: the online net picks the action, the target net values it."""
+    dueling: bool = True
+    """Dueling head: Q = V + A - mean(A)."""
+    hiddens: tuple[int, ...] = (256,)
+    """Hidden layer sizes of the MLP (vector observations) or after the CNN (images)."""
+    target_update_freq: int = 500_000
+    """Copy the online net to the target net every this many transitions trained."""
+    inqueue_size: int = 16
+    """Bound of the learner's inqueue of replayed batches; a full queue blocks producers."""
+    prefetch_per_shard: int = 4
+    """Sample requests kept in flight per replay shard."""
+    max_replay_ratio: float | None = None
+    """If set, the learner waits while transitions trained / transitions sampled
+    exceeds this ratio (bounds over-training on a slow sampler). None: unbounded."""
+    device: str = "auto"
+    """``auto`` (cuda if torch sees one, else cpu), ``cpu`` or ``cuda[:N]``."""
+    num_threads: int = 1
+    """torch threads in the learner process (>= 1)."""
+
+
+@dataclass(frozen=True)
+class EnvWorkersConfig:
+    """The epsilon-greedy env workers (RLlib rollout workers)."""
+
+    num_workers: int = 32
+    """Number of env worker actors."""
+    rollout_fragment_length: int = 50
+    """Env steps per rollout each worker returns."""
+    max_weight_sync_delay: int = 400
+    """A worker gets new weights after producing this many env steps (if newer exist)."""
+    epsilon_base: float = 0.4
+    """Ape-X epsilons: eps_i = base ** (1 + alpha * i / (N - 1)). In (0, 1]."""
+    epsilon_alpha: float = 7.0
+    """Ape-X epsilon exponent spread (>= 0)."""
+    rollouts_in_flight: int = 2
+    """Sample requests kept in flight per env worker (RLlib num_async=2)."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Greedy (epsilon 0) evaluation on a separate env."""
+
+    interval_s: float = 60.0
+    """Evaluate at most once per this many seconds of wall time (0: every iteration)."""
+    episodes: int = 10
+    """Episodes per evaluation (0 disables evaluation)."""
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """When one result dict is emitted (RLlib ``min_iter_time_s`` / ``timesteps_per_iteration``)."""
+
+    min_iter_time_s: float = 30.0
+    """An iteration lasts at least this many seconds."""
+    timesteps_per_iteration: int = 25_000
+    """...and at least this many env steps."""
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """Where actors go on the Dask cluster."""
+
+    learner_worker: str | None = None
+    """Name or address of the worker for the learner; None: a worker with a ``GPU``
+    resource if any, else the first worker."""
+    local_workers: int | None = None
+    """Worker processes of the embedded LocalCluster; None: one per CPU core."""
+    call_timeout_s: float = 60.0
+    """Timeout of every actor-to-actor call (a dead peer never answers)."""
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """When training stops; the first condition met wins. None disables one."""
+
+    timesteps: int | None = None
+    """Stop after this many env steps sampled."""
+    reward: float | None = None
+    """Stop when the greedy eval return (or, without eval, the episode return) reaches this."""
+    time_s: float | None = None
+    """Stop after this many seconds of wall time."""
+    iterations: int | None = None
+    """Stop after this many result dicts."""
+
+
+@dataclass(frozen=True)
+class ApexConfig:
+    """Everything an Ape-X run needs."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Prioritized replay shards."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """The learner."""
+    workers: EnvWorkersConfig = field(default_factory=EnvWorkersConfig)
+    """The env workers."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Greedy evaluation."""
+    report: ReportConfig = field(default_factory=ReportConfig)
+    """Iteration length."""
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    """Placement on the cluster."""
+    stop: StopConfig = field(default_factory=StopConfig)
+    """Stop conditions."""
+    seed: int = 0
+    """Base seed; each worker and shard derives its own from it."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- construction -------------------------------------------------
+    @classmethod
+    def preset(cls, name: str) -> ApexConfig:
+        """A named preset: one of :data:`PRESETS`."""
+        if name not in PRESETS:
+            raise ConfigError(
+                f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}"
+            )
+        return cls.from_dict(PRESETS[name])
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ApexConfig:
+        """Build from a nested dict (as in YAML); ``preset: NAME`` starts from a preset.
+
+        Nested sections and dotted keys (``replay.alpha``) both work.
+        """
+        if not isinstance(data, dict):
+            raise ConfigError(f"config must be a mapping of sections, got {type(data).__name__}")
+        data = dict(data)
+        preset = data.pop("preset", None)
+        base = cls.preset(preset) if preset is not None else cls()
+        return base.override(_flatten(data))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> ApexConfig:
+        """Load a YAML file (nested sections, dotted keys, optional ``preset``)."""
+        import yaml
+
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first}") from None
+        return cls.from_dict(data)
+
+    def override(self, overrides: dict[str, Any]) -> ApexConfig:
+        """A copy with dotted-key overrides applied, e.g. ``{"replay.alpha": 0.5}``.
+
+        String values (from ``--set key=value``) are parsed as YAML scalars and
+        then checked against the field's type.
+        """
+        tree = self.to_dict()
+        for key, value in overrides.items():
+            _set_dotted(tree, key, value)
+        return _build(ApexConfig, tree, "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A nested dict of plain values (YAML/JSON friendly)."""
+        out = dataclasses.asdict(self)
+        return _plain(out)
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @staticmethod
+    def field_docs() -> dict[str, str]:
+        """Dotted field name -> its docstring (for ``--help`` and docs)."""
+        return dict(_FIELD_DOCS)
+
+
+# ---------------------------------------------------------------------------
+# Presets
+# ---------------------------------------------------------------------------
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # RLlib's Ape-X defaults: 32 workers, 4 shards, 2M replay, batch 512.
+    "atari": {"env": {"env_id": "ALE/Pong-v5"}},
+    # MinAtar (10x10 images): RLlib's shape scaled to a workstation.
+    "minatar": {
+        "env": {"env_id": "MinAtar/Breakout-v1"},
+        "replay": {"capacity": 400_000, "num_shards": 2, "learning_starts": 10_000},
+        "learner": {"batch_size": 128, "lr": 2.5e-4, "target_update_freq": 20_000},
+        "workers": {"num_workers": 8, "rollout_fragment_length": 50},
+        "eval": {"interval_s": 60.0, "episodes": 5},
+        "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
+    },
+    # CartPole-v1 sized for a 2-core machine.
+    "cartpole": {
+        "env": {"env_id": "CartPole-v1"},
+        "replay": {"capacity": 100_000, "num_shards": 2, "learning_starts": 1_000},
+        "learner": {
+            "batch_size": 64,
+            "lr": 1e-3,
+            "hiddens": (128, 128),
+            "target_update_freq": 2_000,
+            "max_replay_ratio": 8.0,
+        },
+        "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
+        "eval": {"interval_s": 3.0, "episodes": 10},
+        "report": {"min_iter_time_s": 2.0, "timesteps_per_iteration": 1_000},
+    },
+}
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _validate(cfg: ApexConfig) -> None:
+    r, lr, w = cfg.replay, cfg.learner, cfg.workers
+
+    def bad(name: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(f"{name}={value!r} is invalid: {allowed}")
+
+    def positive(name: str, value: Any) -> None:
+        if value is None or value <= 0:
+            raise bad(name, value, "must be > 0")
+
+    def nonneg(name: str, value: Any) -> None:
+        if value is None or value < 0:
+            raise bad(name, value, "must be >= 0")
+
+    def unit(name: str, value: float, lo_open: bool = False) -> None:
+        ok = (0 < value <= 1) if lo_open else (0 <= value <= 1)
+        if not ok or math.isnan(value):
+            raise bad(name, value, "must be in " + ("(0, 1]" if lo_open else "[0, 1]"))
+
+    if not cfg.env.env_id or not isinstance(cfg.env.env_id, str):
+        raise bad("env.env_id", cfg.env.env_id, "must be a gymnasium env id such as 'CartPole-v1'")
+    positive("replay.capacity", r.capacity)
+    positive("replay.num_shards", r.num_shards)
+    if r.capacity < r.num_shards:
+        raise bad("replay.capacity", r.capacity, f"must be >= replay.num_shards ({r.num_shards})")
+    unit("replay.alpha", r.alpha)
+    unit("replay.beta", r.beta)
+    positive("replay.eps", r.eps)
+    nonneg("replay.learning_starts", r.learning_starts)
+    if r.learning_starts > r.capacity:
+        raise bad(
+            "replay.learning_starts",
+            r.learning_starts,
+            f"must be <= replay.capacity ({r.capacity})",
+        )
+    positive("learner.batch_size", lr.batch_size)
+    if lr.batch_size > r.shard_capacity:
+        raise bad(
+            "learner.batch_size",
+            lr.batch_size,
+            f"must be <= one shard's capacity (replay.capacity / replay.num_shards = {r.shard_capacity})",
+        )
+    positive("learner.lr", lr.lr)
+    positive("learner.adam_eps", lr.adam_eps)
+    positive("learner.grad_clip", lr.grad_clip)
+    unit("learner.gamma", lr.gamma, lo_open=True)
+    positive("learner.n_step", lr.n_step)
+    if not lr.hiddens or any(h <= 0 for h in lr.hiddens):
+        raise bad("learner.hiddens", lr.hiddens, "must be a non-empty list of positive layer sizes")
+    positive("learner.target_update_freq", lr.target_update_freq)
+    positive("learner.inqueue_size", lr.inqueue_size)
+    positive("learner.prefetch_per_shard", lr.prefetch_per_shard)
+    if lr.max_replay_ratio is not None:
+        positive("learner.max_replay_ratio", lr.max_replay_ratio)
+    if not (lr.device in ("auto", "cpu", "cuda") or lr.device.startswith("cuda:")):
+        raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    positive("learner.num_threads", lr.num_threads)
+    positive("workers.num_workers", w.num_workers)
+    positive("workers.rollout_fragment_length", w.rollout_fragment_length)
+    nonneg("workers.max_weight_sync_delay", w.max_weight_sync_delay)
+    unit("workers.epsilon_base", w.epsilon_base, lo_open=True)
+    nonneg("workers.epsilon_alpha", w.epsilon_alpha)
+    positive("workers.rollouts_in_flight", w.rollouts_in_flight)
+    nonneg("eval.interval_s", cfg.eval.interval_s)
+    nonneg("eval.episodes", cfg.eval.episodes)
+    nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)
+    nonneg("report.timesteps_per_iteration", cfg.report.timesteps_per_iteration)
+    if cfg.topology.local_workers is not None:
+        positive("topology.local_workers", cfg.topology.local_workers)
+    positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
+    for name in ("timesteps", "time_s", "iterations"):
+        value = getattr(cfg.stop, name)
+        if value is not None:
+            positive(f"stop.{name}", value)
+    nonneg("seed", cfg.seed)
+
+
+# ---------------------------------------------------------------------------
+# Dict <-> dataclass plumbing with typed, named errors
+# ---------------------------------------------------------------------------
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, tuple | list):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"config key {key!r} must be a string")
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name != "env.env_kwargs" and _is_section(name):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _is_section(dotted: str) -> bool:
+    cls: Any = ApexConfig
+    for part in dotted.split("."):
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return False
+        cls = hints[part]
+    return dataclasses.is_dataclass(cls)
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    if key.startswith("env.env_kwargs."):
+        if isinstance(value, str):
+            import yaml
+
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass
+        tree["env"]["env_kwargs"][key[len("env.env_kwargs.") :]] = value
+        return
+    parts = key.split(".")
+    node: Any = tree
+    for part in parts[:-1]:
+        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
+            raise ConfigError(_unknown_key(key))
+        node = node[part]
+    leaf = parts[-1]
+    if not isinstance(node, dict) or leaf not in node:
+        raise ConfigError(_unknown_key(key))
+    if isinstance(node[leaf], dict) and key != "env.env_kwargs":
+        raise ConfigError(
+            f"{key} is a section, not a value; set one of its fields, e.g. {key}.<field>"
+        )
+    node[leaf] = value
+
+
+def _unknown_key(key: str) -> str:
+    import difflib
+
+    names = list(_FIELD_DOCS)
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "; see `apex-dask-submit --list-keys`"
+    return f"unknown config key {key!r}{hint}"
+
+
+def _build(cls: Any, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        if f.name not in data:
+            continue
+        tp = hints[f.name]
+        value = data[f.name]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name} must be a section (mapping), got {value!r}")
+            kwargs[f.name] = _build(tp, value, name + ".")
+        else:
+            kwargs[f.name] = _coerce(name, value, tp)
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ConfigError(_unknown_key(prefix + sorted(unknown)[0]))
+    return cls(**kwargs)
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Parse strings as YAML scalars, then check/convert against the annotation."""
+    if isinstance(value, str) and tp is not str and tp != (str | None):
+        import yaml
+
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(name, value, inner[0])
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name}={value!r} is invalid: must be true or false")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a string")
+        return value
+    if origin is tuple:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(
+                f"{name}={value!r} is invalid: must be a list of integers, e.g. [256, 256]"
+            )
+        return tuple(_coerce(name, v, args[0]) for v in value)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a mapping")
+        return dict(value)
+    return value
+
+
+def _collect_docs() -> dict[str, str]:
+    """Field docstrings, read from this module's source (attribute docstrings)."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    tree = ast.parse(inspect.getsource(__import__(__name__, fromlist=["_"])))
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def walk(cls_name: str, prefix: str) -> None:
+        node = classes[cls_name]
+        body = node.body
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                fname = stmt.target.id
+                doc = ""
+                if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr):
+                    val = body[i + 1].value
+                    if isinstance(val, ast.Constant) and isinstance(val.value, str):
+                        doc = " ".join(val.value.split())
+                ann = ast.unparse(stmt.annotation)
+                if ann in classes:
+                    walk(ann, f"{prefix}{fname}.")
+                else:
+                    docs[f"{prefix}{fname}"] = doc
+
+    walk("ApexConfig", "")
+    return docs
+
+
+_FIELD_DOCS = _collect_docs()
