@@ -1,0 +1,57 @@
+"""Ape-X per-worker exploration: a fixed epsilon for each env worker.
+
+Worker i of N (0-based) explores with
+
+    eps_i = base ** (1 + alpha * i / (N - 1)),   i = 0 .. N-1,
+
+so worker 0 uses ``base`` (0.4 by default, the most exploratory) and worker
+N-1 uses ``base ** (1 + alpha)`` (0.4 ** 8 ~ 6.6e-4). With one worker it
+uses ``base``. Metrics follow the least-exploring third (highest indices).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = ["apex_epsilons", "epsilon_greedy", "lowest_epsilon_workers"]
+
+
+def apex_epsilons(num_workers: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+    """Epsilons ``eps_i = base ** (1 + alpha * i / (N - 1))`` for i = 0..N-1 (float64).
+
+    ``N = 1`` gives ``[base]``. Raises ``ValueError`` if ``num_workers`` is not an
+    integer >= 1, ``base`` is outside (0, 1] or ``alpha`` is negative.
+    """
+    if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral):
+        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if not 0.0 < base <= 1.0:
+        raise ValueError(f"base must be in (0, 1], got {base!r}")
+    if not alpha >= 0.0:
+        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+    n = int(num_workers)
+    if n == 1:
+        return np.array([base], dtype=np.float64)
+    i = np.arange(n, dtype=np.float64)
+    return base ** (1.0 + alpha * i / (n - 1))
+
+
+def lowest_epsilon_workers(num_workers: int) -> list[int]:
+    """Indices of the third of workers with the lowest epsilons (the highest indices).
+
+    As RLlib's Ape-X: the last ``N // 3`` workers, or all of them when ``N < 3``.
+    """
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    k = num_workers // 3 or num_workers
+    return list(range(num_workers - k, num_workers))
+
+
+def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
+    """With probability ``epsilon`` a uniform random action, else ``argmax_a q_values[a]``."""
+    if epsilon > 0.0 and rng.random() < epsilon:
+        return int(rng.integers(q_values.shape[-1]))
+    return int(np.argmax(q_values))

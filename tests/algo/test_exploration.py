@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+from apex_dask.algo.exploration import apex_epsilons, epsilon_greedy, lowest_epsilon_workers
+
+
+def test_epsilons_follow_apex_formula_hand_computed():
+    eps = apex_epsilons(3)
+    # i=0: 0.4^1, i=1: 0.4^(1+3.5), i=2: 0.4^8
+    assert eps == pytest.approx([0.4, 0.4**4.5, 0.4**8])
+    assert eps[2] == pytest.approx(0.00065536)
+
+
+@pytest.mark.parametrize("n", [2, 5, 32])
+def test_epsilons_span_base_to_base_power_one_plus_alpha(n):
+    eps = apex_epsilons(n, base=0.5, alpha=3.0)
+    assert len(eps) == n
+    assert eps[0] == pytest.approx(0.5)
+    assert eps[-1] == pytest.approx(0.5**4)
+    assert np.all(np.diff(eps) < 0)
+    expected = [0.5 ** (1 + 3.0 * i / (n - 1)) for i in range(n)]
+    assert eps == pytest.approx(expected)
+
+
+def test_single_worker_gets_base():
+    assert apex_epsilons(1).tolist() == [0.4]
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, "3", True, None])
+def test_bad_worker_count_raises(n):
+    with pytest.raises(ValueError):
+        apex_epsilons(n)
+
+
+@pytest.mark.parametrize("kwargs", [{"base": 0.0}, {"base": 1.5}, {"alpha": -1.0}])
+def test_bad_base_or_alpha_raises(kwargs):
+    with pytest.raises(ValueError):
+        apex_epsilons(4, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "n,expected", [(1, [0]), (2, [0, 1]), (3, [2]), (6, [4, 5]), (32, list(range(22, 32)))]
+)
+def test_lowest_epsilon_third_is_highest_indices(n, expected):
+    assert lowest_epsilon_workers(n) == expected
+
+
+def test_epsilon_greedy_zero_is_argmax_and_one_is_uniform():
+    rng = np.random.default_rng(0)
+    q = np.array([0.1, 2.0, -1.0])
+    assert all(epsilon_greedy(q, 0.0, rng) == 1 for _ in range(20))
+    counts = np.bincount([epsilon_greedy(q, 1.0, rng) for _ in range(3000)], minlength=3)
+    assert counts.min() > 900
