@@ -1,0 +1,385 @@
+"""``apex-dask-submit``: train Ape-X on a Dask cluster from the command line.
+
+Examples::
+
+    apex-dask-submit --preset cartpole --stop-reward 475            # embedded LocalCluster
+    apex-dask-submit --scheduler tcp://10.0.0.5:8786 --preset cartpole
+    apex-dask-submit --scheduler-file ~/sched.json --config run.yaml --set learner.lr=1e-3
+    apex-dask-submit --cluster slurm --jobs 4 --preset atari
+
+Bad input (config, flags, env ids, scheduler addresses, output folders)
+prints one line on stderr and exits with status 2; nothing is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from apex_dask.config import PRESETS, ApexConfig, ConfigError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="apex-dask-submit",
+        description="Train Ape-X (distributed prioritized replay DQN) on a Dask cluster. "
+        "With no --scheduler/--scheduler-file/--cluster, an embedded LocalCluster is started.",
+        epilog="Config keys: apex-dask-submit --list-keys. Metrics: docs/metrics.md.",
+    )
+    g = p.add_argument_group("configuration")
+    g.add_argument(
+        "--preset",
+        default=None,
+        help=f"start from a preset: {', '.join(sorted(PRESETS))} "
+        "(default: cartpole, unless --config names one)",
+    )
+    g.add_argument(
+        "--config", metavar="FILE.yaml", help="YAML config (nested sections or dotted keys)"
+    )
+    g.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config key, e.g. --set replay.alpha=0.5 (repeatable)",
+    )
+    g.add_argument(
+        "--list-keys", action="store_true", help="list every config key with its doc and exit"
+    )
+    c = p.add_argument_group("cluster (pick at most one; default: embedded LocalCluster)")
+    c.add_argument("--scheduler", metavar="ADDRESS", help="address of a running `dask scheduler`")
+    c.add_argument(
+        "--scheduler-file", metavar="PATH", help="scheduler file written by `dask scheduler`"
+    )
+    c.add_argument(
+        "--cluster", choices=["slurm", "pbs"], help="start workers as batch jobs via dask-jobqueue"
+    )
+    c.add_argument(
+        "--jobs", type=int, default=2, help="with --cluster: number of CPU worker jobs (default 2)"
+    )
+    c.add_argument(
+        "--jobqueue-opt",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="with --cluster: option for the jobqueue cluster, e.g. queue=gpu (repeatable)",
+    )
+    c.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the scheduler (default 10)",
+    )
+    s = p.add_argument_group("stopping (first met wins)")
+    s.add_argument("--stop-timesteps", type=int, metavar="N", help="env steps sampled")
+    s.add_argument(
+        "--stop-reward", type=float, metavar="R", help="greedy eval return (else episode return)"
+    )
+    s.add_argument("--stop-time", type=float, metavar="S", help="wall-clock seconds")
+    s.add_argument("--stop-iterations", type=int, metavar="N", help="result dicts")
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--out", metavar="DIR", help="write results.jsonl, config.yaml and weights.npz here"
+    )
+    o.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
+    o.add_argument("--debug", action="store_true", help="show full tracebacks")
+    return p
+
+
+# ---------------------------------------------------------------------------
+# Input handling: everything is checked before any process starts.
+# ---------------------------------------------------------------------------
+
+
+def resolve_config(args: argparse.Namespace) -> ApexConfig:
+    """Build the one ApexConfig from --preset, --config, --set and --stop-*."""
+    if args.config:
+        cfg = ApexConfig.from_yaml(args.config)
+        if args.preset:  # the explicit preset is the base; the file's keys apply on top
+            import yaml
+
+            data = yaml.safe_load(Path(args.config).read_text()) or {}
+            data["preset"] = args.preset
+            cfg = ApexConfig.from_dict(data)
+    else:
+        cfg = ApexConfig.preset(args.preset or "cartpole")
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        if "=" not in item:
+            raise UsageError(
+                f"--set {item!r} must look like KEY=VALUE, e.g. --set replay.alpha=0.5"
+            )
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = value
+    for flag, key in (
+        ("stop_timesteps", "stop.timesteps"),
+        ("stop_reward", "stop.reward"),
+        ("stop_time", "stop.time_s"),
+        ("stop_iterations", "stop.iterations"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    return cfg.override(overrides) if overrides else cfg
+
+
+def check_cluster_flags(args: argparse.Namespace) -> None:
+    chosen = [f for f in ("scheduler", "scheduler_file", "cluster") if getattr(args, f)]
+    if len(chosen) > 1:
+        names = " and ".join("--" + f.replace("_", "-") for f in chosen)
+        raise UsageError(f"{names} exclude each other; give at most one")
+    if args.scheduler_file and not Path(args.scheduler_file).is_file():
+        raise UsageError(
+            f"scheduler file {args.scheduler_file!r} does not exist; start "
+            f"`dask scheduler --scheduler-file {args.scheduler_file}` first or fix the path"
+        )
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs} must be >= 1")
+    if args.connect_timeout <= 0:
+        raise UsageError(f"--connect-timeout {args.connect_timeout} must be > 0")
+
+
+def prepare_out(out: str | None) -> Path | None:
+    """Create --out and prove it is writable, before training starts."""
+    if out is None:
+        return None
+    path = Path(out).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".apex-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UsageError(
+            f"--out {out!r} is not writable ({reason}); choose another folder"
+        ) from None
+    return path
+
+
+def check_env(cfg: ApexConfig) -> None:
+    from apex_dask.algo.envs import check_env_id
+
+    check_env_id(cfg.env.env_id)
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+PROGRESS_KEYS = [
+    ("it", "iteration", "{:>4.0f}"),
+    ("t", "time_s", "{:>6.1f}s"),
+    ("steps", "timesteps_total", "{:>8.0f}"),
+    ("steps/s", "env/steps_per_s", "{:>7.0f}"),
+    ("upd/s", "learner/updates_per_s", "{:>6.1f}"),
+    ("return", "env/episode_return_mean", "{:>7.1f}"),
+    ("eval", "eval/return_mean", "{:>6.1f}"),
+    ("queue", "learner/queue_size", "{:>5.1f}"),
+    ("busy", "learner/busy_frac", "{:>5.0%}"),
+    ("replay", "replay/size", "{:>8.0f}"),
+]
+
+
+def format_progress(result: dict[str, Any]) -> str:
+    parts = []
+    for label, key, fmt in PROGRESS_KEYS:
+        value = result.get(key)
+        text = fmt.format(value) if isinstance(value, int | float) else "-"
+        parts.append(f"{label} {text.strip()}")
+    return " | ".join(parts)
+
+
+def format_summary(results: list[dict[str, Any]], reason: str) -> str:
+    if not results:
+        return f"apex-dask-submit: stopped ({reason}) before the first result"
+    last = results[-1]
+    evals = [r["eval/return_mean"] for r in results if "eval/return_mean" in r]
+    rows = [
+        ("stopped because", reason),
+        ("iterations", f"{last.get('iteration', len(results)):.0f}"),
+        ("wall time", f"{last.get('time_s', float('nan')):.1f} s"),
+        ("env steps", f"{last.get('timesteps_total', 0):,.0f}"),
+        ("transitions trained", f"{last.get('learner/steps_trained', 0):,.0f}"),
+        ("episode return (lowest-eps third)", _fmt(last.get("env/episode_return_mean"))),
+        (
+            "greedy eval return (last / best)",
+            f"{_fmt(evals[-1] if evals else None)} / {_fmt(max(evals) if evals else None)}",
+        ),
+        ("weight syncs", _fmt(last.get("sync/weight_syncs"), "{:,.0f}")),
+        ("batches lost", _fmt(last.get("flow/batches_lost"), "{:,.0f}")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(["", "Summary"] + [f"  {k:<{width}}  {v}" for k, v in rows])
+
+
+def _fmt(value: Any, fmt: str = "{:.1f}") -> str:
+    return fmt.format(value) if isinstance(value, int | float) else "-"
+
+
+def stop_reason(cfg: ApexConfig, result: dict[str, Any], started: float) -> str | None:
+    """Which stop condition (if any) this result meets."""
+    stop = cfg.stop
+    if stop.timesteps is not None and result.get("timesteps_total", 0) >= stop.timesteps:
+        return f"reached {stop.timesteps} timesteps"
+    if stop.reward is not None:
+        value = result.get("eval/return_mean", result.get("env/episode_return_mean"))
+        if isinstance(value, int | float) and value >= stop.reward:
+            return f"return {value:.1f} >= {stop.reward}"
+    if stop.time_s is not None and time.monotonic() - started >= stop.time_s:
+        return f"reached {stop.time_s:g} s"
+    if stop.iterations is not None and result.get("iteration", 0) >= stop.iterations:
+        return f"reached {stop.iterations} iterations"
+    return None
+
+
+def save_outputs(out: Path, cfg: ApexConfig, weights: tuple[int, dict] | None) -> None:
+    import numpy as np
+
+    tmp = out / "config.yaml.tmp"
+    tmp.write_text(cfg.to_yaml())
+    os.replace(tmp, out / "config.yaml")
+    if weights is not None:
+        version, arrays = weights
+        tmp_w = out / "weights.tmp.npz"
+        np.savez(tmp_w, __version__=np.asarray(version), **arrays)
+        os.replace(tmp_w, out / "weights.npz")
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+
+def _connect(args: argparse.Namespace, cfg: ApexConfig):
+    """Return (client, closer) for the chosen cluster, or (None, None) for embedded."""
+    from apex_dask.runtime.cluster import connect
+
+    if args.cluster:
+        from apex_dask.runtime.jobqueue import make_jobqueue_cluster
+
+        opts = {}
+        for item in args.jobqueue_opt:
+            if "=" not in item:
+                raise UsageError(f"--jobqueue-opt {item!r} must look like KEY=VALUE")
+            key, value = item.split("=", 1)
+            opts[key] = value
+        return make_jobqueue_cluster(args.cluster, args.jobs, cfg, **opts)
+    if args.scheduler or args.scheduler_file:
+        client = connect(
+            address=args.scheduler, scheduler_file=args.scheduler_file, timeout=args.connect_timeout
+        )
+        return client, None
+    return None, None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_keys:
+        for key, doc in ApexConfig.field_docs().items():
+            print(f"{key:<36} {doc}")
+        return EXIT_OK
+    check_cluster_flags(args)
+    cfg = resolve_config(args)
+    out = prepare_out(args.out)
+    check_env(cfg)
+    if out is not None:
+        save_outputs(out, cfg, None)
+
+    from apex_dask.runtime.driver import ApexDriver
+
+    client, cluster = _connect(args, cfg)
+    results: list[dict[str, Any]] = []
+    reason = "finished"
+    code = EXIT_OK
+    driver = None
+    started = time.monotonic()
+    jsonl = open(out / "results.jsonl", "w") if out is not None else None  # noqa: SIM115
+    try:
+        driver = ApexDriver(cfg, client=client)
+        link = getattr(driver, "dashboard_link", None)
+        where = "embedded LocalCluster" if client is None else "cluster"
+        print(f"apex-dask-submit: training {cfg.env.env_id} on the {where}", flush=True)
+        if link:
+            print(f"apex-dask-submit: dashboard {link}", flush=True)
+        for result in driver.iterate():
+            results.append(result)
+            if jsonl is not None:
+                jsonl.write(json.dumps(result, default=float) + "\n")
+                jsonl.flush()
+            if not args.quiet:
+                print(format_progress(result), flush=True)
+            why = stop_reason(cfg, result, started)
+            if why:
+                reason = why
+                break
+    except KeyboardInterrupt:
+        reason = "interrupted (Ctrl-C)"
+        code = EXIT_INTERRUPTED
+        print(
+            "\napex-dask-submit: interrupted, saving what we have...", file=sys.stderr, flush=True
+        )
+    finally:
+        weights = None
+        if driver is not None:
+            try:
+                weights = driver.learner_weights()
+            except Exception as exc:  # the learner may be gone; keep what is saved
+                print(f"apex-dask-submit: could not fetch final weights: {exc}", file=sys.stderr)
+            if out is not None:
+                save_outputs(out, cfg, weights)
+            try:
+                driver.stop()
+            except Exception as exc:
+                print(f"apex-dask-submit: error while releasing actors: {exc}", file=sys.stderr)
+        if jsonl is not None:
+            jsonl.close()
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    print(format_summary(results, reason), flush=True)
+    if out is not None:
+        print(f"apex-dask-submit: wrote {out}/results.jsonl, config.yaml, weights.npz", flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (UsageError, ConfigError) as exc:
+        print(f"apex-dask-submit: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        known = {"UnknownEnvError", "ApexRuntimeError", "JobqueueError"}
+        if type(exc).__name__ in known and not args.debug:
+            print(f"apex-dask-submit: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"apex-dask-submit: failed: {type(exc).__name__}: {first} (rerun with --debug "
+            "for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""ApexConfig: presets, YAML, dotted overrides and one clear error per bad value."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from apex_dask.config import PRESETS, ApexConfig, ConfigError
+
+
+def test_defaults_are_rllib_apex_defaults():
+    cfg = ApexConfig()
+    assert cfg.workers.num_workers == 32
+    assert cfg.replay.num_shards == 4
+    assert cfg.replay.capacity == 2_000_000
+    assert cfg.replay.learning_starts == 50_000
+    assert cfg.learner.batch_size == 512
+    assert cfg.workers.rollout_fragment_length == 50
+    assert cfg.learner.n_step == 3
+    assert cfg.learner.double_q and cfg.learner.dueling
+    assert cfg.learner.hiddens == (256,)
+    assert cfg.learner.lr == 5e-4 and cfg.learner.adam_eps == 1e-8
+    assert cfg.learner.grad_clip == 40 and cfg.learner.gamma == 0.99
+    assert cfg.learner.target_update_freq == 500_000
+    assert cfg.workers.max_weight_sync_delay == 400
+    assert (cfg.replay.alpha, cfg.replay.beta, cfg.replay.eps) == (0.6, 0.4, 1e-6)
+    assert cfg.report.timesteps_per_iteration == 25_000 and cfg.report.min_iter_time_s == 30
+    assert cfg.learner.inqueue_size == 16 and cfg.learner.prefetch_per_shard == 4
+    assert cfg.workers.rollouts_in_flight == 2
+    assert cfg.replay.shard_capacity == 500_000 and cfg.replay.shard_learning_starts == 12_500
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_and_round_trips_through_dict(name):
+    cfg = ApexConfig.preset(name)
+    assert ApexConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_atari_preset_is_rllib_defaults_on_an_atari_env():
+    cfg = ApexConfig.preset("atari")
+    assert cfg.env.env_id.startswith("ALE/")
+    assert dataclasses.replace(cfg, env=ApexConfig().env) == ApexConfig()
+
+
+def test_cartpole_preset_is_small():
+    cfg = ApexConfig.preset("cartpole")
+    assert cfg.env.env_id == "CartPole-v1"
+    assert cfg.workers.num_workers <= 4
+
+
+def test_config_is_frozen():
+    cfg = ApexConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seed = 3  # type: ignore[misc]
+
+
+def test_dotted_overrides_parse_strings_like_the_cli():
+    cfg = ApexConfig.preset("cartpole").override(
+        {
+            "replay.alpha": "0.5",
+            "learner.hiddens": "[64, 64]",
+            "learner.double_q": "false",
+            "stop.reward": "475",
+            "learner.max_replay_ratio": "null",
+        }
+    )
+    assert cfg.replay.alpha == 0.5
+    assert cfg.learner.hiddens == (64, 64)
+    assert cfg.learner.double_q is False
+    assert cfg.stop.reward == 475.0
+    assert cfg.learner.max_replay_ratio is None
+
+
+def test_env_kwargs_accept_free_keys():
+    cfg = ApexConfig().override({"env.env_kwargs.max_episode_steps": "200"})
+    assert cfg.env.env_kwargs == {"max_episode_steps": 200}
+
+
+def test_from_yaml_with_preset_and_sections(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: cartpole\nreplay:\n  alpha: 0.3\nlearner.lr: 0.002\nseed: 7\n")
+    cfg = ApexConfig.from_yaml(path)
+    assert cfg.env.env_id == "CartPole-v1"
+    assert cfg.replay.alpha == 0.3 and cfg.learner.lr == 0.002 and cfg.seed == 7
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        ({"replay.capacity": -5}, ["replay.capacity", "-5", "> 0"]),
+        ({"learner.batch_size": 600_000}, ["learner.batch_size", "600000", "shard"]),
+        ({"replay.alpha": 1.5}, ["replay.alpha", "1.5", "[0, 1]"]),
+        ({"replay.beta": -0.1}, ["replay.beta", "-0.1", "[0, 1]"]),
+        ({"replay.alhpa": 0.5}, ["replay.alhpa", "replay.alpha"]),
+        ({"nonsense": 1}, ["nonsense"]),
+        ({"learner.lr": "fast"}, ["learner.lr", "fast", "number"]),
+        ({"learner.n_step": 2.5}, ["learner.n_step", "2.5", "integer"]),
+        ({"learner.dueling": "maybe"}, ["learner.dueling", "maybe", "true or false"]),
+        ({"learner.device": "tpu"}, ["learner.device", "tpu", "cpu"]),
+        ({"learner.gamma": 0}, ["learner.gamma", "(0, 1]"]),
+        ({"workers.num_workers": 0}, ["workers.num_workers", "0", "> 0"]),
+        ({"replay": 3}, ["replay", "section"]),
+    ],
+)
+def test_bad_values_raise_one_config_error_naming_field_value_and_rule(overrides, names):
+    with pytest.raises(ConfigError) as info:
+        ApexConfig().override(overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in names:
+        assert part in message, (part, message)
+
+
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(ConfigError, match="cartpole"):
+        ApexConfig.preset("pong")
+
+
+def test_bad_yaml_and_missing_file_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        ApexConfig.from_yaml(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("replay: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        ApexConfig.from_yaml(bad)
+
+
+def test_every_field_has_a_docstring():
+    docs = ApexConfig.field_docs()
+    assert len(docs) > 30
+    missing = [name for name, doc in docs.items() if not doc]
+    assert not missing
