@@ -1,0 +1,205 @@
+"""The Ape-X learner: one n-step double-DQN update per replayed batch.
+
+Usage loop (a runner or actor owns the queueing around it)::
+
+    learner = Learner(obs_space, act_space, lr=5e-4, target_update_freq=500_000)
+    td_abs, metrics = learner.update(sample.data, sample.weights)
+    shard.update_priorities(sample.indices, td_abs)      # new priorities
+    version, weights = learner.get_weights()             # for env workers
+
+Each update minimises the importance-weighted Huber loss of
+:func:`apex_dask.algo.loss.dqn_loss` with Adam, clipping the global gradient
+norm to ``grad_clip``. ``steps_trained`` counts *transitions* (batch rows);
+the target net becomes a copy of the online net whenever
+``steps_trained - steps_trained_at_last_copy >= target_update_freq``
+(RLlib's ``UpdateTargetNetwork(by_steps_trained=True)``). ``version`` grows by
+one per update, so a weights version is the number of updates behind it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from apex_dask.algo.loss import dqn_loss
+from apex_dask.algo.networks import build_q_network
+
+__all__ = ["Learner", "resolve_device", "module_weights", "to_numpy_tree", "to_torch_tree"]
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when torch sees a GPU, else ``"cpu"``; others pass through."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    torch.device(device)  # raises on nonsense
+    return device
+
+
+def module_weights(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    """A plain dict of CPU numpy copies of ``module.state_dict()``."""
+    return {k: v.detach().to("cpu", copy=True).numpy() for k, v in module.state_dict().items()}
+
+
+def to_numpy_tree(obj: Any) -> Any:
+    """Tensors -> CPU numpy arrays, recursively through dicts/lists/tuples (plain dicts out)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True).numpy()
+    if isinstance(obj, Mapping):
+        return {k: to_numpy_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_numpy_tree(v) for v in obj)
+    return obj
+
+
+def to_torch_tree(obj: Any) -> Any:
+    """Numpy arrays -> CPU tensors, recursively (inverse of :func:`to_numpy_tree`)."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.array(obj, copy=True))
+    if isinstance(obj, Mapping):
+        return {k: to_torch_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_torch_tree(v) for v in obj)
+    return obj
+
+
+class Learner:
+    """Online + target Q-networks and Adam; see the module docstring for the maths.
+
+    ``num_threads`` (if given) calls ``torch.set_num_threads`` for the whole
+    process; ``seed`` fixes the initial weights without touching torch's
+    global random state.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        *,
+        hiddens: Sequence[int] = (256,),
+        dueling: bool = True,
+        double_q: bool = True,
+        lr: float = 5e-4,
+        adam_eps: float = 1e-8,
+        grad_clip: float = 40.0,
+        target_update_freq: int = 500_000,
+        device: str = "auto",
+        num_threads: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if num_threads is not None:
+            torch.set_num_threads(int(num_threads))
+        if target_update_freq < 1:
+            raise ValueError(f"target_update_freq must be >= 1, got {target_update_freq}")
+        self.device = resolve_device(device)
+        self.double_q = bool(double_q)
+        self.grad_clip = float(grad_clip)
+        self.target_update_freq = int(target_update_freq)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            online = build_q_network(observation_space, action_space, hiddens, dueling)
+        self.online = online.to(self.device)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=lr, eps=adam_eps)
+        self.steps_trained = 0
+        self.num_updates = 0
+        self.num_target_updates = 0
+        self._last_target_update = 0
+        self._version = 0
+        self._weights_cache: tuple[int, dict[str, np.ndarray]] | None = None
+
+    @property
+    def version(self) -> int:
+        """Weights version: the number of updates applied."""
+        return self._version
+
+    def _tensor(self, arr: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        t = torch.as_tensor(np.asarray(arr))
+        return t.to(self.device, dtype=dtype, non_blocking=True)
+
+    def update(
+        self, data: Mapping[str, np.ndarray], weights: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """One gradient step on a replayed batch.
+
+        ``data`` holds ``obs, action, reward, next_obs, discount`` arrays (extra keys
+        are ignored); ``weights`` the importance weights. Returns float32 |td| per
+        item (computed before the step, the new priorities) and
+        ``{"loss", "mean_q", "grad_norm"}`` (norm before clipping).
+        """
+        batch = {
+            "obs": self._tensor(data["obs"]),
+            "action": self._tensor(data["action"], torch.int64),
+            "reward": self._tensor(data["reward"], torch.float32),
+            "next_obs": self._tensor(data["next_obs"]),
+            "discount": self._tensor(data["discount"], torch.float32),
+        }
+        w = self._tensor(weights, torch.float32)
+        out = dqn_loss(self.online, self.target, batch, w, double_q=self.double_q)
+        self.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
+        self.optimizer.step()
+
+        n = int(batch["action"].shape[0])
+        self.steps_trained += n
+        self.num_updates += 1
+        self._version += 1
+        if self.steps_trained - self._last_target_update >= self.target_update_freq:
+            self.update_target()
+        scalars = torch.stack([out.loss.detach(), out.mean_q, grad_norm.detach()]).cpu()
+        loss, mean_q, norm = (float(x) for x in scalars.tolist())
+        td_abs = out.td_abs.to("cpu").numpy().astype(np.float32, copy=False)
+        return td_abs, {"loss": loss, "mean_q": mean_q, "grad_norm": norm}
+
+    def update_target(self) -> None:
+        """Copy the online weights into the target net now."""
+        self.target.load_state_dict(self.online.state_dict())
+        self.num_target_updates += 1
+        self._last_target_update = self.steps_trained
+
+    def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, {name: CPU numpy array})`` of the online net; one copy per version."""
+        if self._weights_cache is None or self._weights_cache[0] != self._version:
+            self._weights_cache = (self._version, module_weights(self.online))
+        return self._weights_cache
+
+    def counters(self) -> dict[str, int]:
+        """``steps_trained``, ``num_updates``, ``num_target_updates``, ``version``."""
+        return {
+            "steps_trained": self.steps_trained,
+            "num_updates": self.num_updates,
+            "num_target_updates": self.num_target_updates,
+            "last_target_update": self._last_target_update,
+            "version": self._version,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain dict of CPU numpy arrays: ``online``, ``target``, ``optimizer``, ``counters``."""
+        return {
+            "online": module_weights(self.online),
+            "target": module_weights(self.target),
+            "optimizer": to_numpy_tree(self.optimizer.state_dict()),
+            "counters": self.counters(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (nets, optimizer, counters)."""
+
+        def tensors(d: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+            return {k: torch.as_tensor(np.asarray(v)) for k, v in d.items()}
+
+        self.online.load_state_dict(tensors(state["online"]))
+        self.target.load_state_dict(tensors(state["target"]))
+        self.optimizer.load_state_dict(to_torch_tree(state["optimizer"]))
+        c = state["counters"]
+        self.steps_trained = int(c["steps_trained"])
+        self.num_updates = int(c["num_updates"])
+        self.num_target_updates = int(c["num_target_updates"])
+        self._last_target_update = int(c["last_target_update"])
+        self._version = int(c["version"])
+        self._weights_cache = None
