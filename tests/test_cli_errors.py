@@ -1,0 +1,99 @@
+"""apex-dask-submit turns bad input into one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+SUBMIT = [sys.executable, "-m", "apex_dask"]
+
+
+def submit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*SUBMIT, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("apex-dask-submit: error:")
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--preset", "pong"], ["unknown preset", "cartpole"]),
+        (["--set", "replay.alpha=3"], ["replay.alpha", "[0, 1]"]),
+        (["--set", "learner.batch_size=-1"], ["learner.batch_size", "> 0"]),
+        (["--set", "replay.alhpa=0.5"], ["unknown config key", "replay.alpha"]),
+        (["--set", "replay.alpha"], ["KEY=VALUE"]),
+        (
+            ["--scheduler-file", "/nonexistent/sched.json"],
+            ["/nonexistent/sched.json", "does not exist"],
+        ),
+        (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", "x"], ["exclude each other"]),
+        (["--set", "env.env_id=NoSuchEnv-v9"], ["NoSuchEnv-v9"]),
+        (["--config", "/nonexistent/run.yaml"], ["cannot read config file"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needles):
+    assert_one_line_error(submit(*args), *needles)
+
+
+def test_bad_yaml_types_name_the_field(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("preset: cartpole\nlearner:\n  lr: fast\n")
+    assert_one_line_error(submit("--config", str(cfg)), "learner.lr", "fast")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; covered by the file case")
+def test_unwritable_out_dir_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    assert_one_line_error(submit("--out", str(locked / "run")), "--out", "not writable")
+
+
+def test_out_that_is_a_file_is_refused_and_the_file_is_kept(tmp_path):
+    target = tmp_path / "results"
+    target.write_text("precious")
+    assert_one_line_error(submit("--out", str(target)), "--out", "not writable")
+    assert target.read_text() == "precious"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_scheduler_fails_fast_with_one_line():
+    port = _free_port()  # nothing listens here
+    start = time.monotonic()
+    proc = submit("--scheduler", f"tcp://127.0.0.1:{port}", "--connect-timeout", "3", timeout=90)
+    elapsed = time.monotonic() - start
+    assert_one_line_error(proc, f"127.0.0.1:{port}")
+    assert elapsed < 45, elapsed
+
+
+def test_list_keys_prints_every_documented_key():
+    proc = submit("--list-keys")
+    assert proc.returncode == 0
+    assert "replay.alpha" in proc.stdout and "Priority exponent" in proc.stdout
+
+
+def test_help_mentions_presets_and_flags():
+    proc = submit("--help")
+    assert proc.returncode == 0
+    for flag in ("--preset", "--scheduler-file", "--stop-reward", "--out", "cartpole"):
+        assert flag in proc.stdout
