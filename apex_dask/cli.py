@@ -316,6 +316,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"apex-dask-submit: training {cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"apex-dask-submit: dashboard {link}", flush=True)
+        placement = getattr(driver, "placement", None)
+        if placement and not args.quiet:
+            learner = placement.get("learner", {})
+            print(f"apex-dask-submit: learner on {learner.get('name') or learner}", flush=True)
+        if placement and out is not None:
+            (out / "placement.json").write_text(json.dumps(placement, indent=2, default=str))
         for result in driver.iterate():
             results.append(result)
             if jsonl is not None:

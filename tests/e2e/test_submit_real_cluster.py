@@ -1,0 +1,137 @@
+"""apex-dask-submit against real `dask scheduler` + `dask worker` processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+@pytest.fixture
+def real_cluster(tmp_path):
+    sched_file = tmp_path / "scheduler.json"
+    procs = [
+        _spawn(
+            [
+                str(BIN / "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                str(sched_file),
+                "--preload",
+                "apex_dask.runtime.preload",
+            ],
+            tmp_path / "scheduler.log",
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
+            assert procs[0].poll() is None, (tmp_path / "scheduler.log").read_text()
+            time.sleep(0.2)
+        common = [
+            "--scheduler-file",
+            str(sched_file),
+            "--nthreads",
+            "1",
+            "--no-dashboard",
+            "--host",
+            "127.0.0.1",
+        ]
+        procs.append(
+            _spawn(
+                [str(BIN / "dask"), "worker", *common, "--name", "cpu-0"], tmp_path / "cpu-0.log"
+            )
+        )
+        procs.append(
+            _spawn(
+                [str(BIN / "dask"), "worker", *common, "--name", "learner", "--resources", "GPU=1"],
+                tmp_path / "learner.log",
+            )
+        )
+        address = json.loads(sched_file.read_text())["address"]
+        from distributed import Client
+
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address, tmp_path
+    finally:
+        _kill(procs[1:])
+        _kill(procs[:1])
+
+
+def test_submit_trains_cartpole_on_real_scheduler_and_workers(real_cluster):
+    address, tmp_path = real_cluster
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            str(BIN / "apex-dask-submit"),
+            "--scheduler",
+            address,
+            "--preset",
+            "cartpole",
+            "--stop-timesteps",
+            "12000",
+            "--stop-time",
+            "150",
+            "--out",
+            str(out),
+            "--set",
+            "report.min_iter_time_s=2",
+            "--set",
+            "eval.interval_s=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert results, proc.stdout
+    last = results[-1]
+    placement = json.loads((out / "placement.json").read_text())
+    assert placement["learner"]["name"] == "learner"
+    for shard in range(2):
+        assert f"replay/{shard}/size" in last, sorted(last)
+        assert last[f"replay/{shard}/added"] > 0
+    assert last["sync/weight_syncs"] > 0
+    assert last["flow/batches_lost"] == 0
+    assert last["learner/steps_trained"] > 0
+    best_eval = max(r["eval/return_mean"] for r in results if "eval/return_mean" in r)
+    assert best_eval >= 100, best_eval  # random play averages ~22 on CartPole-v1
+    assert (out / "weights.npz").stat().st_size > 0
+    assert (out / "config.yaml").read_text().startswith("env:")
