@@ -1,0 +1,371 @@
+"""Batch-system clusters for ``apex-dask-submit --cluster slurm|pbs``.
+
+One dask-jobqueue cluster object (``SLURMCluster`` or ``PBSCluster``) owns the
+scheduler, which runs in the submitting process with the Ape-X dashboard
+preloaded, and submits two kinds of batch jobs:
+
+* one **learner job** (``apex-learner``): ``gpus`` GPUs requested from the
+  batch system (SLURM ``--gres=gpu:G``; PBS ``select=1:ncpus=C:ngpus=G:mem=M``),
+  and its Dask worker started with ``--resources GPU=G`` so the driver places
+  the learner (and, by default, the replay shards) there;
+* ``jobs`` **env-worker jobs**, CPU only, each running ``processes`` Dask
+  worker processes with ``cores / processes`` threads each.
+
+dask-jobqueue clusters are homogeneous per object; the learner job is one
+extra entry in the cluster's worker spec (``SpecCluster.worker_spec``) with
+its own job options, inserted before the env-worker jobs so scaling keeps it.
+Every job's workers exit ``death_timeout_s`` after the scheduler goes away, so
+a crashed driver does not leave jobs holding nodes.
+
+Usage::
+
+    cluster = make_jobqueue_cluster("slurm", jobs=4, config=cfg,
+                                    queue="cpu", learner_queue="gpu", walltime="04:00:00")
+    wait_for_jobqueue_workers(cluster, timeout_s=1800)
+    client = Client(cluster, direct_to_workers=True)
+
+Job scripts can be rendered without submitting anything::
+
+    scripts = jobqueue_job_scripts("pbs", jobs=4, config=cfg, cores=32)
+    print(scripts["learner"], scripts["env"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import time
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from apex_dask.config import ApexConfig
+
+__all__ = [
+    "JobqueueError",
+    "JobqueueOptions",
+    "LEARNER_JOB_NAME",
+    "PRELOAD_MODULE",
+    "jobqueue_job_scripts",
+    "make_jobqueue_cluster",
+    "parse_jobqueue_opts",
+    "wait_for_jobqueue_workers",
+]
+
+logger = logging.getLogger(__name__)
+
+PRELOAD_MODULE = "apex_dask.runtime.preload"
+"""Scheduler preload that registers the Ape-X dashboard page and metrics plugin."""
+
+LEARNER_JOB_NAME = "apex-learner"
+"""Worker-spec name (and Dask worker name) of the GPU learner job."""
+
+_PLACEHOLDER_ADDRESS = "tcp://<scheduler-address>:8786"
+
+_KINDS: dict[str, dict[str, str]] = {
+    "slurm": {"submit": "sbatch", "cancel": "scancel", "system": "SLURM"},
+    "pbs": {"submit": "qsub", "cancel": "qdel", "system": "PBS"},
+}
+
+
+class JobqueueError(RuntimeError):
+    """The batch-system cluster cannot be built; the message is one line saying why."""
+
+
+@dataclass(frozen=True)
+class JobqueueOptions:
+    """Options of ``--cluster slurm|pbs``, each settable as ``--jobqueue-opt key=value``."""
+
+    queue: str | None = None
+    """SLURM partition (``-p``) / PBS queue (``-q``) of the env-worker jobs."""
+    learner_queue: str | None = None
+    """Partition / queue of the learner job; None: ``queue``."""
+    account: str | None = None
+    """Account charged for all jobs (``-A``)."""
+    walltime: str = "01:00:00"
+    """Wall-time limit of every job, ``HH:MM:SS``."""
+    cores: int = 8
+    """Cores per env-worker job."""
+    memory: str = "16GB"
+    """Memory per env-worker job."""
+    processes: int | None = None
+    """Dask worker processes per env-worker job; None: ``cores`` (one thread each,
+    so every env worker actor has a process of its own)."""
+    learner_cores: int = 4
+    """Cores of the learner job."""
+    learner_memory: str = "32GB"
+    """Memory of the learner job."""
+    learner_processes: int = 1
+    """Dask worker processes of the learner job (every one advertises the GPU resource;
+    the learner takes one, the replay shards spread over all of them)."""
+    gpus: int = 1
+    """GPUs of the learner job; 0: a CPU learner job with no GPU request or resource."""
+    gpu_directive: str | None = None
+    """SLURM only: the directive requesting the GPUs; None: ``--gres=gpu:<gpus>``."""
+    resource_spec: str | None = None
+    """PBS only: ``-l`` resource spec of env-worker jobs; None: ``select=1:ncpus=C:mem=M``."""
+    learner_resource_spec: str | None = None
+    """PBS only: resource spec of the learner job; None: ``select=1:ncpus=C:ngpus=G:mem=M``
+    (Torque sites use e.g. ``nodes=1:ppn=4:gpus=1``)."""
+    directives: tuple[str, ...] = ()
+    """Extra directives for every job (repeat the key to add several)."""
+    learner_directives: tuple[str, ...] = ()
+    """Extra directives for the learner job only."""
+    prologue: tuple[str, ...] = ()
+    """Shell lines run in every job before the worker starts, e.g. ``module load cuda``."""
+    interface: str | None = None
+    """Network interface of the scheduler and workers, e.g. ``ib0``; None: the default route."""
+    dashboard_address: str = ":8787"
+    """Address of the scheduler's dashboard (in the submitting process)."""
+    local_directory: str | None = None
+    """Workers' scratch directory (node-local disk); None: Dask's default."""
+    log_directory: str | None = None
+    """Directory for the jobs' stdout/stderr files; None: the batch system's default."""
+    death_timeout_s: float = 120.0
+    """Workers exit this many seconds after losing the scheduler."""
+    python: str | None = None
+    """Python executable the jobs run (must exist on the compute nodes); None: this one."""
+
+    def __post_init__(self) -> None:
+        for name in ("cores", "learner_cores", "learner_processes"):
+            if getattr(self, name) < 1:
+                raise JobqueueError(f"jobqueue option {name}={getattr(self, name)!r} must be >= 1")
+        if self.processes is not None and not 1 <= self.processes <= self.cores:
+            raise JobqueueError(
+                f"jobqueue option processes={self.processes!r} must be between 1 and cores ({self.cores})"
+            )
+        if self.learner_processes > self.learner_cores:
+            raise JobqueueError(
+                f"jobqueue option learner_processes={self.learner_processes!r} must be <= "
+                f"learner_cores ({self.learner_cores})"
+            )
+        if self.gpus < 0:
+            raise JobqueueError(f"jobqueue option gpus={self.gpus!r} must be >= 0")
+        if self.death_timeout_s <= 0:
+            raise JobqueueError(
+                f"jobqueue option death_timeout_s={self.death_timeout_s!r} must be > 0"
+            )
+
+
+_FIELD_TYPES = typing.get_type_hints(JobqueueOptions)
+
+
+def parse_jobqueue_opts(pairs: Iterable[str]) -> dict[str, Any]:
+    """Turn ``["queue=gpu", "cores=32", "prologue=module load cuda"]`` into keyword arguments.
+
+    Values are typed by the :class:`JobqueueOptions` field; list fields
+    (``directives``, ``learner_directives``, ``prologue``) collect every
+    repetition of their key, in order. Raises :class:`JobqueueError` naming
+    the first bad pair.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise JobqueueError(f"--jobqueue-opt {pair!r} must look like key=value")
+        if key not in _FIELD_TYPES:
+            known = ", ".join(f.name for f in dataclasses.fields(JobqueueOptions))
+            raise JobqueueError(f"unknown jobqueue option {key!r}; known options: {known}")
+        tp = _FIELD_TYPES[key]
+        if tp == tuple[str, ...]:
+            out[key] = (*out.get(key, ()), raw)
+        else:
+            out[key] = _coerce(key, raw, tp)
+    return out
+
+
+def _coerce(key: str, raw: str, tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    optional = type(None) in typing.get_args(tp)
+    base = args[0] if args else tp
+    if optional and raw.strip().lower() in ("", "none", "null"):
+        return None
+    if base is str:
+        return raw
+    try:
+        return base(raw)
+    except ValueError:
+        kind = "an integer" if base is int else "a number"
+        raise JobqueueError(f"jobqueue option {key}={raw!r} must be {kind}") from None
+
+
+def _options(opts: dict[str, Any]) -> JobqueueOptions:
+    unknown = sorted(set(opts) - set(_FIELD_TYPES))
+    if unknown:
+        known = ", ".join(f.name for f in dataclasses.fields(JobqueueOptions))
+        raise JobqueueError(f"unknown jobqueue option {unknown[0]!r}; known options: {known}")
+    opts = {k: tuple(v) if _FIELD_TYPES[k] == tuple[str, ...] else v for k, v in opts.items()}
+    return JobqueueOptions(**opts)
+
+
+def _job_classes(kind: str) -> tuple[type, type]:
+    if kind not in _KINDS:
+        raise JobqueueError(f"unknown cluster kind {kind!r}; choose one of: slurm, pbs")
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise JobqueueError(
+            "--cluster needs dask-jobqueue: pip install 'apex_dask[hpc]' (or dask-jobqueue)"
+        ) from None
+    if kind == "slurm":
+        return dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob
+    return dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob
+
+
+def _job_kwargs(kind: str, o: JobqueueOptions, learner: bool) -> dict[str, Any]:
+    """Keyword arguments of one ``SLURMJob``/``PBSJob`` (learner or env-worker job)."""
+    cores = o.learner_cores if learner else o.cores
+    memory = o.learner_memory if learner else o.memory
+    processes = o.learner_processes if learner else (o.processes or o.cores)
+    directives = list(o.directives)
+    worker_args: list[str] = []
+    kw: dict[str, Any] = {
+        "cores": cores,
+        "memory": memory,
+        "processes": processes,
+        "queue": (o.learner_queue or o.queue) if learner else o.queue,
+        "account": o.account,
+        "walltime": o.walltime,
+        "job_script_prologue": list(o.prologue),
+        "death_timeout": o.death_timeout_s,
+        "job_name": LEARNER_JOB_NAME if learner else "apex-env",
+        "interface": o.interface,
+    }
+    if learner:
+        directives += list(o.learner_directives)
+        if o.gpus > 0:
+            worker_args += ["--resources", f"GPU={o.gpus}"]
+            if kind == "slurm":
+                directives.append(o.gpu_directive or f"--gres=gpu:{o.gpus}")
+        if kind == "pbs":
+            kw["resource_spec"] = o.learner_resource_spec or _pbs_select(cores, memory, o.gpus)
+    elif kind == "pbs" and o.resource_spec:
+        kw["resource_spec"] = o.resource_spec
+    kw["job_extra_directives"] = directives
+    kw["worker_extra_args"] = worker_args
+    if o.local_directory:
+        kw["local_directory"] = o.local_directory
+    if o.log_directory:
+        kw["log_directory"] = o.log_directory
+    if o.python:
+        kw["python"] = o.python
+    return kw
+
+
+def _pbs_select(cores: int, memory: str, gpus: int) -> str:
+    from dask.utils import parse_bytes
+    from dask_jobqueue.pbs import pbs_format_bytes_ceil
+
+    spec = f"select=1:ncpus={cores}"
+    if gpus > 0:
+        spec += f":ngpus={gpus}"
+    return spec + ":mem=" + pbs_format_bytes_ceil(parse_bytes(memory))
+
+
+def _check_env_capacity(jobs: int, o: JobqueueOptions, config: ApexConfig | None) -> None:
+    if config is None:
+        return
+    slots = jobs * (o.processes or o.cores)
+    if slots < config.workers.num_workers:
+        logger.warning(
+            "%d env-worker jobs x %d processes = %d Dask workers for %d env worker actors: "
+            "several actors will share a process (and its one actor thread)",
+            jobs,
+            o.processes or o.cores,
+            slots,
+            config.workers.num_workers,
+        )
+
+
+def jobqueue_job_scripts(
+    kind: str, jobs: int, config: ApexConfig | None = None, **opts: Any
+) -> dict[str, str]:
+    """The batch scripts ``make_jobqueue_cluster`` would submit, rendered offline.
+
+    Returns ``{"learner": script, "env": script}``; the scheduler address is a
+    placeholder. Needs no ``sbatch``/``qsub`` and starts nothing.
+    """
+    o = _options(opts)
+    _, job_cls = _job_classes(kind)
+    _check_jobs(jobs)
+    out = {}
+    for role, learner in (("learner", True), ("env", False)):
+        name = LEARNER_JOB_NAME if learner else "apex-env-0"
+        kw = _job_kwargs(kind, o, learner)
+        out[role] = job_cls(_PLACEHOLDER_ADDRESS, name=name, **kw).job_script()
+    return out
+
+
+def _check_jobs(jobs: int) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise JobqueueError(f"--jobs {jobs!r} must be an integer >= 1 (env-worker jobs)")
+
+
+def make_jobqueue_cluster(
+    kind: str, jobs: int, config: ApexConfig | None = None, **opts: Any
+) -> Any:
+    """Start a scheduler here and submit one GPU learner job plus ``jobs`` env-worker jobs.
+
+    ``kind`` is ``"slurm"`` or ``"pbs"``; ``opts`` are :class:`JobqueueOptions`
+    fields. Returns the dask-jobqueue cluster (``SLURMCluster``/``PBSCluster``);
+    its scheduler has :data:`PRELOAD_MODULE` preloaded. ``len(cluster.plan)``
+    Dask workers are expected: ``learner_processes + jobs * processes``. Close
+    it with ``cluster.close()``, which cancels the jobs.
+
+    Raises :class:`JobqueueError` (one line) when the submit or cancel command
+    is not on ``PATH``, dask-jobqueue is missing, or an option is invalid --
+    before starting anything.
+    """
+    o = _options(opts)
+    cluster_cls, job_cls = _job_classes(kind)
+    _check_jobs(jobs)
+    info = _KINDS[kind]
+    for role in ("submit", "cancel"):
+        binary = info[role]
+        if shutil.which(binary) is None:
+            raise JobqueueError(
+                f"{binary} not found on PATH: --cluster {kind} submits {info['system']} jobs "
+                f"with {info['submit']} and cancels them with {info['cancel']}; run on a "
+                f"{info['system']} login node, or start Dask yourself (see docs/cluster.md)"
+            )
+    _check_env_capacity(jobs, o, config)
+    env_kw = _job_kwargs(kind, o, learner=False)
+    learner_kw = _job_kwargs(kind, o, learner=True)
+    cluster = cluster_cls(
+        n_workers=0,
+        scheduler_options={
+            "preload": [PRELOAD_MODULE],
+            "dashboard_address": o.dashboard_address,
+        },
+        **env_kw,
+    )
+    spec: dict[str, Any] = {"cls": job_cls, "options": {**learner_kw, "config_name": kind}}
+    if o.learner_processes > 1:
+        spec["group"] = [f"-{i}" for i in range(o.learner_processes)]
+    # Insert first: SpecCluster.scale pops the newest entries when shrinking.
+    cluster.worker_spec = {LEARNER_JOB_NAME: spec, **cluster.worker_spec}
+    cluster.scale(jobs=jobs + 1)
+    return cluster
+
+
+def wait_for_jobqueue_workers(cluster: Any, timeout_s: float | None = None) -> None:
+    """Block until every planned Dask worker of ``cluster`` has joined.
+
+    Queued jobs can take long to start; raises :class:`JobqueueError` after
+    ``timeout_s`` seconds (None: wait forever) naming how many joined.
+    """
+    expected = len(cluster.plan)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        joined = len(cluster.scheduler_info.get("workers", {}))
+        if joined >= expected:
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise JobqueueError(
+                f"only {joined} of {expected} Dask workers joined within {timeout_s:g} s; "
+                f"check the queue (squeue/qstat) and the job logs"
+            )
+        time.sleep(0.5)
