@@ -1,0 +1,403 @@
+"""The Ape-X page (``/apex``) on the scheduler's Bokeh dashboard.
+
+Every plot is a :class:`~distributed.dashboard.components.DashboardComponent`
+reading a :class:`~apex_dask.runtime.metrics_store.MetricsStore`: ``update()``
+streams the points that arrived since the last call into the component's
+``ColumnDataSource`` (columns ``time`` in ms since the epoch and ``value``),
+and clears them when a new run starts. The page calls ``update()`` once a
+second; tests call it directly and read ``source.data``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bokeh.layouts import column, gridplot
+from bokeh.models import ColumnDataSource, DataRange1d, Div, LinearAxis
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+from distributed.dashboard.components import DashboardComponent, add_periodic_callback
+
+from apex_dask.runtime.metrics import get_plugin
+from apex_dask.runtime.metrics_store import MetricsStore
+
+if TYPE_CHECKING:
+    from bokeh.document import Document
+    from distributed import Scheduler
+
+ROUTE = "/apex"
+EMPTY_TEXT = "Waiting for an Ape-X run to report..."
+ROLLOVER = 3600
+TOOLS = "pan,xwheel_zoom,box_zoom,reset,save"
+_SHARD_SIZE = re.compile(r"^replay/(\d+)/size$")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One metric drawn as a line: ``value = scale * metric``."""
+
+    name: str
+    label: str
+    color: str
+    scale: float = 1.0
+    right: bool = False  # on the secondary y axis
+
+
+def _empty() -> dict[str, list[float]]:
+    return {"time": [], "value": []}
+
+
+def _figure(title: str, y_label: str, x_range: DataRange1d | None, **kwargs: Any) -> Any:
+    kwargs.setdefault("height", 240)
+    kwargs.setdefault("sizing_mode", "stretch_width")
+    fig = figure(
+        title=title,
+        x_axis_type="datetime",
+        x_range=x_range if x_range is not None else DataRange1d(),
+        tools=TOOLS,
+        toolbar_location="above",
+        **kwargs,
+    )
+    fig.yaxis[0].axis_label = y_label
+    return fig
+
+
+class _Cursor:
+    """Remembers, per metric, the time of the last point handed out."""
+
+    def __init__(self, store: MetricsStore) -> None:
+        self.store = store
+        self.generation = -1
+        self.last: dict[str, float] = {}
+
+    def new_run(self) -> bool:
+        """True (once) when the store started a new run since the last call."""
+        if self.store.generation != self.generation:
+            self.generation = self.store.generation
+            self.last = {}
+            return True
+        return False
+
+    def pull(self, name: str) -> list[tuple[float, float]]:
+        points = self.store.since(name, self.last.get(name, -math.inf))
+        if points:
+            self.last[name] = points[-1][0]
+        return points
+
+
+class TimeSeriesFigure(DashboardComponent):
+    """A time plot of a few metrics, one ``ColumnDataSource`` per metric (``sources``)."""
+
+    def __init__(
+        self,
+        store: MetricsStore,
+        title: str,
+        lines: Sequence[Line],
+        y_label: str,
+        right_label: str | None = None,
+        x_range: DataRange1d | None = None,
+        rollover: int = ROLLOVER,
+        **kwargs: Any,
+    ) -> None:
+        self.store = store
+        self.lines = list(lines)
+        self.rollover = rollover
+        self._cursor = _Cursor(store)
+        self.sources = {line.name: ColumnDataSource(_empty()) for line in self.lines}
+        self.source = self.sources[self.lines[0].name]
+        self.root = _figure(title, y_label, x_range, **kwargs)
+        left, right = [], []
+        for line in self.lines:
+            kw = {"y_range_name": "right"} if line.right else {}
+            r = self.root.line(
+                x="time",
+                y="value",
+                source=self.sources[line.name],
+                color=line.color,
+                line_width=2,
+                legend_label=line.label,
+                **kw,
+            )
+            (right if line.right else left).append(r)
+        if right:
+            self.root.y_range = DataRange1d(renderers=left)
+            self.root.extra_y_ranges = {"right": DataRange1d(renderers=right)}
+            self.root.add_layout(LinearAxis(y_range_name="right", axis_label=right_label), "right")
+        self.root.legend.location = "top_left"
+        self.root.legend.click_policy = "hide"
+        self.root.legend.background_fill_alpha = 0.6
+
+    def _on_new_run(self) -> None:
+        for source in self.sources.values():
+            source.data = _empty()
+
+    def update(self) -> None:
+        if self._cursor.new_run():
+            self._on_new_run()
+        for line in self.lines:
+            points = self._cursor.pull(line.name)
+            if points:
+                self.sources[line.name].stream(
+                    {
+                        "time": [t * 1000.0 for t, _ in points],
+                        "value": [v * line.scale for _, v in points],
+                    },
+                    rollover=self.rollover,
+                )
+
+
+class QueueSizeFigure(TimeSeriesFigure):
+    """Learner inqueue size: mean line and the q10..q90 band (``band_source``)."""
+
+    def __init__(self, store: MetricsStore, x_range: DataRange1d | None = None, **kw: Any):
+        lines = [Line("learner/queue_size", "mean", Category10_10[0])]
+        super().__init__(store, "Learner queue size", lines, "batches", x_range=x_range, **kw)
+        self.band_source = ColumnDataSource({"time": [], "lower": [], "upper": []})
+        band = self.root.varea(
+            x="time",
+            y1="lower",
+            y2="upper",
+            source=self.band_source,
+            fill_color=Category10_10[0],
+            fill_alpha=0.2,
+            legend_label="q10..q90",
+        )
+        self.root.renderers = [band, *(r for r in self.root.renderers if r is not band)]
+
+    def _on_new_run(self) -> None:
+        super()._on_new_run()
+        self.band_source.data = {"time": [], "lower": [], "upper": []}
+
+    def update(self) -> None:
+        super().update()
+        lows = dict(self._cursor.pull("learner/queue_size/q10"))
+        highs = self._cursor.pull("learner/queue_size/q90")
+        both = [(t, lows[t], hi) for t, hi in highs if t in lows]
+        if both:
+            self.band_source.stream(
+                {
+                    "time": [t * 1000.0 for t, _, _ in both],
+                    "lower": [lo for _, lo, _ in both],
+                    "upper": [hi for _, _, hi in both],
+                },
+                rollover=self.rollover,
+            )
+
+
+class ReplaySizeFigure(DashboardComponent):
+    """Items stored per replay shard: one line per ``replay/<k>/size``, added as shards appear."""
+
+    def __init__(
+        self,
+        store: MetricsStore,
+        x_range: DataRange1d | None = None,
+        rollover: int = ROLLOVER,
+        **kw: Any,
+    ):
+        self.store = store
+        self.rollover = rollover
+        self._cursor = _Cursor(store)
+        self.sources: dict[int, ColumnDataSource] = {}
+        self.root = _figure("Replay size per shard", "items", x_range, **kw)
+        self.source = ColumnDataSource(_empty())  # placeholder until a shard reports
+
+    def _line(self, shard: int) -> ColumnDataSource:
+        source = self.sources.get(shard)
+        if source is None:
+            source = self.sources[shard] = ColumnDataSource(_empty())
+            self.root.line(
+                x="time",
+                y="value",
+                source=source,
+                color=Category10_10[shard % 10],
+                line_width=2,
+                legend_label=f"shard {shard}",
+            )
+            self.root.legend.location = "top_left"
+            self.root.legend.click_policy = "hide"
+            if shard == min(self.sources):
+                self.source = source
+        return source
+
+    def update(self) -> None:
+        if self._cursor.new_run():
+            for source in self.sources.values():
+                source.data = _empty()
+        for name in self.store.names():
+            m = _SHARD_SIZE.match(name)
+            if m is None:
+                continue
+            points = self._cursor.pull(name)
+            if points:
+                self._line(int(m.group(1))).stream(
+                    {"time": [t * 1000.0 for t, _ in points], "value": [v for _, v in points]},
+                    rollover=self.rollover,
+                )
+
+
+_KEY_FIGURES = [
+    ("learner/updates_per_s", "updates/s", "{:,.1f}"),
+    ("env/steps_per_s", "env steps/s", "{:,.0f}"),
+    ("learner/steps_trained", "steps trained", "{:,.0f}"),
+    ("replay/size", "replay items", "{:,.0f}"),
+    ("env/episode_return_mean", "return (low-eps third)", "{:,.2f}"),
+    ("eval/return_mean", "greedy eval return", "{:,.2f}"),
+    ("sync/policy_lag", "policy lag", "{:,.2f}"),
+]
+
+
+class RunStatus(DashboardComponent):
+    """Header: the empty state, or the run id, who reports, and key latest values."""
+
+    def __init__(self, store: MetricsStore, **kw: Any) -> None:
+        self.store = store
+        self.source = None
+        kw.setdefault("sizing_mode", "stretch_width")
+        self.root = Div(text=self._empty_html(), **kw)
+
+    @staticmethod
+    def _empty_html() -> str:
+        return (
+            f'<div style="font-size:1.4em;padding:1em"><b>{EMPTY_TEXT}</b><br>'
+            '<span style="font-size:0.7em">Ape-X actors publish on the scheduler event log '
+            "(topic <code>apex-metrics</code>); plots appear with the first report.</span></div>"
+        )
+
+    def update(self) -> None:
+        run, _, latest = self.store.snapshot()
+        if run is None:
+            text = self._empty_html()
+        else:
+            sources = sorted(self.store.sources)
+            shards = sum(s.startswith("replay/") for s in sources)
+            envs = sum(s.startswith("env/") for s in sources)
+            others = [s for s in sources if not s.startswith(("replay/", "env/"))]
+            counts = [(shards, "replay shards"), (envs, "env workers")]
+            who = ", ".join([*others, *(f"{n} {what}" for n, what in counts if n)])
+            age = time.time() - (self.store.updated or time.time())
+            cells = "".join(
+                f"<td style='padding:0 1em'><b>{fmt.format(latest[name])}</b><br>{label}</td>"
+                for name, label, fmt in _KEY_FIGURES
+                if name in latest and math.isfinite(latest[name])
+            )
+            text = (
+                f'<div style="padding:0.5em">Run <b>{html.escape(run)}</b> &mdash; '
+                f"reporting: {html.escape(who)} &mdash; last report {age:.1f} s ago, "
+                f"{self.store.messages} messages<table><tr>{cells}</tr></table></div>"
+            )
+        if text != self.root.text:
+            self.root.text = text
+
+
+class ApexDashboard(DashboardComponent):
+    """All components of the ``/apex`` page; ``root`` is the page layout."""
+
+    def __init__(self, store: MetricsStore, **kw: Any) -> None:
+        self.store = store
+        x = DataRange1d()
+        c = Category10_10
+        self.status = RunStatus(store)
+        self.queue = QueueSizeFigure(store, x_range=x, **kw)
+        self.timers = TimeSeriesFigure(
+            store,
+            "Learner timers",
+            [
+                Line("learner/dequeue_s", "dequeue", c[0], 1e3),
+                Line("learner/grad_s", "grad", c[1], 1e3),
+                Line("learner/overall_s", "overall", c[2], 1e3),
+            ],
+            "ms per step",
+            x_range=x,
+            **kw,
+        )
+        self.updates = TimeSeriesFigure(
+            store,
+            "Learner updates/s",
+            [Line("learner/updates_per_s", "updates/s", c[3])],
+            "updates/s",
+            x_range=x,
+            **kw,
+        )
+        self.env_steps = TimeSeriesFigure(
+            store,
+            "Env steps/s",
+            [Line("env/steps_per_s", "env steps/s", c[4])],
+            "steps/s",
+            x_range=x,
+            **kw,
+        )
+        self.replay = ReplaySizeFigure(store, x_range=x, **kw)
+        self.returns = TimeSeriesFigure(
+            store,
+            "Episode return",
+            [
+                Line("env/episode_return_mean", "lowest-epsilon third", c[0]),
+                Line("eval/return_mean", "greedy eval", c[3]),
+            ],
+            "return",
+            x_range=x,
+            **kw,
+        )
+        self.sync = TimeSeriesFigure(
+            store,
+            "Weight syncs and policy lag",
+            [
+                Line("sync/policy_lag", "policy lag", c[1]),
+                Line("sync/weight_syncs", "weight syncs", c[7], right=True),
+            ],
+            "versions behind",
+            right_label="syncs",
+            x_range=x,
+            **kw,
+        )
+        self.blocked = TimeSeriesFigure(
+            store,
+            "Producers blocked on a full learner queue",
+            [Line("learner/enqueue_blocked_s", "enqueue blocked", c[3])],
+            "seconds (cumulative)",
+            x_range=x,
+            **kw,
+        )
+        self.figures = [
+            self.queue,
+            self.timers,
+            self.updates,
+            self.env_steps,
+            self.replay,
+            self.returns,
+            self.sync,
+            self.blocked,
+        ]
+        self.grid = gridplot(
+            [f.root for f in self.figures], ncols=2, sizing_mode="stretch_width", merge_tools=False
+        )
+        self.grid.visible = False
+        self.root = column(self.status.root, self.grid, sizing_mode="stretch_width")
+        self.source = self.queue.source
+
+    def update(self) -> None:
+        self.status.update()
+        for fig in self.figures:
+            fig.update()
+        self.grid.visible = self.store.run is not None
+
+
+def apex_doc(scheduler: Scheduler, extra: dict[str, Any], doc: Document) -> None:
+    """Bokeh document function for ``/apex`` (``(scheduler, extra, doc)`` like Dask's pages)."""
+    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+
+    plugin = get_plugin(scheduler)
+    page = ApexDashboard(plugin.store)
+    page.update()
+    doc.title = "Dask: Ape-X"
+    add_periodic_callback(doc, page, 1000)
+    doc.add_root(page.root)
+    doc.template = env.get_template("simple.html")
+    doc.template_variables.update(extra)
+    doc.theme = BOKEH_THEME

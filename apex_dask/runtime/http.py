@@ -1,0 +1,178 @@
+"""HTTP views of the Ape-X metrics on the scheduler: JSON and Prometheus.
+
+- ``GET /apex/metrics.json`` returns :meth:`MetricsStore.to_json`; query
+  arguments ``names`` (comma separated or repeated, shell-style patterns such
+  as ``replay/*/size``), ``since`` (unix seconds; only later points) and
+  ``series=0`` (latest values only).
+- Prometheus gauges on the scheduler's ``/metrics``, read from the latest
+  values at scrape time by :class:`ApexCollector` (see :func:`prometheus_name`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from distributed.http.utils import RequestHandler
+
+from apex_dask.runtime.metrics import get_plugin
+from apex_dask.runtime.metrics_store import MetricsStore
+
+if TYPE_CHECKING:
+    from distributed import Scheduler
+
+JSON_ROUTE = "apex/metrics.json"
+
+_SHARD = re.compile(r"^replay/(\d+)/(.+)$")
+_WORKER = re.compile(r"^env/epsilon/(\d+)$")
+_QUANTILE = re.compile(r"^(.+)/q(\d+)$")
+_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
+    """Map a metric name to a Prometheus gauge family and labels.
+
+    ``/`` becomes ``_``, a trailing ``_per_s`` becomes ``_per_second`` and a
+    trailing ``_s`` becomes ``_seconds``; everything gets the ``apex_`` prefix.
+    Per-entity names become labels: ``replay/<k>/size`` ->
+    ``apex_replay_size{shard="k"}``, ``env/epsilon/<i>`` ->
+    ``apex_env_epsilon{worker="i"}``, ``<name>/q<p>`` ->
+    ``<family>_quantile{quantile="p/100"}``. The all-shard totals
+    ``replay/<x>`` become ``apex_replay_<x>_all`` so they do not share a
+    family with the labelled per-shard gauges.
+    """
+    labels: dict[str, str] = {}
+    base = metric
+    m = _SHARD.match(metric)
+    if m:
+        labels["shard"] = m.group(1)
+        base = "replay/" + m.group(2)
+    elif _WORKER.match(metric):
+        labels["worker"] = _WORKER.match(metric).group(1)  # type: ignore[union-attr]
+        base = "env/epsilon"
+    suffix = ""
+    q = _QUANTILE.match(base)
+    if q:
+        base, labels["quantile"] = q.group(1), str(int(q.group(2)) / 100)
+        suffix = "_quantile"
+    elif base.startswith("replay/") and "shard" not in labels:
+        suffix = "_all"
+    name = _units(base.replace("/", "_"))
+    return _BAD.sub("_", f"apex_{name}{suffix}"), labels
+
+
+def _units(name: str) -> str:
+    if name.endswith("_per_s"):
+        return name[: -len("_per_s")] + "_per_second"
+    if name.endswith("_s"):
+        return name[: -len("_s")] + "_seconds"
+    return name
+
+
+class ApexCollector:
+    """Prometheus collector reading the latest Ape-X metrics at scrape time.
+
+    One instance per process is registered in ``prometheus_client.REGISTRY``;
+    ``store`` points at the store of the most recently set-up scheduler.
+    """
+
+    def __init__(self, store: MetricsStore | None = None) -> None:
+        self.store = store
+
+    def describe(self) -> list[Any]:
+        return []  # names vary with the run; do not collect at registration
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        store = self.store
+        if store is None:
+            return
+        run, _, latest = store.snapshot()
+        if run is None:
+            return
+        info = GaugeMetricFamily("apex_run_info", "Current Ape-X run id", labels=["run"])
+        info.add_metric([run], 1.0)
+        yield info
+        families: dict[str, tuple[Any, list[str]]] = {}
+        for metric in sorted(latest):
+            family, labels = prometheus_name(metric)
+            keys = sorted(labels)
+            if family not in families:
+                help_text = f"Ape-X metric {_help(metric, labels)}"
+                families[family] = (GaugeMetricFamily(family, help_text, labels=keys), keys)
+            fam, fam_keys = families[family]
+            if fam_keys != keys:  # a name that breaks the family's label set
+                continue
+            fam.add_metric([labels[k] for k in keys], latest[metric])
+        yield from (fam for fam, _ in families.values())
+
+
+def _help(metric: str, labels: dict[str, str]) -> str:
+    if "shard" in labels:
+        metric = _SHARD.sub(r"replay/<k>/\2", metric)
+    if "worker" in labels:
+        metric = "env/epsilon/<i>"
+    return _QUANTILE.sub(r"\1/q<p>", metric)
+
+
+_COLLECTOR: ApexCollector | None = None
+
+
+def register_prometheus(store: MetricsStore) -> bool:
+    """Serve ``store`` on ``/metrics``; False when prometheus_client is missing."""
+    global _COLLECTOR
+    try:
+        import prometheus_client
+    except ModuleNotFoundError:
+        return False
+    if _COLLECTOR is None:
+        _COLLECTOR = ApexCollector(store)
+        prometheus_client.REGISTRY.register(_COLLECTOR)
+    _COLLECTOR.store = store
+    return True
+
+
+class ApexMetricsJSON(RequestHandler):
+    """``GET /apex/metrics.json``: run id, latest values and time series."""
+
+    def get(self) -> None:
+        plugin = get_plugin(self.server)
+        names = [p.strip() for arg in self.get_arguments("names") for p in arg.split(",")]
+        try:
+            since = float(self.get_argument("since", "-inf"))
+        except ValueError:
+            since = -math.inf
+        series = self.get_argument("series", "1") not in ("0", "false", "no")
+        doc = plugin.store.to_json(names=names, since=since, series=series)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.write(json.dumps(doc, allow_nan=False))
+
+
+_ROUTED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def http_prefix(scheduler: Scheduler) -> str:
+    """The dashboard's URL prefix (``/`` unless ``--dashboard-prefix``), ending in ``/``."""
+    for app in getattr(scheduler.http_application, "applications", []):
+        prefix = getattr(app, "prefix", None)
+        if isinstance(prefix, str) and prefix:
+            return "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    return "/"
+
+
+def add_json_route(scheduler: Scheduler) -> bool:
+    """Add ``/apex/metrics.json`` to the scheduler's HTTP server, once."""
+    app = getattr(scheduler, "http_application", None)
+    if app is None:
+        return False
+    if app not in _ROUTED:
+        url = http_prefix(scheduler) + JSON_ROUTE
+        app.add_handlers(r".*", [(url, ApexMetricsJSON, {"dask_server": scheduler})])
+        _ROUTED.add(app)
+    return True
