@@ -1,0 +1,50 @@
+"""Small helpers for actor calls: timeouts and rate-limited metric publishing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from apex_dask.runtime.metrics import MetricsPublisher
+
+__all__ = ["call_with_timeout", "Throttled"]
+
+T = TypeVar("T")
+
+
+async def call_with_timeout(fut: Awaitable[T], timeout_s: float) -> T:
+    """Await an ActorFuture (or any awaitable); ``TimeoutError`` after ``timeout_s``.
+
+    A call to an actor whose worker died never resolves when made from another
+    actor, so every actor-to-actor call goes through here.
+    """
+
+    async def _wait() -> T:
+        return await fut
+
+    return await asyncio.wait_for(_wait(), timeout_s)
+
+
+class Throttled:
+    """A :class:`MetricsPublisher` that builds the metrics dict only when one is due.
+
+    ``maybe(make)`` calls ``make()`` and publishes its result at most once per
+    ``min_interval_s``; ``now(make)`` publishes at once (e.g. on close).
+    """
+
+    def __init__(self, source: str, run: str, min_interval_s: float = 1.0) -> None:
+        self.publisher = MetricsPublisher(source, run=run, min_interval_s=min_interval_s)
+        self._interval = float(min_interval_s)
+        self._last = -float("inf")
+
+    def maybe(self, make: Callable[[], dict[str, float]]) -> None:
+        now = time.monotonic()
+        if now - self._last >= self._interval:
+            self._last = now
+            self.publisher.publish(make(), force=True)
+
+    def now(self, make: Callable[[], dict[str, float]]) -> None:
+        self._last = time.monotonic()
+        self.publisher.publish(make(), force=True)

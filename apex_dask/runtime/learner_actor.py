@@ -1,0 +1,402 @@
+"""The learner actor: a training thread fed by a replay prefetcher on the worker's loop.
+
+::
+
+    shards --sample (prefetch_per_shard in flight each)--> prefetcher (asyncio tasks)
+        --> inqueue (bounded, learner.inqueue_size) --> learner thread: update()
+        --> outqueue --> priority sender --> update_priorities on the source shard
+
+- The **prefetcher** runs as asyncio tasks on the learner's Dask worker loop:
+  ``prefetch_per_shard`` slots per shard, each keeping one ``sample`` request
+  in flight. A slot that gets a batch puts it in the inqueue; when the inqueue
+  is full the slot *waits* (without blocking the loop: it awaits an event the
+  learner thread sets after each take) and the wait is added to
+  ``learner/enqueue_blocked_s``. Nothing is ever dropped.
+- The **learner thread** takes batches (``learner/dequeue_s`` times that
+  wait: high means starved), runs the user's ``before_learn_on_batch(batch,
+  shard_id)`` hook, then one ``Learner.update`` (``learner/grad_s``), and
+  hands ``(shard_id, indices, |td|)`` to the outqueue. ``learner/overall_s``
+  times the whole step; ``learner/queue_size`` is a window of inqueue sizes.
+- The **priority sender** (an asyncio task) sends each to its source shard.
+- With ``max_replay_ratio`` set, a slot waits before requesting while
+  (batches requested + 1) * batch_size > ratio * (items added to all shards).
+- Weights: ``weights_if_newer(v)`` returns one pickled ``(version, weights)``
+  blob, made at most once per version under the model lock (the learner thread
+  holds it during each update, so tensors are never read mid-update).
+
+Flow counters: ``flow/batches_received`` (batches taken from shards),
+``flow/batches_in_queue``, ``flow/batches_trained``, ``flow/priority_updates_sent``,
+``flow/batches_lost`` (sample requests that failed or timed out: their batch,
+if any, never arrived). At any quiescent point
+``batches_received == batches_trained + batches_in_queue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import pickle
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from apex_dask.algo.timers import QUANTILES, Timer, WindowStat
+from apex_dask.runtime.calls import Throttled, call_with_timeout
+
+__all__ = ["LearnerActor"]
+
+_STOP = object()
+Hook = Callable[[dict[str, Any], int], dict[str, Any]]
+
+
+class LearnerActor:
+    """Owns a :class:`apex_dask.algo.learner.Learner`, its thread and its prefetcher.
+
+    Call ``start()`` once the shards exist, ``stop()`` to drain and halt (after
+    which ``batches_received == batches_trained + batches_in_queue`` and every
+    priority update sent has been answered or failed).
+    """
+
+    def __init__(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        shards: Sequence[Any],
+        *,
+        learner_kwargs: dict[str, Any],
+        batch_size: int,
+        inqueue_size: int = 16,
+        prefetch_per_shard: int = 4,
+        max_replay_ratio: float | None = None,
+        call_timeout_s: float = 60.0,
+        before_learn_on_batch: Hook | None = None,
+        idle_poll_s: float = 0.02,
+        run: str = "",
+    ) -> None:
+        from distributed import get_worker
+
+        from apex_dask.algo.learner import Learner
+
+        self._loop = get_worker().loop.asyncio_loop
+        self._learner = Learner(observation_space, action_space, **learner_kwargs)
+        self._shards = list(shards)
+        self._batch_size = int(batch_size)
+        self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
+        self._outq: asyncio.Queue | None = None
+        self._prefetch = int(prefetch_per_shard)
+        self._ratio = max_replay_ratio
+        self._timeout = float(call_timeout_s)
+        self._hook = before_learn_on_batch
+        self._idle_poll_s = float(idle_poll_s)
+        self._model_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._snap_pool = ThreadPoolExecutor(1, thread_name_prefix="apex-weights")
+        self._snap_lock: asyncio.Lock | None = None
+        self._blob: tuple[int, bytes] | None = None
+        # learner-thread state
+        self._thread: threading.Thread | None = None
+        self._thread_error: str | None = None
+        self._dequeue = Timer(100)
+        self._grad = Timer(100)
+        self._overall = Timer(100)
+        self._qsize = WindowStat("learner/queue_size", 50)
+        self._window: deque[tuple[float, float, float]] = deque(maxlen=50)
+        self.batches_trained = 0
+        self.hook_calls = 0
+        # prefetcher state (event-loop only)
+        self._stopping = False
+        self._slots: list[asyncio.Task] = []
+        self._sender: asyncio.Task | None = None
+        self._pending: set[asyncio.Task] = set()
+        self._space: asyncio.Event | None = None
+        self._waiting = 0
+        self._in_flight = 0
+        self._added = [0] * len(self._shards)
+        self._added_checked = [0.0] * len(self._shards)
+        self.batches_received = 0
+        self.batches_lost = 0
+        self.enqueue_blocked_s = 0.0
+        self.ratio_wait_s = 0.0
+        self.priority_updates_sent = 0
+        self.priority_updates_failed = 0
+        self.errors: deque[str] = deque(maxlen=10)
+        self._pub = Throttled("learner", run)
+
+    # ------------------------------------------------------------------ control
+    async def start(self) -> None:
+        """Start the learner thread, the prefetcher and the priority sender (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stopping = False
+        self._outq = asyncio.Queue()
+        self._space = asyncio.Event()
+        self._snap_lock = asyncio.Lock()
+        self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
+        self._thread.start()
+        self._sender = asyncio.create_task(self._send_priorities())
+        self._slots = [
+            asyncio.create_task(self._slot(k))
+            for _ in range(self._prefetch)
+            for k in range(len(self._shards))
+        ]
+
+    async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
+        """Stop requesting, let held batches into the queue, halt the thread, flush priorities.
+
+        Returns the final :meth:`stats`.
+        """
+        self._stopping = True
+        if self._slots:
+            _, late = await asyncio.wait(self._slots, timeout=timeout_s)
+            for t in late:
+                t.cancel()
+            self._slots = []
+        thread = self._thread
+        if thread is not None:
+            try:
+                self._inq.put_nowait(_STOP)
+            except queue.Full:
+                pass  # the thread is busy and sees _stopping after its step
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, timeout_s)
+        if self._outq is not None and self._sender is not None:
+            self._outq.put_nowait(None)
+            await asyncio.wait([self._sender], timeout=timeout_s)
+            self._sender = None
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=timeout_s)
+        return self._metrics()
+
+    async def close(self) -> None:
+        """Stop everything and publish the last metrics."""
+        await self.stop()
+        self._snap_pool.shutdown(wait=False)
+        self._pub.now(self._metrics)
+
+    # ---------------------------------------------------------------- prefetch
+    async def _slot(self, shard_id: int) -> None:
+        shard = self._shards[shard_id]
+        while not self._stopping:
+            if self._ratio is not None and not await self._ratio_allows(shard_id):
+                continue
+            self._in_flight += 1
+            try:
+                sample = await call_with_timeout(shard.sample(), self._timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # dead or slow shard: count and back off
+                self.batches_lost += 1
+                self.errors.append(f"sample from shard {shard_id}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(min(1.0, self._timeout))
+                continue
+            finally:
+                self._in_flight -= 1
+            if sample is None:
+                await asyncio.sleep(self._idle_poll_s)
+                continue
+            self.batches_received += 1
+            self._added[shard_id] = int(sample.get("added", self._added[shard_id]))
+            await self._enqueue((shard_id, sample))
+
+    async def _ratio_allows(self, shard_id: int) -> bool:
+        """True if one more batch keeps (sampled batches * B) / added <= ratio; else waits a bit."""
+        added = sum(self._added)
+        wanted = (self.batches_received + self._in_flight + 1) * self._batch_size
+        if added == 0 or wanted <= self._ratio * added:
+            return True
+        t0 = time.perf_counter()
+        now = time.monotonic()
+        if now - self._added_checked[shard_id] >= 0.05:  # refresh: no sample may be coming
+            self._added_checked[shard_id] = now
+            try:
+                n = await call_with_timeout(self._shards[shard_id].added(), self._timeout)
+                self._added[shard_id] = max(self._added[shard_id], int(n))
+            except Exception as exc:
+                self.errors.append(f"added() of shard {shard_id}: {type(exc).__name__}: {exc}")
+        await asyncio.sleep(0.005)
+        self.ratio_wait_s += time.perf_counter() - t0
+        return False
+
+    async def _enqueue(self, item: tuple[int, dict[str, Any]]) -> None:
+        try:
+            self._inq.put_nowait(item)
+            return
+        except queue.Full:
+            pass
+        assert self._space is not None
+        t0 = time.perf_counter()
+        while True:
+            self._space.clear()
+            self._waiting += 1
+            try:
+                try:
+                    self._inq.put_nowait(item)
+                    break
+                except queue.Full:
+                    pass
+                try:
+                    await asyncio.wait_for(self._space.wait(), 0.05)
+                except TimeoutError:
+                    pass
+            finally:
+                self._waiting -= 1
+        self.enqueue_blocked_s += time.perf_counter() - t0
+
+    # ------------------------------------------------------------ learner thread
+    def _train_loop(self) -> None:
+        loop = self._loop
+        try:
+            while True:
+                t0 = time.perf_counter()
+                item = self._inq.get()
+                t1 = time.perf_counter()
+                if self._waiting:
+                    loop.call_soon_threadsafe(self._space.set)
+                if item is _STOP:
+                    break
+                qsize = self._inq.qsize()
+                shard_id, batch = item
+                if self._hook is not None:
+                    batch = self._hook(batch, shard_id)
+                    self.hook_calls += 1
+                t2 = time.perf_counter()
+                with self._model_lock:
+                    td, m = self._learner.update(batch["data"], batch["weights"])
+                t3 = time.perf_counter()
+                loop.call_soon_threadsafe(self._outq.put_nowait, (shard_id, batch["indices"], td))
+                with self._stats_lock:
+                    self._dequeue.push(t1 - t0)
+                    self._grad.push(t3 - t2)
+                    self._grad.push_units_processed(len(td))
+                    self._qsize.push(qsize)
+                    self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
+                    self.batches_trained += 1
+                    self._overall.push(time.perf_counter() - t0)
+                self._pub.maybe(self._metrics)
+                if self._stopping and self._inq.empty():
+                    break
+        except BaseException as exc:  # surfaced through stats() to the driver
+            self._thread_error = f"{type(exc).__name__}: {exc}"
+
+    # -------------------------------------------------------------- priorities
+    async def _send_priorities(self) -> None:
+        assert self._outq is not None
+        while True:
+            item = await self._outq.get()
+            if item is None:
+                return
+            shard_id, indices, td = item
+            self.priority_updates_sent += 1
+            task = asyncio.create_task(self._send_one(shard_id, indices, td))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _send_one(self, shard_id: int, indices: np.ndarray, td: np.ndarray) -> None:
+        try:
+            await call_with_timeout(
+                self._shards[shard_id].update_priorities(indices, td), self._timeout
+            )
+        except Exception as exc:
+            self.priority_updates_failed += 1
+            self.errors.append(f"priorities to shard {shard_id}: {type(exc).__name__}: {exc}")
+
+    # ----------------------------------------------------------------- weights
+    def _snapshot(self) -> tuple[int, bytes]:
+        with self._model_lock:
+            version, weights = self._learner.get_weights()
+        return version, pickle.dumps((version, weights), protocol=pickle.HIGHEST_PROTOCOL)
+
+    async def weights_if_newer(self, version: int) -> bytes | None:
+        """A pickled ``(version, {name: array})`` if the learner is past ``version``, else None.
+
+        Serialized at most once per version, however many env workers ask.
+        """
+        if self._learner.version <= version:
+            return None
+        if self._snap_lock is None:
+            self._snap_lock = asyncio.Lock()
+        async with self._snap_lock:
+            if self._blob is None or self._blob[0] < self._learner.version:
+                loop = asyncio.get_running_loop()
+                self._blob = await loop.run_in_executor(self._snap_pool, self._snapshot)
+        blob_version, blob = self._blob
+        return blob if blob_version > version else None
+
+    async def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, {name: CPU array})`` of the online net, read between updates."""
+        loop = asyncio.get_running_loop()
+        version, blob = await loop.run_in_executor(self._snap_pool, self._snapshot)
+        return pickle.loads(blob)
+
+    async def state_dict(self) -> dict[str, Any]:
+        """The learner's checkpoint state (nets, optimizer, counters), read between updates."""
+
+        def read() -> dict[str, Any]:
+            with self._model_lock:
+                return self._learner.state_dict()
+
+        return await asyncio.get_running_loop().run_in_executor(self._snap_pool, read)
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (between updates)."""
+
+        def write() -> None:
+            with self._model_lock:
+                self._learner.load_state_dict(state)
+            self._blob = None
+
+        await asyncio.get_running_loop().run_in_executor(self._snap_pool, write)
+
+    # ------------------------------------------------------------------- stats
+    async def stats(self) -> dict[str, Any]:
+        """Metric-named learner stats (``learner/*`` and ``flow/*``); ``errors`` as strings."""
+        out: dict[str, Any] = self._metrics()
+        out["errors"] = list(self.errors)
+        out["thread_error"] = self._thread_error
+        out["device"] = self._learner.device
+        return out
+
+    def _metrics(self) -> dict[str, float]:
+        lr = self._learner
+        with self._stats_lock:
+            q = self._qsize.stats()
+            window = list(self._window)
+            dequeue, grad, overall = self._dequeue.mean, self._grad.mean, self._overall.mean
+            grad_total, trained = self._grad.total_s, self.batches_trained
+        loss, mean_q, norm = (
+            (float(np.mean([w[i] for w in window])) for i in range(3))
+            if window
+            else (math.nan,) * 3
+        )
+        out = {
+            "learner/steps_trained": float(lr.steps_trained),
+            "learner/updates": float(lr.num_updates),
+            "learner/target_updates": float(lr.num_target_updates),
+            "learner/version": float(lr.version),
+            "learner/loss": loss,
+            "learner/mean_q": mean_q,
+            "learner/grad_norm": norm,
+            "learner/dequeue_s": dequeue,
+            "learner/grad_s": grad,
+            "learner/overall_s": overall,
+            "learner/grad_total_s": grad_total,
+            "learner/queue_size": q["mean"],
+            "learner/queue_size/std": q["std"],
+            "learner/enqueue_blocked_s": self.enqueue_blocked_s,
+            "learner/ratio_wait_s": self.ratio_wait_s,
+            "learner/hook_calls": float(self.hook_calls),
+            "flow/batches_received": float(self.batches_received),
+            "flow/batches_in_queue": float(self._inq.qsize()),
+            "flow/batches_trained": float(trained),
+            "flow/priority_updates_sent": float(self.priority_updates_sent),
+            "flow/priority_updates_failed": float(self.priority_updates_failed),
+            "flow/batches_lost": float(self.batches_lost),
+        }
+        for p, v in zip(QUANTILES, q["quantiles"], strict=True):
+            out[f"learner/queue_size/q{p}"] = v
+        return out

@@ -1,0 +1,196 @@
+"""ReplayShardActor, LearnerActor and EnvWorkerActor on a real 2-process LocalCluster."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from apex_dask.algo.env_worker import probe_spaces
+from apex_dask.algo.envs import make_env_factory
+from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
+
+OBS = 4
+LEARNER_KWARGS = {"hiddens": (32,), "target_update_freq": 10_000, "device": "cpu", "num_threads": 1}
+
+
+def rollout(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "obs": rng.normal(size=(n, OBS)).astype(np.float32),
+        "action": rng.integers(0, 2, size=n).astype(np.int64),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "next_obs": rng.normal(size=(n, OBS)).astype(np.float32),
+        "done": np.zeros(n, np.float32),
+        "discount": np.full(n, 0.97, np.float32),
+    }
+
+
+@pytest.fixture(scope="module")
+def spaces():
+    return probe_spaces(make_env_factory("CartPole-v1"))
+
+
+def make_shard(client, where, shard_id, *, learning_starts=0, batch_size=16, capacity=4096):
+    return client.submit(
+        ReplayShardActor,
+        shard_id,
+        capacity,
+        learning_starts=learning_starts,
+        batch_size=batch_size,
+        seed=shard_id,
+        actor=True,
+        workers=[where],
+    )
+
+
+def make_learner(client, where, spaces, shard_futures, **kwargs):
+    kwargs.setdefault("batch_size", 16)
+    return client.submit(
+        LearnerActor,
+        *spaces,
+        shard_futures,
+        learner_kwargs=LEARNER_KWARGS,
+        call_timeout_s=20.0,
+        actor=True,
+        workers=[where],
+        **kwargs,
+    )
+
+
+def test_shard_returns_none_until_it_holds_learning_starts_items(client, worker_addresses):
+    rng = np.random.default_rng(0)
+    fut = make_shard(client, worker_addresses[0], 3, learning_starts=100, batch_size=8)
+    shard = fut.result()
+    assert shard.add(rollout(64, rng)).result() == 64
+    assert shard.sample().result() is None
+    assert shard.add(rollout(64, rng), np.ones(64, np.float32)).result() == 128
+    out = shard.sample().result()
+    assert out["shard_id"] == 3 and out["added"] == 128
+    assert out["indices"].shape == (8,) and out["indices"].dtype == np.int64
+    assert out["weights"].dtype == np.float32 and np.all(out["weights"] <= 1.0)
+    assert out["data"]["obs"].shape == (8, OBS)
+    stats = shard.stats().result()
+    assert stats["replay/3/size"] == 128
+    assert stats["replay/3/rollouts_stored"] == 2
+    assert stats["replay/3/batches_sampled"] == 1
+
+
+def test_full_inqueue_makes_the_prefetcher_wait_counts_it_and_drops_nothing(
+    client, worker_addresses, spaces
+):
+    rng = np.random.default_rng(1)
+    shard_futs = [make_shard(client, worker_addresses[0], k) for k in range(2)]
+    for f in shard_futs:
+        f.result().add(rollout(256, rng)).result()
+
+    def slow_hook(batch, shard_id):  # a learner slower than replay: the queue fills
+        time.sleep(0.02)
+        return batch
+
+    learner = make_learner(
+        client,
+        worker_addresses[0],
+        spaces,
+        shard_futs,
+        inqueue_size=2,
+        prefetch_per_shard=2,
+        before_learn_on_batch=slow_hook,
+    ).result()
+    learner.start().result()
+    time.sleep(1.5)
+    final = learner.stop().result()
+    shards = [f.result().stats().result() for f in shard_futs]
+    sampled = sum(s[f"replay/{k}/batches_sampled"] for k, s in enumerate(shards))
+    applied = sum(s[f"replay/{k}/priority_updates_applied"] for k, s in enumerate(shards))
+
+    assert final["learner/enqueue_blocked_s"] > 0.5  # producers waited most of the time
+    assert final["learner/hook_calls"] == final["flow/batches_trained"] > 10
+    assert final["flow/batches_lost"] == 0
+    assert final["flow/batches_received"] == sampled
+    assert final["flow/batches_trained"] == sampled - final["flow/batches_in_queue"]
+    assert final["flow/priority_updates_sent"] == final["flow/batches_trained"] == applied
+    assert final["learner/queue_size/q100"] <= 2
+
+
+def test_priorities_go_back_to_the_shard_that_sampled_the_batch(client, worker_addresses, spaces):
+    rng = np.random.default_rng(2)
+    # Shard 0 holds 2000 items, shard 1 only 40: indices from shard 0 sent to
+    # shard 1 would be out of range there and fail.
+    shard_futs = [make_shard(client, worker_addresses[0], k) for k in range(2)]
+    shard_futs[0].result().add(rollout(2000, rng)).result()
+    shard_futs[1].result().add(rollout(40, rng)).result()
+    learner = make_learner(client, worker_addresses[1], spaces, shard_futs).result()
+    learner.start().result()
+    time.sleep(1.0)
+    final = learner.stop().result()
+    shards = [f.result().stats().result() for f in shard_futs]
+
+    assert final["flow/priority_updates_failed"] == 0
+    for k, s in enumerate(shards):
+        assert s[f"replay/{k}/batches_sampled"] > 0
+        assert s[f"replay/{k}/priority_updates_applied"] == s[f"replay/{k}/batches_sampled"]
+    # the shard's largest priority moved off the initial 1.0
+    state = shard_futs[0].result().state_dict().result()
+    assert float(state["max_priority"]) != 1.0
+
+
+def test_max_replay_ratio_bounds_batches_by_items_added(client, worker_addresses, spaces):
+    rng = np.random.default_rng(3)
+    shard_fut = make_shard(client, worker_addresses[0], 0)
+    shard_fut.result().add(rollout(160, rng)).result()  # ratio 2 -> at most 2 * 160 / 16 = 20
+    learner = make_learner(
+        client, worker_addresses[0], spaces, [shard_fut], max_replay_ratio=2.0
+    ).result()
+    learner.start().result()
+    time.sleep(1.0)
+    mid = learner.stats().result()
+    shard_fut.result().add(rollout(160, rng)).result()  # room for 20 more
+    time.sleep(1.0)
+    final = learner.stop().result()
+
+    assert mid["flow/batches_received"] == 20
+    assert final["flow/batches_received"] == 40
+    assert final["learner/ratio_wait_s"] > 0
+
+
+def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
+    client, worker_addresses, spaces
+):
+    shard_futs = [make_shard(client, worker_addresses[0], k, learning_starts=10**6) for k in (0, 1)]
+    learner_fut = make_learner(client, worker_addresses[0], spaces, shard_futs)
+    env = client.submit(
+        EnvWorkerActor,
+        5,
+        make_env_factory("CartPole-v1"),
+        shard_futs,
+        learner_fut,
+        epsilon=0.3,
+        seed=5,
+        n_step=3,
+        gamma=0.99,
+        fragment_length=20,
+        hiddens=LEARNER_KWARGS["hiddens"],
+        dueling=True,
+        double_q=True,
+        call_timeout_s=20.0,
+        actor=True,
+        workers=[worker_addresses[1]],
+    ).result()
+
+    summaries = [env.sample_into(1).result() for _ in range(3)]
+    s0 = shard_futs[0].result().stats().result()
+    s1 = shard_futs[1].result().stats().result()
+    assert s0["replay/0/size"] == 0
+    assert s1["replay/1/rollouts_stored"] == 3
+    steps = sum(s["steps"] for s in summaries)
+    assert steps - 2 <= s1["replay/1/size"] <= steps  # up to n-1 steps still pending
+    assert [s["rollouts_sent"] for s in summaries] == [1, 2, 3]
+    assert summaries[0]["weights_version"] == -1 and summaries[0]["epsilon"] == 0.3
+
+    assert env.sync_weights().result() == 0  # the learner's initial weights
+    assert env.sync_weights().result() is None  # nothing newer
+    assert env.sample_into(0).result()["weights_version"] == 0
+    stats = env.stats().result()
+    assert stats["env/epsilon/5"] == 0.3
+    assert stats["env/5/rollouts_sent"] == 4
