@@ -197,8 +197,16 @@ def _options(opts: dict[str, Any]) -> JobqueueOptions:
     if unknown:
         known = ", ".join(f.name for f in dataclasses.fields(JobqueueOptions))
         raise JobqueueError(f"unknown jobqueue option {unknown[0]!r}; known options: {known}")
-    opts = {k: tuple(v) if _FIELD_TYPES[k] == tuple[str, ...] else v for k, v in opts.items()}
-    return JobqueueOptions(**opts)
+    typed: dict[str, Any] = {}
+    for key, value in opts.items():
+        tp = _FIELD_TYPES[key]
+        if tp == tuple[str, ...]:
+            typed[key] = (value,) if isinstance(value, str) else tuple(value)
+        elif isinstance(value, str) and tp is not str and tp != (str | None):
+            typed[key] = _coerce(key, value, tp)  # e.g. "cores=8" straight from a CLI flag
+        else:
+            typed[key] = value
+    return JobqueueOptions(**typed)
 
 
 def _job_classes(kind: str) -> tuple[type, type]:

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Ape-X on this machine with real Dask processes: a `dask scheduler` (with the
+# Ape-X dashboard preloaded), one learner worker advertising GPU=1, N CPU
+# workers, then `apex-dask-submit --scheduler-file ...`. Every process it
+# started is stopped when it exits, on Ctrl-C and on SIGTERM; the exit status
+# is apex-dask-submit's (130 after Ctrl-C).
+#
+#   cluster/local.sh [--workers N] [--workdir DIR] [--serve] [--] [apex-dask-submit args...]
+#
+#   cluster/local.sh --workers 3 -- --preset cartpole --stop-reward 475 --out runs/cp
+#   cluster/local.sh --serve        # start the cluster only; connect a notebook to it
+#
+# Options
+#   --workers N    CPU worker processes for env workers (default: CPUs - 1, at least 1)
+#   --workdir DIR  scheduler file and logs (default: a new folder under $TMPDIR)
+#   --serve        start the cluster, print how to connect, wait for Ctrl-C
+# Environment
+#   APEX_HOST            address to listen on (default 127.0.0.1; 0.0.0.0 to serve others)
+#   APEX_SCHEDULER_PORT  scheduler port (default 0: any free port, see the scheduler file)
+#   APEX_DASHBOARD       dashboard address (default :8787; :0 for any free port)
+#   APEX_WAIT_WORKERS_S  seconds to wait for the workers to join (default 120)
+# The Python environment with apex_dask must be active (dask and
+# apex-dask-submit on PATH).
+set -euo pipefail
+
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "local.sh: $*" >&2; exit 2; }
+
+ncpu=$( (command -v nproc >/dev/null && nproc) || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+WORKERS=$((ncpu > 1 ? ncpu - 1 : 1))
+WORKDIR=""
+SERVE=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --workers) [[ $# -ge 2 ]] || die "--workers needs a number"; WORKERS=$2; shift 2 ;;
+    --workers=*) WORKERS=${1#*=}; shift ;;
+    --workdir) [[ $# -ge 2 ]] || die "--workdir needs a folder"; WORKDIR=$2; shift 2 ;;
+    --workdir=*) WORKDIR=${1#*=}; shift ;;
+    --serve) SERVE=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) break ;;  # everything else goes to apex-dask-submit
+  esac
+done
+[[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || die "--workers must be a positive integer, got '$WORKERS'"
+
+DASK=$(command -v dask) || die "dask not found on PATH; activate the environment with apex_dask installed"
+PYTHON=$(command -v python3 || command -v python) || die "python not found on PATH"
+SUBMIT=""
+if [[ $SERVE -eq 0 ]]; then
+  SUBMIT=$(command -v apex-dask-submit) || die "apex-dask-submit not found on PATH; pip install -e . first"
+fi
+HOST=${APEX_HOST:-127.0.0.1}
+WAIT_S=${APEX_WAIT_WORKERS_S:-120}
+if [[ -z "$WORKDIR" ]]; then
+  WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/apex-local.XXXXXX")
+fi
+mkdir -p "$WORKDIR"
+WORKDIR=$(cd "$WORKDIR" && pwd)
+SCHED_FILE="$WORKDIR/scheduler.json"
+rm -f "$SCHED_FILE"
+
+pids=()  # every process (group) we started, in start order
+launch() {  # launch LOG CMD...: in its own session, so Ctrl-C reaches only apex-dask-submit
+  local log=$1; shift
+  if command -v setsid >/dev/null; then
+    setsid "$@" >"$log" 2>&1 </dev/null &
+  else
+    "$@" >"$log" 2>&1 </dev/null &
+  fi
+  pids+=("$!")
+}
+alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+stop() {  # stop SIGNAL PID...: signal each process group (or process), wait up to 20 s
+  local sig=$1 p i; shift
+  for p in "$@"; do kill "-$sig" -- "-$p" 2>/dev/null || kill "-$sig" "$p" 2>/dev/null || true; done
+  for ((i = 0; i < 100; i++)); do alive "$@" || return 0; sleep 0.2; done
+  return 1
+}
+cleanup() {
+  local status=$? n=${#pids[@]}
+  trap - EXIT INT TERM
+  if ((n > 0)); then
+    echo "local.sh: stopping ${n} process(es); logs in $WORKDIR" >&2
+    # Workers first (newest first), then the scheduler; SIGKILL what ignores SIGTERM.
+    if ((n > 1)); then
+      stop TERM "${pids[@]:1}" || stop KILL "${pids[@]:1}" || true
+    fi
+    stop TERM "${pids[0]}" || stop KILL "${pids[0]}" || true
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "local.sh: scheduler + learner worker + $WORKERS CPU worker(s); logs in $WORKDIR" >&2
+launch "$WORKDIR/scheduler.log" "$DASK" scheduler --host "$HOST" \
+  --port "${APEX_SCHEDULER_PORT:-0}" --dashboard-address "${APEX_DASHBOARD:-:8787}" \
+  --scheduler-file "$SCHED_FILE" --preload apex_dask.runtime.preload
+for ((i = 0; i < 600; i++)); do
+  [[ -s "$SCHED_FILE" ]] && break
+  alive "${pids[0]}" || { tail -n 20 "$WORKDIR/scheduler.log" >&2; die "the scheduler exited"; }
+  sleep 0.1
+done
+[[ -s "$SCHED_FILE" ]] || die "no scheduler file after 60 s; see $WORKDIR/scheduler.log"
+
+common=(--scheduler-file "$SCHED_FILE" --host "$HOST" --nthreads 1 --death-timeout 60)
+launch "$WORKDIR/learner.log" "$DASK" worker "${common[@]}" --name learner --resources GPU=1
+launch "$WORKDIR/cpu.log" "$DASK" worker "${common[@]}" --name cpu --nworkers "$WORKERS"
+
+# Wait until all 1 + N workers joined (the learner is placed at start-up).
+"$PYTHON" - "$SCHED_FILE" "$((WORKERS + 1))" "$WAIT_S" <<'PY' || die "workers did not join; see $WORKDIR/*.log"
+import sys
+from distributed import Client
+
+sched_file, n, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+with Client(scheduler_file=sched_file, timeout=timeout) as client:
+    client.wait_for_workers(n, timeout=timeout)
+    info = client.scheduler_info(n_workers=-1)
+    print(f"local.sh: {len(info['workers'])} workers at {info['address']}, "
+          f"dashboard {client.dashboard_link}", file=sys.stderr)
+PY
+
+if [[ $SERVE -eq 1 ]]; then
+  echo "local.sh: ready; connect with Client(scheduler_file='$SCHED_FILE') or" >&2
+  echo "local.sh:   apex-dask-submit --scheduler-file $SCHED_FILE --preset cartpole" >&2
+  echo "local.sh: Ctrl-C stops the cluster" >&2
+  while alive "${pids[0]}"; do sleep 0.5; done
+  die "the scheduler exited; see $WORKDIR/scheduler.log"
+fi
+
+rc=0
+"$SUBMIT" --scheduler-file "$SCHED_FILE" "$@" || rc=$?
+exit "$rc"
