@@ -1,0 +1,391 @@
+"""Sum-tree and min-tree over a fixed number of slots, for prioritized replay.
+
+Layout: a complete ``k``-ary tree (``k = FANOUT = 8``) stored level by
+level in flat ``float64`` arrays. Level ``D`` holds one leaf per slot; node
+``i`` of level ``d`` has the children ``k*i .. k*i + k - 1`` of level
+``d + 1``, which sit next to each other in memory (8 float64 = one 64-byte
+cache line), so a query or an update touches one line per level: 7 levels
+for 2^20 slots instead of 20 in a binary tree. For every internal node
+
+    sum = ((0 + c_0) + c_1) + ... + c_{k-1}      (added in this order)
+    min = min(c_0, ..., c_{k-1})
+
+Empty slots hold mass 0 in the sum-tree and ``+inf`` in the min-tree, so the
+sum-tree's root is the total mass and the min-tree's root the smallest mass of
+the filled slots.
+
+Internal nodes are always *recomputed from their children*, in the fixed
+order above, never adjusted by a delta: after any sequence of updates every
+node equals (bit for bit) what :meth:`SumMinTree.rebuild` computes. No drift.
+
+Two backends compute the same values: numba kernels (the default when numba
+imports; compiled eagerly with explicit signatures and cached on disk) and a
+vectorized numpy fallback. Both walk all queries one level at a time. Tree
+nodes and sampled slots agree exactly; weights to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    numba = None
+    HAVE_NUMBA = False
+
+__all__ = ["HAVE_NUMBA", "SumMinTree"]
+
+FANOUT = 8
+"""Children per node: 8 float64 fill one 64-byte cache line."""
+
+assert FANOUT == 8, "the sampling step below is written for 8 children"
+_KW = {"cache": True, "nogil": True, "error_model": "numpy"}
+_TREE = "float64[::1], float64[::1], int64[::1], int64[::1]"  # sum, min, offsets, counts
+
+# --------------------------------------------------------------------------
+# numba kernels. Node indices are unsigned (uint64) so that indexing compiles
+# without negative-index checks (a third of the sampling time otherwise).
+# Where nodes are scattered, each level takes two passes over the queries:
+# the first only loads each query's cache line (independent loads that the
+# CPU keeps many of in flight), the second computes on lines now in cache.
+# --------------------------------------------------------------------------
+if HAVE_NUMBA:
+    K = FANOUT
+    U = np.uint64
+
+    @numba.njit(**_KW, inline="always")
+    def _nb_node(sum_t, min_t, child0, dst):  # pragma: no cover - compiled
+        s = 0.0
+        m = np.inf
+        for j in range(K):
+            s += sum_t[child0 + U(j)]
+            v = min_t[child0 + U(j)]
+            m = v if v < m else m
+        sum_t[dst] = s
+        min_t[dst] = m
+
+    @numba.njit(f"void({_TREE}, int64, int64)", **_KW)
+    def _nb_fix(sum_t, min_t, offs, counts, lo, hi):  # pragma: no cover - compiled
+        # Recompute the ancestors of the leaves lo..hi (inclusive), level by level.
+        for d in range(offs.shape[0] - 2, -1, -1):
+            lo //= K
+            hi //= K
+            for i in range(lo, hi + 1):
+                _nb_node(sum_t, min_t, U(offs[d + 1]) + U(K) * U(i), U(offs[d]) + U(i))
+
+    @numba.njit(f"void({_TREE}, int64[::1], float64[::1])", **_KW)
+    def _nb_set(sum_t, min_t, offs, counts, slots, masses):  # pragma: no cover
+        n = slots.shape[0]
+        depth = offs.shape[0] - 1
+        leaf0 = U(offs[depth])
+        nodes = np.empty(n, np.uint64)
+        touched = np.empty(n, np.float64)
+        for q in range(n):
+            nodes[q] = U(slots[q])
+            touched[q] = sum_t[leaf0 + nodes[q]] + min_t[leaf0 + nodes[q]]
+        # Leaves in order, so with repeated slots the last write wins.
+        for q in range(n):
+            sum_t[leaf0 + nodes[q]] = masses[q]
+            min_t[leaf0 + nodes[q]] = masses[q]
+        # Then the touched ancestors from their children, one level at a time.
+        # A level no larger than the batch is recomputed whole (same formula).
+        for d in range(depth - 1, -1, -1):
+            level, below = U(offs[d]), U(offs[d + 1])
+            if counts[d] <= n:
+                for i in range(counts[d]):
+                    _nb_node(sum_t, min_t, below + U(K) * U(i), level + U(i))
+            else:
+                for q in range(n):
+                    p = nodes[q] // U(K)
+                    nodes[q] = p
+                    touched[q] = sum_t[level + p] + min_t[level + p]
+                for q in range(n):
+                    p = nodes[q]
+                    _nb_node(sum_t, min_t, below + U(K) * p, level + p)
+
+    @numba.njit(**_KW, inline="always")
+    def _nb_child(sum_t, b, x):  # pragma: no cover - compiled
+        # Which of the K = 8 children at b..b+7 holds mass offset x: three
+        # binary steps on pair sums, without branches. A step goes right when
+        # x is past the left part and the right part holds mass (so rounding
+        # at the edge never lands on an empty child). Returns (x - mass before
+        # the child, child).
+        one, two, three = U(1), U(2), U(3)
+        left = (sum_t[b] + sum_t[b + one]) + (sum_t[b + two] + sum_t[b + three])
+        right = (sum_t[b + U(4)] + sum_t[b + U(5)]) + (sum_t[b + U(6)] + sum_t[b + U(7)])
+        go = (x >= left) & (right > 0.0)
+        x -= left * go
+        off = U(4) * U(go)
+        left = sum_t[b + off] + sum_t[b + off + one]
+        right = sum_t[b + off + two] + sum_t[b + off + three]
+        go = (x >= left) & (right > 0.0)
+        x -= left * go
+        off += two * U(go)
+        left = sum_t[b + off]
+        go = (x >= left) & (sum_t[b + off + one] > 0.0)
+        x -= left * go
+        return x, off + U(go)
+
+    @numba.njit(f"void({_TREE}, float64[::1], float64, int64[::1], float32[::1])", **_KW)
+    def _nb_sample(sum_t, min_t, offs, counts, u, beta, out_slots, out_w):  # pragma: no cover
+        n = u.shape[0]
+        depth = offs.shape[0] - 1
+        total = sum_t[0]
+        nodes = np.zeros(n, np.uint64)
+        touched = np.empty(n, np.float64)
+        for q in range(n):
+            u[q] *= total
+        for d in range(depth):
+            level = U(offs[d + 1])
+            for q in range(n):
+                touched[q] = sum_t[level + U(K) * nodes[q]]
+            for q in range(n):
+                x, child = _nb_child(sum_t, level + U(K) * nodes[q], u[q])
+                u[q] = x
+                nodes[q] = U(K) * nodes[q] + child
+        leaf0 = U(offs[depth])
+        inv_min = 1.0 / min_t[0]
+        neg_beta = np.float32(-beta)
+        for q in range(n):
+            out_slots[q] = nodes[q]
+            out_w[q] = np.float32(sum_t[leaf0 + nodes[q]] * inv_min) ** neg_beta
+
+
+# --------------------------------------------------------------------------
+# numpy fallback: the same arithmetic, vectorized over queries / nodes
+# --------------------------------------------------------------------------
+def _np_nodes(sum_t, min_t, offs, d, nodes) -> None:
+    """Recompute ``nodes`` (indices in level ``d``) from their children."""
+    children = offs[d + 1] + FANOUT * nodes[:, None] + np.arange(FANOUT)
+    s = sum_t[children]
+    total = s[:, 0] + 0.0
+    for j in range(1, FANOUT):
+        total += s[:, j]
+    sum_t[offs[d] + nodes] = total
+    min_t[offs[d] + nodes] = min_t[children].min(axis=1)
+
+
+def _np_fix(sum_t, min_t, offs, lo, hi) -> None:
+    for d in range(offs.shape[0] - 2, -1, -1):
+        lo //= FANOUT
+        hi //= FANOUT
+        _np_nodes(sum_t, min_t, offs, d, np.arange(lo, hi + 1))
+
+
+def _np_set(sum_t, min_t, offs, slots, masses) -> None:
+    uniq, first_in_reversed = np.unique(slots[::-1], return_index=True)  # last write wins
+    depth = offs.shape[0] - 1
+    sum_t[offs[depth] + uniq] = masses[::-1][first_in_reversed]
+    min_t[offs[depth] + uniq] = masses[::-1][first_in_reversed]
+    nodes = uniq
+    for d in range(depth - 1, -1, -1):
+        nodes = np.unique(nodes // FANOUT)
+        _np_nodes(sum_t, min_t, offs, d, nodes)
+
+
+def _np_sample(sum_t, min_t, offs, u, beta) -> tuple[np.ndarray, np.ndarray]:
+    depth = offs.shape[0] - 1
+    x = u * sum_t[0]
+    nodes = np.zeros(u.shape[0], np.int64)
+    rows = np.arange(u.shape[0])
+    cols = np.arange(FANOUT)
+    for d in range(depth):
+        c = sum_t[offs[d + 1] + FANOUT * nodes[:, None] + cols]
+        left = (c[:, 0] + c[:, 1]) + (c[:, 2] + c[:, 3])
+        right = (c[:, 4] + c[:, 5]) + (c[:, 6] + c[:, 7])
+        go = (x >= left) & (right > 0.0)
+        x = x - left * go
+        off = 4 * go
+        left = c[rows, off] + c[rows, off + 1]
+        right = c[rows, off + 2] + c[rows, off + 3]
+        go = (x >= left) & (right > 0.0)
+        x = x - left * go
+        off = off + 2 * go
+        left = c[rows, off]
+        go = (x >= left) & (c[rows, off + 1] > 0.0)
+        x = x - left * go
+        nodes = FANOUT * nodes + off + go
+    with np.errstate(divide="ignore", over="ignore"):  # min mass 0 (eps=0): weight 0
+        ratio = sum_t[offs[depth] + nodes] * (1.0 / min_t[0])
+        weights = ratio.astype(np.float32) ** np.float32(-beta)
+    return nodes, weights
+
+
+# --------------------------------------------------------------------------
+class SumMinTree:
+    """Sum-tree and min-tree of masses ``m_s >= 0`` over ``capacity`` slots.
+
+    ``sample(u, beta)`` maps uniforms ``u_q`` in [0, 1) to slots: slot ``s`` is
+    returned when ``u_q * M`` falls in ``[c_s, c_s + m_s)``, with ``M`` the
+    total mass and ``c_s`` the mass of the slots before ``s``. With iid
+    uniforms each query draws slot ``s`` with probability ``m_s / M``; slots of
+    mass 0 are never returned. Each query also gets the importance weight
+    ``(m_s / m_min) ** -beta`` (``m_min``: smallest mass of the filled slots),
+    which equals ``(N P(s)) ** -beta / max_j (N P(j)) ** -beta``.
+
+    Usage::
+
+        tree = SumMinTree(1000)
+        tree.set(np.array([0, 1, 2]), np.array([1.0, 2.0, 0.5]))
+        tree.fill_range(3, 2, 4.0)                         # slots 3 and 4
+        slots, weights = tree.sample(rng.random(32), beta=0.4)
+
+    ``backend`` is ``"numba"``, ``"numpy"`` or ``"auto"`` (numba if present).
+    """
+
+    def __init__(self, capacity: int, backend: str = "auto") -> None:
+        capacity = int(capacity)
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if backend == "auto":
+            backend = "numba" if HAVE_NUMBA else "numpy"
+        if backend not in ("numba", "numpy"):
+            raise ValueError(f"backend must be 'auto', 'numba' or 'numpy', got {backend!r}")
+        if backend == "numba" and not HAVE_NUMBA:
+            raise ImportError("backend='numba' needs numba, which is not importable")
+        self.capacity = capacity
+        self.backend = backend
+        k = FANOUT
+        # counts[d]: nodes of level d that can hold mass; level d + 1 gets k * counts[d] places.
+        counts = [capacity]
+        while counts[-1] > 1:
+            counts.append(-(-counts[-1] // k))
+        counts.reverse()
+        sizes = [1] + [k * c for c in counts[:-1]]
+        offs = np.zeros(len(sizes), np.int64)
+        for d in range(1, len(sizes)):
+            offs[d] = offs[d - 1] + -(-sizes[d - 1] // 8) * 8  # each level starts on 64 bytes
+        self.depth = len(sizes) - 1
+        self.offsets = offs
+        self.counts = np.array(counts, np.int64)
+        n_nodes = int(offs[-1]) + sizes[-1]
+        self.sum_tree = _aligned(n_nodes, 0.0)
+        self.min_tree = _aligned(n_nodes, np.inf)
+        self._leaf0 = int(offs[-1])
+        self._sum_leaves = self.sum_tree[self._leaf0 : self._leaf0 + capacity]
+        self._min_leaves = self.min_tree[self._leaf0 : self._leaf0 + capacity]
+        self._dirty_lo = self._dirty_hi = 0  # leaves [lo, hi) whose ancestors are stale
+        self._args = (self.sum_tree, self.min_tree, self.offsets, self.counts)
+
+    @property
+    def total(self) -> float:
+        """Total mass ``M``: the sum-tree's root."""
+        self.flush()
+        return float(self.sum_tree[0])
+
+    @property
+    def min(self) -> float:
+        """Smallest mass of the filled slots (``inf`` when none): the min-tree's root."""
+        self.flush()
+        return float(self.min_tree[0])
+
+    def masses(self, slots: np.ndarray | None = None) -> np.ndarray:
+        """Leaf masses of ``slots`` (all ``capacity`` slots when None), a copy."""
+        return self._sum_leaves.copy() if slots is None else self._sum_leaves[slots]
+
+    def set(self, slots: np.ndarray, masses: np.ndarray) -> None:
+        """Set ``m[slots[j]] = masses[j]``; with repeated slots the last value wins.
+
+        The caller guarantees ``0 <= slots < capacity`` and finite masses >= 0.
+        """
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        masses = np.ascontiguousarray(masses, dtype=np.float64)
+        if slots.shape[0] == 0:
+            return
+        self.flush()
+        if self.backend == "numba":
+            _nb_set(*self._args, slots, masses)
+        else:
+            _np_set(self.sum_tree, self.min_tree, self.offsets, slots, masses)
+
+    def set_range(self, start: int, masses: np.ndarray) -> None:
+        """Set the slots ``start .. start + len(masses) - 1`` (no wrap-around) to ``masses``.
+
+        Writes only the leaves; their ancestors are recomputed by the next
+        :meth:`flush` (which every reading method calls), so that consecutive
+        ranges, as a ring buffer writes them, share one pass up the tree.
+        """
+        n = len(masses)
+        if n:
+            self._check_range(start, n)
+            self._sum_leaves[start : start + n] = masses
+            self._min_leaves[start : start + n] = masses
+            self._mark(start, start + n)
+
+    def fill_range(self, start: int, count: int, mass: float) -> None:
+        """Set the slots ``start .. start + count - 1`` (no wrap-around) to one ``mass``.
+
+        Deferred like :meth:`set_range`.
+        """
+        if count > 0:
+            self._check_range(start, count)
+            self._sum_leaves[start : start + count] = mass
+            self._min_leaves[start : start + count] = mass
+            self._mark(start, start + count)
+
+    def _check_range(self, start: int, n: int) -> None:
+        if start < 0 or start + n > self.capacity:
+            raise ValueError(f"slots [{start}, {start + n}) outside [0, {self.capacity})")
+
+    def _mark(self, lo: int, hi: int) -> None:
+        if self._dirty_hi > self._dirty_lo:  # something pending
+            if lo <= self._dirty_hi and hi >= self._dirty_lo:  # touches it: merge
+                self._dirty_lo = min(lo, self._dirty_lo)
+                self._dirty_hi = max(hi, self._dirty_hi)
+                return
+            self.flush()
+        self._dirty_lo, self._dirty_hi = lo, hi
+
+    def flush(self) -> None:
+        """Recompute the ancestors of leaves written by ``set_range``/``fill_range``."""
+        lo, hi = self._dirty_lo, self._dirty_hi
+        if hi > lo:
+            self._dirty_lo = self._dirty_hi = 0
+            if self.backend == "numba":
+                _nb_fix(*self._args, lo, hi - 1)
+            else:
+                _np_fix(self.sum_tree, self.min_tree, self.offsets, lo, hi - 1)
+
+    def sample(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Slots (int64) and importance weights (float32) for uniforms ``u`` in [0, 1).
+
+        Needs a positive total mass.
+        """
+        u = np.array(u, dtype=np.float64)  # a private copy: the kernel works in it
+        self.flush()
+        if self.backend == "numba":
+            slots = np.empty(u.shape[0], np.int64)
+            weights = np.empty(u.shape[0], np.float32)
+            _nb_sample(*self._args, u, float(beta), slots, weights)
+            return slots, weights
+        return _np_sample(self.sum_tree, self.min_tree, self.offsets, u, float(beta))
+
+    def load_masses(self, masses: np.ndarray) -> None:
+        """Replace all leaves: slot ``s`` gets ``masses[s]``; later slots are emptied."""
+        masses = np.asarray(masses, dtype=np.float64)
+        if masses.shape[0] > self.capacity:
+            raise ValueError(f"{masses.shape[0]} masses for a tree of capacity {self.capacity}")
+        self.sum_tree[self._leaf0 :] = 0.0
+        self.min_tree[self._leaf0 :] = np.inf
+        self.sum_tree[self._leaf0 : self._leaf0 + masses.shape[0]] = masses
+        self.min_tree[self._leaf0 : self._leaf0 + masses.shape[0]] = masses
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """Recompute every internal node from its children, level by level."""
+        self._dirty_lo = self._dirty_hi = 0
+        for d in range(self.depth - 1, -1, -1):
+            nodes = np.arange(self.counts[d])
+            _np_nodes(self.sum_tree, self.min_tree, self.offsets, d, nodes)
+
+
+def _aligned(n: int, fill: float) -> np.ndarray:
+    """A float64 array of ``n`` items filled with ``fill``, starting on a 64-byte boundary."""
+    buf = np.empty(n + 8, np.float64)
+    shift = (-buf.ctypes.data % 64) // 8
+    out = buf[shift : shift + n]
+    out.fill(fill)
+    return out
