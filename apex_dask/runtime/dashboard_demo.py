@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--envs", type=int, default=8)
     p.add_argument("--screenshot", default=None, help="save a PNG of /apex at the end")
+    p.add_argument("--size", default="1400x1150", help="screenshot WIDTHxHEIGHT in pixels")
     args = p.parse_args(argv)
     with (
         LocalCluster(
@@ -184,7 +185,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.screenshot and url:
             from apex_dask.runtime.browser import screenshot
 
-            print("saved", screenshot(url, args.screenshot, min_points=10))
+            width, height = (int(x) for x in args.size.split("x"))
+            shot = screenshot(url, args.screenshot, min_points=10, width=width, height=height)
+            print("saved", shot)
         print("messages sent:", stop_synthetic_run(futures))
 
 

@@ -110,13 +110,21 @@ def ensure_plugin(client: Client) -> bool:
     return client.run_on_scheduler(_ensure_on_scheduler)
 
 
+def _page_served(dask_scheduler: Scheduler) -> bool:
+    return page_available(dask_scheduler)
+
+
 def dashboard_url(client: Client) -> str | None:
-    """URL of the ``/apex`` page, or None when the scheduler has no dashboard."""
+    """URL of the ``/apex`` page, or None when the scheduler does not serve it.
+
+    Asks the scheduler (one round trip; synchronous client) whether its Bokeh
+    dashboard has the page: the HTTP server runs even without a dashboard.
+    """
     try:
         link: Any = client.dashboard_link
-    except (KeyError, AttributeError):
-        return None
-    if not link:
+        if not link or not client.run_on_scheduler(_page_served):
+            return None
+    except Exception:  # no dashboard service, or apex_dask missing on the scheduler
         return None
     parts = urlsplit(str(link))
     path = parts.path

@@ -1,0 +1,131 @@
+"""/apex page components: feed a MetricsStore, call update(), read source.data."""
+
+from __future__ import annotations
+
+import pytest
+
+from apex_dask.runtime.dashboard import (
+    EMPTY_TEXT,
+    ApexDashboard,
+    Line,
+    QueueSizeFigure,
+    ReplaySizeFigure,
+    RunStatus,
+    TimeSeriesFigure,
+)
+from apex_dask.runtime.metrics_store import MetricsStore
+
+
+def ingest(store: MetricsStore, now: float, run: str = "r1", source: str = "learner", **m):
+    assert store.ingest({"run": run, "source": source, "metrics": m}, now=now)
+
+
+def test_page_shows_an_empty_state_until_a_run_reports():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    page.update()
+    assert EMPTY_TEXT in page.status.root.text
+    assert page.grid.visible is False
+    assert page.queue.source.data["time"] == []
+    ingest(store, 1.0, **{"learner/queue_size": 3.0})
+    page.update()
+    assert EMPTY_TEXT not in page.status.root.text
+    assert page.grid.visible is True
+    assert page.queue.source.data["value"] == [3.0]
+
+
+def test_update_streams_only_points_not_seen_before():
+    store = MetricsStore()
+    fig = TimeSeriesFigure(store, "t", [Line("env/steps_per_s", "steps", "red")], "steps/s")
+    ingest(store, 1.0, **{"env/steps_per_s": 10.0})
+    ingest(store, 2.0, **{"env/steps_per_s": 20.0})
+    fig.update()
+    assert fig.source.data == {"time": [1000.0, 2000.0], "value": [10.0, 20.0]}
+    fig.update()
+    assert len(fig.source.data["time"]) == 2
+    ingest(store, 3.0, **{"env/steps_per_s": 30.0})
+    fig.update()
+    assert fig.source.data["value"] == [10.0, 20.0, 30.0]
+
+
+def test_rollover_bounds_the_plotted_points():
+    store = MetricsStore()
+    fig = TimeSeriesFigure(store, "t", [Line("x", "x", "red")], "x", rollover=5)
+    for t in range(20):
+        ingest(store, float(t), x=float(t))
+        fig.update()
+    assert fig.source.data["value"] == [15.0, 16.0, 17.0, 18.0, 19.0]
+
+
+def test_timers_are_plotted_in_milliseconds():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, **{"learner/dequeue_s": 0.002, "learner/grad_s": 0.005})
+    page.update()
+    assert page.timers.sources["learner/dequeue_s"].data["value"] == [pytest.approx(2.0)]
+    assert page.timers.sources["learner/grad_s"].data["value"] == [pytest.approx(5.0)]
+    assert page.timers.sources["learner/overall_s"].data["value"] == []
+
+
+def test_queue_band_spans_q10_to_q90():
+    store = MetricsStore()
+    fig = QueueSizeFigure(store)
+    for t, (lo, mean, hi) in enumerate([(1.0, 3.0, 5.0), (2.0, 4.0, 7.0)]):
+        ingest(
+            store,
+            float(t),
+            **{
+                "learner/queue_size": mean,
+                "learner/queue_size/q10": lo,
+                "learner/queue_size/q90": hi,
+            },
+        )
+    fig.update()
+    assert fig.source.data["value"] == [3.0, 4.0]
+    assert fig.band_source.data == {"time": [0.0, 1000.0], "lower": [1.0, 2.0], "upper": [5.0, 7.0]}
+
+
+def test_replay_plot_adds_one_line_per_shard_as_shards_appear():
+    store = MetricsStore()
+    fig = ReplaySizeFigure(store)
+    ingest(store, 1.0, source="replay/2", **{"replay/2/size": 50.0})
+    fig.update()
+    assert sorted(fig.sources) == [2]
+    ingest(store, 2.0, source="replay/0", **{"replay/0/size": 10.0, "replay/size": 60.0})
+    ingest(store, 3.0, source="replay/2", **{"replay/2/size": 70.0})
+    fig.update()
+    assert sorted(fig.sources) == [0, 2]
+    assert fig.sources[2].data["value"] == [50.0, 70.0]
+    assert fig.sources[0].data["value"] == [10.0]
+    assert len(fig.root.renderers) == 2
+    labels = sorted(item.label["value"] for item in fig.root.legend[0].items)
+    assert labels == ["shard 0", "shard 2"]
+
+
+def test_a_new_run_clears_every_plot():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, **{"learner/queue_size": 3.0, "learner/queue_size/q10": 1.0})
+    ingest(store, 1.0, source="replay/0", **{"replay/0/size": 5.0})
+    ingest(store, 1.0, **{"learner/queue_size/q90": 4.0})
+    page.update()
+    assert page.replay.sources[0].data["value"] == [5.0]
+    ingest(store, 2.0, run="r2", **{"learner/queue_size": 9.0})
+    page.update()
+    assert page.queue.source.data["value"] == [9.0]
+    assert page.queue.band_source.data["time"] == []
+    assert page.replay.sources[0].data["value"] == []
+    assert "r2" in page.status.root.text
+
+
+def test_status_names_the_run_its_sources_and_key_values():
+    store = MetricsStore()
+    status = RunStatus(store)
+    ingest(store, 1.0, run="<run&1>", source="driver", **{"env/steps_per_s": 8123.0})
+    ingest(store, 1.0, run="<run&1>", source="replay/0", **{"replay/0/size": 1.0})
+    ingest(store, 1.0, run="<run&1>", source="env/4", **{"env/epsilon/4": 0.1})
+    status.update()
+    text = status.root.text
+    assert "&lt;run&amp;1&gt;" in text  # escaped
+    assert "1 replay shards" in text and "1 env workers" in text and "driver" in text
+    assert "8,123" in text and "env steps/s" in text
