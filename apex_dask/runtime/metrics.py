@@ -168,6 +168,13 @@ class ApexMetricsPlugin(SchedulerPlugin):
         self.topic = topic
         self.store = MetricsStore(maxlen=maxlen, resolution_s=resolution_s)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Shipped by client.register_plugin: the settings travel, the data does not.
+        return {"topic": self.topic, "maxlen": self.store.maxlen, "res": self.store.resolution_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["topic"], state["maxlen"], state["res"])  # type: ignore[misc]
+
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == self.topic and isinstance(msg, Mapping):
             self.store.ingest(msg)

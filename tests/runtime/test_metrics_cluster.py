@@ -24,7 +24,7 @@ import pytest
 
 from apex_dask.runtime import preload
 from apex_dask.runtime.dashboard_demo import start_synthetic_run, stop_synthetic_run
-from apex_dask.runtime.metrics import PLUGIN_NAME, publish_from_client
+from apex_dask.runtime.metrics import PLUGIN_NAME, ApexMetricsPlugin, publish_from_client
 from apex_dask.runtime.preload import PRELOAD, dashboard_url, ensure_plugin
 
 
@@ -178,6 +178,7 @@ def test_preload_and_plugin_registration_are_idempotent(apex_client, metrics_run
     apex_client.run_on_scheduler(lambda dask_scheduler: preload.dask_setup(dask_scheduler))
     assert ensure_plugin(apex_client) is True
     assert ensure_plugin(apex_client) is True
+    apex_client.register_plugin(ApexMetricsPlugin())  # idempotent: keeps the first one
     assert apex_client.run_on_scheduler(plugin_id) == before
     after = metrics_json(base)
     assert after["run"] == messages["run"]

@@ -113,6 +113,17 @@ def test_plugin_stores_only_its_topic():
     assert plugin.store.latest == {"a": 1.0}
 
 
+def test_plugin_pickles_with_its_settings_but_not_its_data():
+    import pickle
+
+    plugin = ApexMetricsPlugin(maxlen=50, resolution_s=2.0)
+    plugin.log_event(TOPIC, make_message("r", "learner", {"a": 1.0}))
+    copy = pickle.loads(pickle.dumps(plugin))
+    assert copy.name == plugin.name and copy.topic == TOPIC
+    assert (copy.store.maxlen, copy.store.resolution_s) == (50, 2.0)
+    assert copy.store.run is None
+
+
 @pytest.mark.parametrize(
     "metric, family, labels",
     [
