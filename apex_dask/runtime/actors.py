@@ -214,7 +214,7 @@ class EnvWorkerActor:
         self.steps_sampled = 0
         self.weight_syncs = 0
         self._t0 = time.monotonic()
-        self._pub = Throttled(f"env/{self.index}", run)
+        self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

@@ -27,7 +27,8 @@
 Flow counters: ``flow/batches_received`` (batches taken from shards),
 ``flow/batches_in_queue``, ``flow/batches_trained``, ``flow/priority_updates_sent``,
 ``flow/batches_lost`` (sample requests that failed or timed out: their batch,
-if any, never arrived). At any quiescent point
+if any, never arrived; and batches held by the prefetcher when a stop found the
+learner thread dead). At any quiescent point
 ``batches_received == batches_trained + batches_in_queue``.
 """
 
@@ -134,6 +135,16 @@ class LearnerActor:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping = False
+        kept = []  # a stop sentinel may be left from the last session
+        while True:
+            try:
+                item = self._inq.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                kept.append(item)
+        for item in kept:
+            self._inq.put_nowait(item)
         self._outq = asyncio.Queue()
         self._space = asyncio.Event()
         self._snap_lock = asyncio.Lock()
@@ -239,6 +250,9 @@ class LearnerActor:
                     break
                 except queue.Full:
                     pass
+                if self._stopping and not (self._thread and self._thread.is_alive()):
+                    self.batches_lost += 1  # the learner thread is gone: counted, not hidden
+                    break
                 try:
                     await asyncio.wait_for(self._space.wait(), 0.05)
                 except TimeoutError:

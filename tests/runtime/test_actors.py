@@ -134,6 +134,15 @@ def test_priorities_go_back_to_the_shard_that_sampled_the_batch(client, worker_a
     state = shard_futs[0].result().state_dict().result()
     assert float(state["max_priority"]) != 1.0
 
+    # a stopped learner starts again and keeps the counts consistent
+    learner.start().result()
+    time.sleep(0.5)
+    again = learner.stop().result()
+    assert again["flow/batches_trained"] > final["flow/batches_trained"]
+    assert again["flow/batches_received"] == (
+        again["flow/batches_trained"] + again["flow/batches_in_queue"]
+    )
+
 
 def test_max_replay_ratio_bounds_batches_by_items_added(client, worker_addresses, spaces):
     rng = np.random.default_rng(3)

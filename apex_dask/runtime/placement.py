@@ -1,0 +1,133 @@
+"""Where each Ape-X actor goes on the Dask cluster: a pure function of the worker list.
+
+Rules (``docs/architecture.md``):
+
+- **Learner**: the worker named by ``topology.learner_worker`` (name or
+  address) if given; else the first worker advertising a ``GPU`` resource
+  (``dask worker --resources GPU=1``); else the first worker (workers sorted
+  by name, numeric names numerically, then address).
+- **Replay shards**: on the learner's worker (``colocate_shards``, the
+  default: sampling and priority updates stay in one process, the way RLlib
+  colocated them with the learner); otherwise round-robin over all workers,
+  starting after the learner.
+- **Env workers**: round-robin over the workers other than the learner's, or
+  over all workers when the learner's is the only one.
+- **Evaluator** (greedy evaluation): on the env-worker worker holding the
+  fewest env workers (the first such).
+
+Every actor is then pinned with ``workers=[address]``: Dask resources steer
+placement only at creation and unpinned actors land unpredictably.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from apex_dask.runtime.errors import ApexRuntimeError
+
+__all__ = ["Placement", "WorkerInfo", "plan_placement", "workers_from_scheduler_info"]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What placement needs to know about one Dask worker."""
+
+    address: str
+    name: str
+    host: str = ""
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["resources"] = dict(self.resources)
+        return d
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The worker chosen for each actor."""
+
+    learner: WorkerInfo
+    shards: list[WorkerInfo]
+    env_workers: list[WorkerInfo]
+    evaluator: WorkerInfo
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"learner": {...}, "shards": [{...}], "env_workers": [{...}], "evaluator": {...}}``
+        with ``address``, ``name``, ``host``, ``resources`` for each."""
+        return {
+            "learner": self.learner.as_dict(),
+            "shards": [w.as_dict() for w in self.shards],
+            "env_workers": [w.as_dict() for w in self.env_workers],
+            "evaluator": self.evaluator.as_dict(),
+        }
+
+
+def workers_from_scheduler_info(info: Mapping[str, Any]) -> list[WorkerInfo]:
+    """Workers from ``client.scheduler_info()``, sorted (see :func:`_order`)."""
+    workers = [
+        WorkerInfo(
+            address=addr,
+            name=str(w.get("name", addr)),
+            host=str(w.get("host", "")),
+            resources=dict(w.get("resources") or {}),
+        )
+        for addr, w in info.get("workers", {}).items()
+    ]
+    return sorted(workers, key=_order)
+
+
+def _order(w: WorkerInfo) -> tuple:
+    name = w.name
+    return (0, int(name), "", w.address) if name.isdigit() else (1, 0, name, w.address)
+
+
+def _find(workers: Iterable[WorkerInfo], wanted: str) -> WorkerInfo | None:
+    for w in workers:
+        if wanted in (w.name, w.address):
+            return w
+    return None
+
+
+def plan_placement(
+    workers: list[WorkerInfo],
+    *,
+    num_shards: int,
+    num_env_workers: int,
+    learner_worker: str | None = None,
+    colocate_shards: bool = True,
+) -> Placement:
+    """Choose a worker for the learner, each shard, each env worker and the evaluator.
+
+    Raises :class:`ApexRuntimeError` when there are no workers or
+    ``learner_worker`` names none of them.
+    """
+    if not workers:
+        raise ApexRuntimeError("the Dask cluster has no workers; start some with `dask worker`")
+    workers = sorted(workers, key=_order)
+    if learner_worker is not None:
+        learner = _find(workers, learner_worker)
+        if learner is None:
+            names = ", ".join(w.name for w in workers[:8])
+            raise ApexRuntimeError(
+                f"topology.learner_worker={learner_worker!r} matches no worker name or "
+                f"address (workers: {names})"
+            )
+    else:
+        gpus = [w for w in workers if float(w.resources.get("GPU", 0)) > 0]
+        learner = gpus[0] if gpus else workers[0]
+    others = [w for w in workers if w.address != learner.address] or [learner]
+    if colocate_shards:
+        shards = [learner] * num_shards
+    else:
+        start = workers.index(learner) + 1
+        ring = workers[start:] + workers[:start]
+        shards = [ring[k % len(ring)] for k in range(num_shards)]
+    env_workers = [others[i % len(others)] for i in range(num_env_workers)]
+    load = {w.address: 0 for w in others}
+    for w in env_workers:
+        load[w.address] += 1
+    evaluator = min(others, key=lambda w: load[w.address])
+    return Placement(learner=learner, shards=shards, env_workers=env_workers, evaluator=evaluator)

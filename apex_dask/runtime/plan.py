@@ -1,0 +1,356 @@
+"""The Ape-X execution plan as one asyncio task on the driver's client loop.
+
+What runs concurrently (RLlib's ``Concurrently([store, replay, update])``):
+
+1. **store**: each env worker keeps ``rollouts_in_flight`` ``sample_into(k)``
+   calls running, ``k`` a uniformly random shard; the rollout goes env worker
+   -> shard directly and only a summary comes back here.
+2. **weights**: once an env worker has produced ``max_weight_sync_delay``
+   steps since its last sync, ``sync_weights()`` makes it pull the learner's
+   newer weights (if any; learner -> env worker, one blob per version).
+3. **replay + update**: inside the learner actor (prefetcher, learner thread,
+   priorities back to the source shard); the plan only starts and stops it.
+4. **report**: once ``report.min_iter_time_s`` *and*
+   ``report.timesteps_per_iteration`` are met, the stats of the learner, every
+   shard and every env worker are gathered (small dicts) and one result dict
+   is emitted. **eval**: every ``eval.interval_s`` the evaluator plays greedy
+   episodes; its result joins the next result dicts.
+
+Every call is a task awaited with ``asyncio.wait(FIRST_COMPLETED)`` (Dask's
+``wait``/``as_completed`` do not work on actor futures), each with a timeout.
+An env worker whose Dask worker was lost is re-created on a surviving worker
+(``faults/env_workers_replaced``); a lost or failed learner ends the run with
+an :class:`ApexRuntimeError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from apex_dask.algo.exploration import lowest_epsilon_workers
+from apex_dask.runtime.calls import call_with_timeout
+from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.metrics import TOPIC, make_message
+from apex_dask.runtime.report import IterationWindow, build_result
+
+__all__ = ["EnvSlot", "ExecutionPlan"]
+
+
+@dataclass
+class EnvSlot:
+    """The driver's view of one env worker actor (its Future is kept: dropping it kills it)."""
+
+    index: int
+    future: Any
+    handle: Any
+    address: str
+    epsilon: float
+    steps_since_sync: int = 0
+    version: int = -1
+    syncing: bool = False
+    retry_sync_at: float = 0.0
+    in_flight: int = 0
+    replacing: bool = False
+
+
+def _is_lost(exc: BaseException) -> bool:
+    """Errors that mean the peer (its worker) is gone, rather than a bug in the env."""
+    if isinstance(exc, OSError | TimeoutError | asyncio.TimeoutError):
+        return True
+    return "was lost" in str(exc) or "Unable to contact" in str(exc)
+
+
+class ExecutionPlan:
+    """Runs sessions of the plan; state (counters, iteration) persists across sessions."""
+
+    def __init__(
+        self,
+        *,
+        config: Any,
+        client: Any,
+        run_id: str,
+        learner: Any,
+        shards: list[Any],
+        slots: list[EnvSlot],
+        evaluator: Any | None,
+        results: queue.Queue,
+        replace_env_worker: Callable[[EnvSlot, dict[str, Any]], Any],
+        seed: int = 0,
+    ) -> None:
+        self.cfg = config
+        self.client = client
+        self.run_id = run_id
+        self.learner = learner
+        self.shards = shards
+        self.slots = slots
+        self.evaluator = evaluator
+        self.results = results
+        self.replace_env_worker = replace_env_worker
+        self.timeout = float(config.topology.call_timeout_s)
+        self.rng = np.random.default_rng([seed, 7])
+        self.lowest = set(lowest_epsilon_workers(len(slots)))
+        self.halting = False
+        self.iteration = 0
+        self.steps_total = 0
+        self.weight_syncs = 0
+        self.env_workers_replaced = 0
+        self.rollouts_failed = 0
+        self.eval_result: dict[str, Any] | None = None
+        self.prev_learner: dict[str, Any] | None = None
+        self.t_start: float | None = None
+        self.final: dict[str, float] | None = None
+        self._tasks: dict[asyncio.Future, tuple[str, Any]] = {}
+        self._window = IterationWindow()
+        self._window_t0 = 0.0
+        self._last_eval = -float("inf")
+        self._report_pending = False
+        self._eval_pending = False
+
+    # ---------------------------------------------------------------- session
+    async def run(self) -> None:
+        """One session: start everything, loop until :attr:`halting`, then drain."""
+        self.halting = False
+        now = time.monotonic()
+        if self.t_start is None:
+            self.t_start = now
+        self._window, self._window_t0 = IterationWindow(), now
+        await call_with_timeout(self.learner.start(), self.timeout)
+        for slot in self.slots:
+            for _ in range(self.cfg.workers.rollouts_in_flight):
+                self._launch_rollout(slot)
+        try:
+            while not self.halting:
+                self._maybe_launch_eval()
+                self._maybe_launch_report()
+                if not self._tasks:
+                    await asyncio.sleep(0.05)
+                    continue
+                done, _ = await asyncio.wait(
+                    list(self._tasks), timeout=0.1, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    await self._handle(task, *self._tasks.pop(task))
+        except BaseException:
+            self.halting = True
+            try:  # best effort: stop the learner thread, then re-raise
+                await self._drain(min(self.timeout, 5.0))
+            except Exception:
+                pass
+            raise
+        self.halting = True
+        await self._drain(self.timeout)
+
+    async def _drain(self, timeout_s: float) -> None:
+        """Let calls in flight finish (nothing new starts), stop the learner, take final stats."""
+        deadline = time.monotonic() + timeout_s
+        while self._tasks and time.monotonic() < deadline:
+            done, _ = await asyncio.wait(
+                list(self._tasks), timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                await self._handle(task, *self._tasks.pop(task))
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        final = await call_with_timeout(self.learner.stop(), timeout_s)
+        shards, envs = await self._gather_small_stats()
+        self._window.wall_s = time.monotonic() - self._window_t0
+        self.final = build_result(
+            iteration=self.iteration,
+            time_s=time.monotonic() - (self.t_start or 0.0),
+            window=self._window,
+            steps_total=self.steps_total,
+            learner=final,
+            prev_learner=self.prev_learner,
+            shards=shards,
+            envs=envs,
+            epsilons=[s.epsilon for s in self.slots],
+            acting_versions=[s.version for s in self.slots],
+            weight_syncs=self.weight_syncs,
+            eval_result=self.eval_result,
+            extra=self._extra(),
+        )
+
+    # ---------------------------------------------------------------- launches
+    def _spawn(self, kind: str, info: Any, aw: Any) -> None:
+        self._tasks[asyncio.ensure_future(call_with_timeout(aw, self.timeout))] = (kind, info)
+
+    def _launch_rollout(self, slot: EnvSlot) -> None:
+        k = int(self.rng.integers(len(self.shards)))
+        slot.in_flight += 1
+        self._spawn("rollout", slot, slot.handle.sample_into(k))
+
+    def _maybe_launch_sync(self, slot: EnvSlot) -> None:
+        delay = self.cfg.workers.max_weight_sync_delay
+        if slot.syncing or slot.replacing or slot.steps_since_sync < delay:
+            return
+        if time.monotonic() < slot.retry_sync_at:
+            return
+        slot.syncing = True
+        self._spawn("sync", slot, slot.handle.sync_weights())
+
+    def _maybe_launch_eval(self) -> None:
+        ev = self.cfg.eval
+        if self.evaluator is None or ev.episodes <= 0 or self._eval_pending:
+            return
+        now = time.monotonic()
+        if now - self._last_eval < ev.interval_s:
+            return
+        self._last_eval = now
+        self._eval_pending = True
+        seed = int(self.rng.integers(2**31))
+        self._tasks[asyncio.ensure_future(self.evaluator.evaluate(ev.episodes, seed))] = (
+            "eval",
+            None,
+        )
+
+    def _maybe_launch_report(self) -> None:
+        rep = self.cfg.report
+        now = time.monotonic()
+        wall = now - self._window_t0
+        if self._report_pending or wall < rep.min_iter_time_s:
+            return
+        if self._window.steps < rep.timesteps_per_iteration:
+            return
+        window, self._window = self._window, IterationWindow()
+        window.wall_s, self._window_t0 = wall, now
+        self.iteration += 1
+        self._report_pending = True
+        self._tasks[asyncio.ensure_future(self._gather_report())] = ("report", window)
+
+    # ---------------------------------------------------------------- handlers
+    async def _handle(self, task: asyncio.Future, kind: str, info: Any) -> None:
+        exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if kind == "rollout":
+            slot: EnvSlot = info
+            slot.in_flight -= 1
+            if exc is not None:
+                await self._env_failed(slot, exc, relaunch=True)
+                return
+            self._on_rollout(slot, task.result())
+        elif kind == "sync":
+            slot = info
+            slot.syncing = False
+            if exc is not None:
+                await self._env_failed(slot, exc, relaunch=False)
+                return
+            version = task.result()
+            if version is None:  # the learner has nothing newer yet
+                slot.retry_sync_at = time.monotonic() + 0.1
+            else:
+                self.weight_syncs += 1
+                slot.steps_since_sync = 0
+                slot.version = int(version)
+        elif kind == "eval":
+            self._eval_pending = False
+            if exc is None:
+                self.eval_result = task.result()
+            elif not _is_lost(exc):
+                raise ApexRuntimeError(f"evaluation failed: {type(exc).__name__}: {exc}")
+        elif kind == "report":
+            self._report_pending = False
+            if exc is not None:
+                raise exc
+            await self._emit(info, *task.result())
+
+    def _on_rollout(self, slot: EnvSlot, s: dict[str, Any]) -> None:
+        steps = int(s["steps"])
+        self.steps_total += steps
+        self._window.steps += steps
+        slot.steps_since_sync += steps
+        slot.version = int(s["weights_version"])
+        if slot.index in self.lowest:
+            self._window.episode_returns += s["episode_returns"]
+            self._window.episode_lengths += s["episode_lengths"]
+        if not self.halting:
+            self._launch_rollout(slot)
+            self._maybe_launch_sync(slot)
+
+    async def _env_failed(self, slot: EnvSlot, exc: BaseException, relaunch: bool) -> None:
+        if not _is_lost(exc):
+            raise ApexRuntimeError(
+                f"env worker {slot.index} failed: {type(exc).__name__}: {str(exc).strip()[:200]}"
+            )
+        if slot.replacing or self.halting:
+            return
+        info = await self.client.scheduler.identity(n_workers=-1)
+        alive = set(info.get("workers", {}))
+        if slot.address in alive and slot.future.status == "finished":
+            # The env worker lives; a peer (a shard) was slow or gone: try again.
+            if relaunch:
+                self.rollouts_failed += 1
+                if not self.halting:
+                    self._launch_rollout(slot)
+            return
+        slot.replacing = True
+        try:
+            await self.replace_env_worker(slot, info)
+        finally:
+            slot.replacing = False
+        self.env_workers_replaced += 1
+        if not self.halting:
+            while slot.in_flight < self.cfg.workers.rollouts_in_flight:
+                self._launch_rollout(slot)
+
+    # ------------------------------------------------------------------ report
+    async def _gather_small_stats(self) -> tuple[list[dict], list[dict]]:
+        calls = [s.stats() for s in self.shards] + [s.handle.stats() for s in self.slots]
+        got = await asyncio.gather(
+            *(call_with_timeout(c, self.timeout) for c in calls), return_exceptions=True
+        )
+        n = len(self.shards)
+        shards = [g if isinstance(g, dict) else {} for g in got[:n]]
+        envs = [g if isinstance(g, dict) else {} for g in got[n:]]
+        return shards, envs
+
+    async def _gather_report(self) -> tuple[dict, list[dict], list[dict]]:
+        try:
+            learner = await call_with_timeout(self.learner.stats(), self.timeout)
+        except Exception as exc:
+            raise ApexRuntimeError(
+                f"the learner is unreachable ({type(exc).__name__}: {exc}); its worker was "
+                "probably lost, stopping the run"
+            ) from None
+        if learner.get("thread_error"):
+            raise ApexRuntimeError(f"the learner thread failed: {learner['thread_error']}")
+        shards, envs = await self._gather_small_stats()
+        return learner, shards, envs
+
+    def _extra(self) -> dict[str, float]:
+        return {
+            "faults/env_workers_replaced": float(self.env_workers_replaced),
+            "faults/rollouts_failed": float(self.rollouts_failed),
+        }
+
+    async def _emit(
+        self, window: IterationWindow, learner: dict, shards: list[dict], envs: list[dict]
+    ) -> None:
+        result = build_result(
+            iteration=self.iteration,
+            time_s=time.monotonic() - (self.t_start or 0.0),
+            window=window,
+            steps_total=self.steps_total,
+            learner=learner,
+            prev_learner=self.prev_learner,
+            shards=shards,
+            envs=envs,
+            epsilons=[s.epsilon for s in self.slots],
+            acting_versions=[s.version for s in self.slots],
+            weight_syncs=self.weight_syncs,
+            eval_result=self.eval_result,
+            extra=self._extra(),
+        )
+        self.prev_learner = learner
+        try:
+            msg = make_message(self.run_id, "driver", result)
+            await self.client.scheduler.log_event(topic=TOPIC, msg=msg)
+        except Exception:  # metrics must never stop training
+            pass
+        self.results.put(result)

@@ -1,0 +1,189 @@
+"""ApexDriver on real Dask clusters: placement, wiring, flow accounting, teardown, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from apex_dask.config import ApexConfig
+from apex_dask.runtime.cluster import connect
+from apex_dask.runtime.driver import ApexDriver, ApexRuntimeError
+
+
+def small_config(**overrides) -> ApexConfig:
+    base = {
+        "replay.learning_starts": 500,
+        "report.min_iter_time_s": 0.5,
+        "report.timesteps_per_iteration": 500,
+        "eval.interval_s": 0.0,
+        "eval.episodes": 2,
+        "topology.call_timeout_s": 30.0,
+        "seed": 3,
+    }
+    base.update(overrides)
+    return ApexConfig.preset("cartpole").override(base)
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster():
+    """Two worker processes; the second ("gpu") advertises a GPU resource."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    opts = {"nthreads": 1, "memory_limit": "2GiB"}
+    cluster = SpecCluster(
+        scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+        workers={
+            "0": {"cls": Nanny, "options": opts},
+            "gpu": {"cls": Nanny, "options": {**opts, "resources": {"GPU": 1}}},
+        },
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def gpu_client(gpu_cluster):
+    from distributed import Client
+
+    with Client(gpu_cluster, direct_to_workers=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def scenario(gpu_client, tmp_path_factory):
+    """Run 3 iterations, resume for one more from inside a running event loop, halt."""
+    marks = tmp_path_factory.mktemp("hook") / "calls.txt"
+
+    def hook(batch, shard_id):  # runs on the learner's worker, in its learner thread
+        with open(marks, "a") as f:
+            f.write(f"{os.getpid()} {shard_id}\n")
+        return batch
+
+    driver = ApexDriver(small_config(), gpu_client, before_learn_on_batch=hook)
+    results = driver.run(stop={"iterations": 3})
+
+    async def inside_a_running_loop():  # as in Jupyter: the caller's thread has a loop
+        return next(driver.iterate())
+
+    resumed = asyncio.run(inside_a_running_loop())
+    final = driver.halt()
+    yield {"driver": driver, "results": results, "resumed": resumed, "final": final, "marks": marks}
+    driver.stop()
+
+
+def test_learner_goes_to_the_worker_advertising_a_gpu(scenario, gpu_client):
+    placement = scenario["driver"].placement
+    assert placement["learner"]["name"] == "gpu"
+    assert placement["learner"]["resources"] == {"GPU": 1}
+    # shards colocated with the learner; env workers on the other worker
+    assert {s["name"] for s in placement["shards"]} == {"gpu"}
+    assert {w["name"] for w in placement["env_workers"]} == {"0"}
+
+
+def test_before_learn_on_batch_ran_on_the_learner_worker_for_every_batch(scenario, gpu_client):
+    lines = Path(scenario["marks"]).read_text().split()
+    pids = {int(p) for p in lines[0::2]}
+    learner_addr = scenario["driver"].placement["learner"]["address"]
+    learner_pid = gpu_client.run(os.getpid, workers=[learner_addr])[learner_addr]
+    assert pids == {learner_pid}
+    assert len(lines) // 2 == scenario["final"]["flow/batches_trained"]
+    assert {int(s) for s in lines[1::2]} == {0, 1}  # batches from both shards
+
+
+def test_results_carry_every_shard_learner_and_exploration_metrics(scenario):
+    results = scenario["results"]
+    assert [r["iteration"] for r in results] == [1, 2, 3]
+    last = results[-1]
+    for k in range(2):
+        assert last[f"replay/{k}/size"] > 0
+        assert last[f"replay/{k}/sampled"] > 0
+    assert last["replay/size"] == last["replay/0/size"] + last["replay/1/size"]
+    assert last["env/epsilon/0"] == pytest.approx(0.4)
+    assert last["env/epsilon/1"] == pytest.approx(0.4**8)
+    assert last["learner/updates"] > 0 and last["learner/steps_trained"] > 0
+    assert 0.0 < last["learner/busy_frac"] <= 1.0
+    assert not math.isnan(last["learner/queue_size"])
+    assert "eval/return_mean" in last
+    assert last["timesteps_total"] >= 3 * 500
+    times = [r["time_s"] for r in results]
+    assert times == sorted(times) and times[0] >= 0.5
+
+
+def test_weights_reach_the_env_workers(scenario):
+    last = scenario["results"][-1]
+    assert last["sync/weight_syncs"] > 0
+    assert math.isfinite(last["sync/policy_lag"])
+    assert last["sync/policy_lag"] < last["learner/version"] + 1  # workers act past version -1
+
+
+def test_resume_inside_a_running_event_loop_continues_the_run(scenario):
+    assert scenario["resumed"]["iteration"] == 4
+    assert scenario["resumed"]["timesteps_total"] > scenario["results"][-1]["timesteps_total"]
+
+
+def test_flow_counters_agree_after_halt_so_nothing_was_lost(scenario):
+    f = scenario["final"]
+    assert f["flow/rollouts_sent"] == f["flow/rollouts_stored"] > 0
+    assert f["flow/batches_sampled"] == f["flow/batches_received"] > 0
+    assert f["flow/batches_trained"] == f["flow/batches_sampled"] - f["flow/batches_in_queue"]
+    assert f["flow/priority_updates_sent"] == f["flow/batches_trained"]
+    assert f["flow/priority_updates_applied"] == f["flow/priority_updates_sent"]
+    assert f["flow/batches_lost"] == 0 and f["flow/priority_updates_failed"] == 0
+
+
+def test_stop_releases_every_actor(gpu_client):
+    cfg = small_config(**{"workers.num_workers": 1, "replay.num_shards": 1, "eval.episodes": 0})
+    driver = ApexDriver(cfg, gpu_client)
+    keys = {f.key for f in driver._futures}
+    assert len(keys) == 3
+
+    def live(keys, dask_worker=None):
+        return sorted(k for k in dask_worker.state.actors if k in keys)
+
+    assert sum(len(v) for v in gpu_client.run(live, keys).values()) == 3
+    driver.run(stop={"iterations": 1})
+    driver.stop()
+    assert all(v == [] for v in gpu_client.run(live, keys).values())
+    with pytest.raises(ApexRuntimeError, match="stopped"):
+        next(driver.iterate())
+
+
+def test_unknown_env_id_fails_before_any_actor_is_created(gpu_client):
+    before = gpu_client.run(lambda dask_worker: len(dask_worker.state.actors))
+    with pytest.raises(ApexRuntimeError, match="unknown environment id 'CartPol-v1'") as err:
+        ApexDriver(small_config(**{"env.env_id": "CartPol-v1"}), gpu_client)
+    assert "\n" not in str(err.value)
+    assert gpu_client.run(lambda dask_worker: len(dask_worker.state.actors)) == before
+
+
+def test_a_scheduler_without_workers_is_a_one_line_error():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            t0 = time.monotonic()
+            with pytest.raises(ApexRuntimeError, match="has 0 worker") as err:
+                ApexDriver(small_config(), client, worker_wait_s=1.0)
+            assert time.monotonic() - t0 < 10
+            assert "\n" not in str(err.value)
+
+
+def test_unreachable_scheduler_fails_within_the_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(ApexRuntimeError, match="cannot reach the Dask scheduler") as err:
+        connect("tcp://127.0.0.1:9", timeout=2)
+    assert time.monotonic() - t0 < 10
+    assert "\n" not in str(err.value)
+
+
+def test_missing_scheduler_file_is_a_one_line_error(tmp_path):
+    with pytest.raises(ApexRuntimeError, match="does not exist") as err:
+        connect(scheduler_file=tmp_path / "nope.json")
+    assert "\n" not in str(err.value)
