@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -232,22 +231,6 @@ def _fmt(value: Any, fmt: str = "{:.1f}") -> str:
     return fmt.format(value) if isinstance(value, int | float) else "-"
 
 
-def stop_reason(cfg: ApexConfig, result: dict[str, Any], started: float) -> str | None:
-    """Which stop condition (if any) this result meets."""
-    stop = cfg.stop
-    if stop.timesteps is not None and result.get("timesteps_total", 0) >= stop.timesteps:
-        return f"reached {stop.timesteps} timesteps"
-    if stop.reward is not None:
-        value = result.get("eval/return_mean", result.get("env/episode_return_mean"))
-        if isinstance(value, int | float) and value >= stop.reward:
-            return f"return {value:.1f} >= {stop.reward}"
-    if stop.time_s is not None and time.monotonic() - started >= stop.time_s:
-        return f"reached {stop.time_s:g} s"
-    if stop.iterations is not None and result.get("iteration", 0) >= stop.iterations:
-        return f"reached {stop.iterations} iterations"
-    return None
-
-
 def save_outputs(out: Path, cfg: ApexConfig, weights: tuple[int, dict] | None) -> None:
     import numpy as np
 
@@ -301,13 +284,13 @@ def run(args: argparse.Namespace) -> int:
         save_outputs(out, cfg, None)
 
     from apex_dask.runtime.driver import ApexDriver
+    from apex_dask.runtime.report import stop_reason
 
     client, cluster = _connect(args, cfg)
     results: list[dict[str, Any]] = []
     reason = "finished"
     code = EXIT_OK
     driver = None
-    started = time.monotonic()
     jsonl = open(out / "results.jsonl", "w") if out is not None else None  # noqa: SIM115
     try:
         driver = ApexDriver(cfg, client=client)
@@ -329,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
                 jsonl.flush()
             if not args.quiet:
                 print(format_progress(result), flush=True)
-            why = stop_reason(cfg, result, started)
+            why = stop_reason(cfg.stop, result, cfg.eval.episodes > 0)
             if why:
                 reason = why
                 break
@@ -342,6 +325,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         weights = None
         if driver is not None:
+            try:
+                final = driver.halt()  # finish calls in flight: every hop's counters agree
+                if final and results:
+                    results[-1] = {**results[-1], **final}
+                if final and out is not None:
+                    (out / "final.json").write_text(json.dumps(final, indent=1, default=float))
+            except Exception as exc:
+                print(f"apex-dask-submit: could not halt cleanly: {exc}", file=sys.stderr)
             try:
                 weights = driver.learner_weights()
             except Exception as exc:  # the learner may be gone; keep what is saved
@@ -360,7 +351,10 @@ def run(args: argparse.Namespace) -> int:
             cluster.close()
     print(format_summary(results, reason), flush=True)
     if out is not None:
-        print(f"apex-dask-submit: wrote {out}/results.jsonl, config.yaml, weights.npz", flush=True)
+        print(
+            f"apex-dask-submit: wrote results.jsonl, final.json, config.yaml, weights.npz to {out}",
+            flush=True,
+        )
     return code
 
 
