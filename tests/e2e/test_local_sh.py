@@ -1,0 +1,154 @@
+"""cluster/local.sh end to end: real `dask scheduler`/`dask worker` processes, a short
+CartPole run through apex-dask-submit, and nothing left running afterwards.
+
+Every process the launcher starts inherits a unique ``APEX_E2E_MARKER``
+environment value; after the launcher exits, no live process may carry it
+(nanny-spawned worker processes included, whose command lines do not name the
+scheduler file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL_SH = ROOT / "cluster" / "local.sh"
+BIN = Path(sys.executable).parent
+MARK = "APEX_E2E_MARKER"
+
+
+def launcher_env(marker: str) -> dict[str, str]:
+    return dict(
+        os.environ,
+        PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        APEX_DASHBOARD=":0",
+        **{MARK: marker},
+    )
+
+
+def processes_marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def assert_nothing_left(marker: str, grace_s: float = 15.0) -> None:
+    """Fail (after killing them) if processes started under ``marker`` outlive ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    while (left := processes_marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        described = []
+        for proc in left:
+            try:
+                described.append(" ".join(proc.cmdline())[:160])
+                proc.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"{len(left)} process(es) survived the launcher: {described}")
+
+
+def read_results(run: Path) -> list[dict]:
+    path = run / "results.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_local_sh_trains_cartpole_on_its_own_processes_and_stops_them_all(tmp_path):
+    marker = uuid.uuid4().hex
+    run = tmp_path / "run"
+    try:
+        proc = subprocess.run(
+            [str(LOCAL_SH), "--workers", "2", "--workdir", str(tmp_path / "cluster"), "--"]
+            + ["--preset", "cartpole", "--stop-timesteps", "3000", "--quiet"]
+            + ["--set", "report.min_iter_time_s=1", "--out", str(run)],
+            env=launcher_env(marker),
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, output
+        results = read_results(run)
+        assert results and results[-1]["timesteps_total"] >= 3000, output
+        assert results[-1]["learner/steps_trained"] > 0
+        placement = json.loads((run / "placement.json").read_text())
+        # The learner went to the worker the launcher started with --resources GPU=1,
+        # the env workers to the CPU workers (named cpu-0, cpu-1 by --nworkers).
+        assert placement["learner"]["name"] == "learner"
+        assert placement["learner"]["resources"] == {"GPU": 1.0}
+        assert {w["name"] for w in placement["env_workers"]} <= {"cpu-0", "cpu-1"}
+        assert placement["learner"]["address"].startswith("tcp://127.0.0.1:")
+        assert "stopping 3 process(es)" in proc.stderr
+    finally:
+        assert_nothing_left(marker)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_stops_every_process_and_exits_130(tmp_path):
+    marker = uuid.uuid4().hex
+    run = tmp_path / "run"
+    log = (tmp_path / "launcher.log").open("w")
+    # A new session stands in for the terminal: Ctrl-C sends SIGINT to its foreground group.
+    proc = subprocess.Popen(
+        [str(LOCAL_SH), "--workers", "1", "--workdir", str(tmp_path / "cluster"), "--"]
+        + ["--preset", "cartpole", "--stop-time", "600", "--quiet", "--out", str(run)]
+        + ["--set", "report.min_iter_time_s=1"],
+        env=launcher_env(marker),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not read_results(run):
+            assert proc.poll() is None, (tmp_path / "launcher.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()
+            time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=90)
+        text = (tmp_path / "launcher.log").read_text()
+        assert code == 130, text
+        assert "interrupted" in text
+        assert "stopping 3 process(es)" in text
+        assert (run / "weights.npz").stat().st_size > 0  # saved before the cluster went down
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        assert_nothing_left(marker)
+
+
+def test_bad_worker_count_is_a_one_line_error_and_starts_nothing(tmp_path):
+    marker = uuid.uuid4().hex
+    proc = subprocess.run(
+        [str(LOCAL_SH), "--workers", "0", "--workdir", str(tmp_path)],
+        env=launcher_env(marker),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "local.sh: --workers must be a positive integer, got '0'"
+    ]
+    assert not (tmp_path / "scheduler.json").exists()
+    assert_nothing_left(marker, grace_s=0)
