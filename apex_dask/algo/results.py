@@ -32,7 +32,7 @@ __all__ = [
     "window_stat_metrics",
 ]
 
-ROLES: dict[str, int] = {"learner": 0, "worker": 1, "shard": 2, "eval": 3}
+ROLES: dict[str, int] = {"learner": 0, "worker": 1, "shard": 2, "eval": 3, "driver": 4}
 """Component roles that get their own seed stream."""
 
 _REPLAY_KEYS = ("size", "added", "sampled", "evicted", "add_s", "sample_s", "update_s")
