@@ -1,0 +1,186 @@
+"""The in-process runner: its bookkeeping, stop conditions, and that it learns."""
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apex_dask.config import ApexConfig
+from apex_dask.local import LocalApex, resolve_stop, run_local
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+
+TINY = {
+    "learner.batch_size": 32,
+    "learner.hiddens": [32],
+    "learner.target_update_freq": 640,
+    "replay.capacity": 4000,
+    "replay.num_shards": 2,
+    "replay.learning_starts": 400,
+    "workers.num_workers": 3,
+    "workers.rollout_fragment_length": 16,
+    "workers.max_weight_sync_delay": 32,
+    "report.min_iter_time_s": 0.0,
+    "report.timesteps_per_iteration": 480,
+    "eval.interval_s": 0.0,
+    "eval.episodes": 1,
+    "seed": 3,
+}
+
+
+def tiny(**overrides):
+    return ApexConfig.preset("cartpole").override({**TINY, **overrides})
+
+
+def _documented_names(num_workers, num_shards):
+    names = set()
+    for line in DOCS.read_text().splitlines():
+        m = re.match(r"\| `([a-z_/<>]+)`", line)
+        if not m or m.group(1).endswith("..."):
+            continue
+        name = m.group(1)
+        if "<i>" in name:
+            names |= {name.replace("<i>", str(i)) for i in range(num_workers)}
+        elif "<k>" in name:
+            names |= {name.replace("<k>", str(k)) for k in range(num_shards)}
+        else:
+            names.add(name)
+    return names
+
+
+def test_result_has_every_documented_metric_as_a_number():
+    results = list(run_local(tiny(), stop={"iterations": 2}))
+    assert [r["iteration"] for r in results] == [1.0, 2.0]
+    expected = _documented_names(3, 2) | {
+        f"replay/{k}/{x}" for k in range(2) for x in ("added", "sampled", "evicted")
+    }
+    expected |= {f"learner/queue_size/q{q}" for q in (0, 10, 50, 90, 100)}
+    expected |= {"learner/queue_size/std"}
+    expected |= {f"flow/{x}" for x in ("rollouts_sent", "rollouts_stored", "batches_lost")}
+    missing = expected - set(results[-1])
+    assert not missing, sorted(missing)
+    assert all(isinstance(v, float) for v in results[-1].values())
+
+
+def test_counters_agree_across_components():
+    apex = LocalApex(tiny())
+    for _ in range(60):
+        apex.step()
+    r = apex.result()
+    steps = sum(w.steps_sampled for w in apex.workers)
+    assert r["timesteps_total"] == r["env/steps_sampled"] == steps == 60 * 3 * 16
+    stored = sum(s.stats()["added"] for s in apex.shards)
+    pending = sum(w.adder.num_pending for w in apex.workers)
+    assert stored == steps - pending  # every step became one transition, in some shard
+    assert r["replay/size"] == stored
+    assert r["learner/steps_trained"] == 32 * r["learner/updates"]
+    # priorities went back to the shards the batches came from
+    assert sum(s.stats()["updated"] for s in apex.shards) == r["learner/steps_trained"]
+    assert sum(s.stats()["sampled"] for s in apex.shards) == r["learner/steps_trained"]
+    assert r["learner/target_updates"] == r["learner/steps_trained"] // 640
+    assert r["env/epsilon/0"] == pytest.approx(0.4)
+    assert r["env/epsilon/2"] == pytest.approx(0.4**8)
+    apex.close()
+
+
+def test_no_updates_until_each_shard_holds_its_share_of_learning_starts():
+    apex = LocalApex(tiny(**{"replay.learning_starts": 1000}))  # 500 per shard
+    while all(len(s) < 500 for s in apex.shards):
+        assert apex.learner.num_updates == 0
+        apex.step()
+    while apex.learner.num_updates == 0:
+        apex.step()
+    ready = [len(s) >= 500 for s in apex.shards]
+    assert any(ready)
+    # only ready shards were sampled
+    for s, ok in zip(apex.shards, ready, strict=True):
+        assert ok or s.stats()["sampled"] == 0
+
+
+def test_replay_ratio_bound_is_kept():
+    apex = LocalApex(tiny(**{"learner.max_replay_ratio": 2.0}))
+    for _ in range(40):
+        apex.step()
+        assert apex.learner.steps_trained <= 2.0 * apex.steps_sampled
+    # and the learner actually used its budget once learning started
+    assert apex.learner.steps_trained > 2.0 * apex.steps_sampled - 32 * 2
+
+
+def test_without_ratio_bound_one_update_per_fragment_after_learning_starts():
+    apex = LocalApex(tiny(**{"learner.max_replay_ratio": None, "replay.learning_starts": 0}))
+    for _ in range(10):
+        apex.step()
+    assert apex.learner.num_updates == 10 * 3
+
+
+def test_weights_sync_after_delay_only_when_newer():
+    apex = LocalApex(tiny(**{"workers.max_weight_sync_delay": 48}))
+    assert apex.weight_syncs == 3  # the initial sync of every worker
+    assert all(w.weights_version == 0 for w in apex.workers)
+    for _ in range(30):
+        apex.step()
+    r = apex.result()
+    # each worker syncs at most every 3 fragments (48 steps of 16)
+    assert 3 < r["sync/weight_syncs"] <= 3 + 3 * (30 // 3)
+    assert all(w.weights_version <= apex.learner.version for w in apex.workers)
+    lag = apex.learner.version - np.mean([w.weights_version for w in apex.workers])
+    assert r["sync/policy_lag"] == pytest.approx(lag)
+
+
+def test_no_sync_without_newer_weights():
+    apex = LocalApex(tiny(**{"replay.learning_starts": 4000, "replay.capacity": 8000}))
+    for _ in range(20):
+        apex.step()
+    assert apex.learner.version == 0 and apex.weight_syncs == 3
+
+
+def test_stop_on_timesteps_and_iterations():
+    results = list(run_local(tiny(), stop={"timesteps": 1000}))
+    assert results[-1]["timesteps_total"] >= 1000
+    assert all(r["timesteps_total"] < 1000 for r in results[:-1])
+    cfg = tiny(**{"stop.iterations": 3})
+    assert len(list(run_local(cfg))) == 3
+
+
+def test_stop_on_reward_uses_eval_when_enabled_else_episode_return():
+    with_eval = list(run_local(tiny(), stop={"reward": 1.0}))
+    assert len(with_eval) == 1 and with_eval[0]["eval/return_mean"] >= 1.0
+    no_eval = tiny(**{"eval.episodes": 0})
+    results = list(run_local(no_eval, stop={"reward": 1.0, "iterations": 5}))
+    assert len(results) == 1 and results[0]["env/episode_return_mean"] >= 1.0
+    assert "eval/return_mean" not in results[0]
+
+
+def test_resolve_stop_overrides_field_by_field_and_rejects_unknown():
+    base = tiny(**{"stop.time_s": 10.0}).stop
+    merged = resolve_stop(base, {"timesteps": 5})
+    assert merged.time_s == 10.0 and merged.timesteps == 5
+    with pytest.raises(ValueError, match="rewards"):
+        resolve_stop(base, {"rewards": 1})
+
+
+def test_same_seed_same_training():
+    def run():
+        apex = LocalApex(tiny(**{"eval.episodes": 0}))
+        for _ in range(30):
+            apex.step()
+        return apex.learner.get_weights()
+
+    (va, wa), (vb, wb) = run(), run()
+    assert va == vb > 0
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k])
+
+
+def test_cartpole_preset_learns_well_above_random():
+    """A broken learner fails here: random play scores ~22 on CartPole-v1."""
+    cfg = ApexConfig.preset("cartpole").override({"eval.episodes": 0, "seed": 0})
+    apex = LocalApex(cfg)
+    while apex.steps_sampled < 30_000:
+        apex.step()
+    ev = apex.workers[-1]  # any worker's greedy evaluation env will do
+    ev.set_weights(*apex.learner.get_weights())
+    score = ev.evaluate(10, seed=123)["return_mean"]
+    assert not math.isnan(score) and score >= 150, score
