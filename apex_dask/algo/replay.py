@@ -6,6 +6,7 @@ The runtime wraps it in an actor; the in-process runner uses it directly.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ REQUIRED_KEYS: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done")
 _COUNTERS = ("added", "sampled", "updated")
 _TIMERS = ("add_s", "sample_s", "update_s")
 _MASK64 = (1 << 64) - 1
+_PACK_BYTES = 128  # keys up to this many bytes per item are stored in one record array
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,24 @@ class ReplayShard:
             = (m_i / min_j m_j) ** -beta
 
     where ``N = len(self)`` and ``j`` runs over all stored items; the minimum
-    mass comes from a min-tree. Items added without priorities get the largest
-    priority seen so far (1.0 before any was given); ``update_priorities``
-    raises that maximum too.
+    mass comes from a min-tree (with ``eps = 0`` and a zero priority stored,
+    ``min_j m_j = 0`` and every weight is 0). Items added without priorities
+    get the largest priority seen so far (1.0 before any was given);
+    ``update_priorities`` raises that maximum too.
+
+    Sampling uses plain iid uniforms, not RLlib's stratified segments: draws
+    are then independent, exactly "with replacement", and the law above holds
+    per draw. Masses live in float64 sum/min trees
+    (:class:`~apex_dask.algo.sumtree.SumMinTree`) whose nodes are recomputed
+    from their children, so they never drift from their leaves.
 
     The schema (keys, dtypes, per-item shapes) is fixed by the first ``add``;
     ``obs, action, reward, next_obs, done`` are required, extra keys (e.g.
-    ``discount``) are stored too. When the ring is full the oldest items are
-    overwritten. Indices are slots: an index refers to whatever item sits in
-    that slot now.
+    ``discount``) are stored too. Keys of at most 128 bytes per item share
+    one record array (one sampled item costs a cache line or two, not one per
+    key); larger keys, such as image observations, get their own array. When
+    the ring is full the oldest items are overwritten. Indices are slots: an
+    index refers to whatever item sits in that slot now.
 
     Usage::
 
@@ -93,7 +104,9 @@ class ReplayShard:
         self._tree = SumMinTree(capacity, backend=backend)
         self._rng = np.random.default_rng(seed)
         self._priority = np.zeros(capacity, np.float64)
-        self._storage: dict[str, np.ndarray] | None = None
+        self._storage: dict[str, np.ndarray] | None = None  # per key, [capacity, *shape]
+        self._records: np.ndarray | None = None  # small keys' fields, one record per slot
+        self._packed: tuple[str, ...] = ()
         self._schema: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         self._keys: frozenset[str] = frozenset()
         self._size = 0
@@ -147,8 +160,18 @@ class ReplayShard:
         self._keys = frozenset(arrays)
 
     def _allocate(self) -> None:
+        # Keys of at most _PACK_BYTES per item share one record array, so that a
+        # sampled item costs one or two cache lines instead of one per key;
+        # larger keys (images) get an array of their own.
+        small = [
+            (k, dtype, shape)
+            for k, (dtype, shape) in self._schema.items()
+            if dtype.itemsize * math.prod(shape) <= _PACK_BYTES and not dtype.hasobject
+        ]
+        self._records = np.empty(self.capacity, np.dtype(small, align=True)) if small else None
+        self._packed = tuple(k for k, _, _ in small)
         self._storage = {
-            k: np.empty((self.capacity, *shape), dtype)
+            k: self._records[k] if k in self._packed else np.empty((self.capacity, *shape), dtype)
             for k, (dtype, shape) in self._schema.items()
         }
 
@@ -274,7 +297,11 @@ class ReplayShard:
                 "all stored items have mass 0 (priority 0 with eps=0): nothing to sample"
             )
         indices, weights = self._tree.sample(self._rng.random(batch_size), beta)
-        data = {k: v.take(indices, axis=0) for k, v in self._storage.items()}
+        records = None if self._records is None else self._records.take(indices)
+        data = {
+            k: np.ascontiguousarray(records[k]) if k in self._packed else v.take(indices, axis=0)
+            for k, v in self._storage.items()
+        }
         self._counts["sampled"] += batch_size
         self._times["sample_s"] += time.perf_counter() - t0
         return ReplaySample(indices=indices, weights=weights, data=data)
@@ -385,6 +412,7 @@ class ReplayShard:
             raise ValueError("state has items but no data/<key> arrays")
         else:
             self._storage, self._schema, self._keys = None, {}, frozenset()
+            self._records, self._packed = None, ()
         self._priority[:] = 0.0
         self._priority[:size] = priority
         self._tree.load_masses(mass)
