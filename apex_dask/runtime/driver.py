@@ -37,6 +37,7 @@ import numpy as np
 from apex_dask.algo.env_worker import probe_spaces
 from apex_dask.algo.envs import UnknownEnvError, make_env_factory
 from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.algo.results import derive_seed
 from apex_dask.config import ApexConfig, StopConfig
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 from apex_dask.runtime.cluster import start_local_cluster, wait_for_workers
@@ -177,7 +178,7 @@ class ApexDriver:
                 eps=cfg.replay.eps,
                 learning_starts=cfg.replay.shard_learning_starts,
                 batch_size=cfg.learner.batch_size,
-                seed=seeds[k],
+                seed=derive_seed(cfg.seed, "shard", k),
                 run=self.run_id,
                 where=p.shards[k].address,
             )
@@ -199,7 +200,7 @@ class ApexDriver:
                 "target_update_freq": lr.target_update_freq,
                 "device": lr.device,
                 "num_threads": lr.num_threads,
-                "seed": cfg.seed,
+                "seed": derive_seed(cfg.seed, "learner"),
             },
             batch_size=lr.batch_size,
             inqueue_size=lr.inqueue_size,
@@ -219,7 +220,7 @@ class ApexDriver:
                 shard_futs,
                 learner_fut,
                 where=p.env_workers[i].address,
-                **self._env_kwargs(i, self._epsilons[i], seeds[n_shards + i]),
+                **self._env_kwargs(i, self._epsilons[i], derive_seed(cfg.seed, "worker", i)),
             )
             for i in range(n_env)
         ]
@@ -232,7 +233,7 @@ class ApexDriver:
                 shard_futs,
                 learner_fut,
                 where=p.evaluator.address,
-                **self._env_kwargs(-1, 0.0, seeds[-1]),
+                **self._env_kwargs(-1, 0.0, derive_seed(cfg.seed, "eval")),
             )
         roles = (
             [f"replay shard {k}" for k in range(n_shards)]

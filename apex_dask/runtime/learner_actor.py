@@ -47,12 +47,12 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.timers import QUANTILES, Timer, WindowStat
+from apex_dask.algo.results import window_stat_metrics
+from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.runtime.calls import Throttled, call_with_timeout
 
 __all__ = ["LearnerActor"]
 
-_STOP = object()
 Hook = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
@@ -103,6 +103,7 @@ class LearnerActor:
         # learner-thread state
         self._thread: threading.Thread | None = None
         self._thread_error: str | None = None
+        self._stop_thread = False
         self._dequeue = Timer(100)
         self._grad = Timer(100)
         self._overall = Timer(100)
@@ -135,16 +136,7 @@ class LearnerActor:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping = False
-        kept = []  # a stop sentinel may be left from the last session
-        while True:
-            try:
-                item = self._inq.get_nowait()
-            except queue.Empty:
-                break
-            if item is not _STOP:
-                kept.append(item)
-        for item in kept:
-            self._inq.put_nowait(item)
+        self._stop_thread = False
         self._outq = asyncio.Queue()
         self._space = asyncio.Event()
         self._snap_lock = asyncio.Lock()
@@ -158,7 +150,7 @@ class LearnerActor:
         ]
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
-        """Stop requesting, let held batches into the queue, halt the thread, flush priorities.
+        """Stop requesting, queue the batches held, train what is queued, flush priorities.
 
         Returns the final :meth:`stats`.
         """
@@ -170,10 +162,7 @@ class LearnerActor:
             self._slots = []
         thread = self._thread
         if thread is not None:
-            try:
-                self._inq.put_nowait(_STOP)
-            except queue.Full:
-                pass  # the thread is busy and sees _stopping after its step
+            self._stop_thread = True  # the thread trains what is queued, then exits
             await asyncio.get_running_loop().run_in_executor(None, thread.join, timeout_s)
         if self._outq is not None and self._sender is not None:
             self._outq.put_nowait(None)
@@ -262,16 +251,25 @@ class LearnerActor:
         self.enqueue_blocked_s += time.perf_counter() - t0
 
     # ------------------------------------------------------------ learner thread
+    def _take(self) -> tuple[int, dict[str, Any]] | None:
+        """The next batch; None once a stop was asked and the queue is empty."""
+        while True:
+            try:
+                return self._inq.get(timeout=0.05)
+            except queue.Empty:
+                if self._stop_thread:
+                    return None
+
     def _train_loop(self) -> None:
         loop = self._loop
         try:
             while True:
                 t0 = time.perf_counter()
-                item = self._inq.get()
+                item = self._take()
                 t1 = time.perf_counter()
                 if self._waiting:
                     loop.call_soon_threadsafe(self._space.set)
-                if item is _STOP:
+                if item is None:
                     break
                 qsize = self._inq.qsize()
                 shard_id, batch = item
@@ -292,8 +290,6 @@ class LearnerActor:
                     self.batches_trained += 1
                     self._overall.push(time.perf_counter() - t0)
                 self._pub.maybe(self._metrics)
-                if self._stopping and self._inq.empty():
-                    break
         except BaseException as exc:  # surfaced through stats() to the driver
             self._thread_error = f"{type(exc).__name__}: {exc}"
 
@@ -399,8 +395,7 @@ class LearnerActor:
             "learner/grad_s": grad,
             "learner/overall_s": overall,
             "learner/grad_total_s": grad_total,
-            "learner/queue_size": q["mean"],
-            "learner/queue_size/std": q["std"],
+            **window_stat_metrics("learner/queue_size", q),
             "learner/enqueue_blocked_s": self.enqueue_blocked_s,
             "learner/ratio_wait_s": self.ratio_wait_s,
             "learner/hook_calls": float(self.hook_calls),
@@ -411,6 +406,4 @@ class LearnerActor:
             "flow/priority_updates_failed": float(self.priority_updates_failed),
             "flow/batches_lost": float(self.batches_lost),
         }
-        for p, v in zip(QUANTILES, q["quantiles"], strict=True):
-            out[f"learner/queue_size/q{p}"] = v
         return out

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from apex_dask.algo.exploration import lowest_epsilon_workers
+from apex_dask.algo.results import derive_seed
 from apex_dask.runtime.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.metrics import TOPIC, make_message
@@ -94,7 +95,7 @@ class ExecutionPlan:
         self.results = results
         self.replace_env_worker = replace_env_worker
         self.timeout = float(config.topology.call_timeout_s)
-        self.rng = np.random.default_rng([seed, 7])
+        self.rng = np.random.default_rng(derive_seed(seed, "driver"))
         self.lowest = set(lowest_epsilon_workers(len(slots)))
         self.halting = False
         self.iteration = 0
@@ -102,7 +103,10 @@ class ExecutionPlan:
         self.weight_syncs = 0
         self.env_workers_replaced = 0
         self.rollouts_failed = 0
-        self.eval_result: dict[str, Any] | None = None
+        self.eval_result: dict[str, Any] | None = None  # finished this iteration
+        self.last_eval: dict[str, Any] | None = None
+        self.eval_time_s = 0.0
+        self._eval_t0 = 0.0
         self.prev_learner: dict[str, Any] | None = None
         self.t_start: float | None = None
         self.final: dict[str, float] | None = None
@@ -174,7 +178,8 @@ class ExecutionPlan:
             epsilons=[s.epsilon for s in self.slots],
             acting_versions=[s.version for s in self.slots],
             weight_syncs=self.weight_syncs,
-            eval_result=self.eval_result,
+            eval_result=self.last_eval,
+            eval_time_s=self.eval_time_s,
             extra=self._extra(),
         )
 
@@ -204,6 +209,7 @@ class ExecutionPlan:
         if now - self._last_eval < ev.interval_s:
             return
         self._last_eval = now
+        self._eval_t0 = now
         self._eval_pending = True
         seed = int(self.rng.integers(2**31))
         self._tasks[asyncio.ensure_future(self.evaluator.evaluate(ev.episodes, seed))] = (
@@ -250,8 +256,9 @@ class ExecutionPlan:
                 slot.version = int(version)
         elif kind == "eval":
             self._eval_pending = False
+            self.eval_time_s += time.monotonic() - self._eval_t0
             if exc is None:
-                self.eval_result = task.result()
+                self.eval_result = self.last_eval = task.result()
             elif not _is_lost(exc):
                 raise ApexRuntimeError(f"evaluation failed: {type(exc).__name__}: {exc}")
         elif kind == "report":
@@ -345,8 +352,10 @@ class ExecutionPlan:
             acting_versions=[s.version for s in self.slots],
             weight_syncs=self.weight_syncs,
             eval_result=self.eval_result,
+            eval_time_s=self.eval_time_s,
             extra=self._extra(),
         )
+        self.eval_result = None
         self.prev_learner = learner
         try:
             msg = make_message(self.run_id, "driver", result)

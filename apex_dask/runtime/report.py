@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apex_dask.algo.results import episode_metrics
 from apex_dask.config import StopConfig
 
 __all__ = ["IterationWindow", "build_result", "merge_stop", "stop_reason"]
@@ -49,6 +50,7 @@ def build_result(
     acting_versions: Sequence[int],
     weight_syncs: int,
     eval_result: Mapping[str, Any] | None,
+    eval_time_s: float = 0.0,
     extra: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Assemble one result dict.
@@ -56,7 +58,10 @@ def build_result(
     ``learner`` / ``shards`` / ``envs`` are the actors' metric-named stats;
     ``prev_learner`` the learner stats of the previous result (for rates);
     ``window`` holds the episodes of the lowest-epsilon third only.
-    ``sync/policy_lag`` = learner version - mean(acting versions).
+    ``eval_result`` is an evaluation that finished during this iteration (its
+    ``eval/return_mean`` appears only then, as in the in-process runner).
+    ``sync/policy_lag`` = learner version - mean(acting versions);
+    ``learner/replay_ratio`` = transitions trained / env steps sampled.
     """
     wall = max(window.wall_s, 1e-9)
     out: dict[str, float] = {
@@ -65,14 +70,14 @@ def build_result(
         "timesteps_total": float(steps_total),
         "env/steps_sampled": float(steps_total),
         "env/steps_per_s": window.steps / wall,
-        "env/episode_return_mean": _mean(window.episode_returns),
-        "env/episode_len_mean": _mean(window.episode_lengths),
-        "env/episodes": float(len(window.episode_returns)),
+        **episode_metrics(window.episode_returns, window.episode_lengths),
     }
     for i, eps in enumerate(epsilons):
         out[f"env/epsilon/{i}"] = float(eps)
     if eval_result is not None:
         out["eval/return_mean"] = float(eval_result["return_mean"])
+        out["eval/return_std"] = float(eval_result.get("return_std", math.nan))
+    out["eval/time_s"] = float(eval_time_s)
     for name, value in learner.items():
         if name not in _INTERNAL and isinstance(value, int | float):
             out[name] = float(value)
@@ -81,6 +86,7 @@ def build_result(
     d_grad = learner["learner/grad_total_s"] - prev.get("learner/grad_total_s", 0.0)
     out["learner/updates_per_s"] = d_updates / wall
     out["learner/busy_frac"] = min(1.0, d_grad / wall)
+    out["learner/replay_ratio"] = learner["learner/steps_trained"] / max(steps_total, 1)
     size = 0.0
     stored = sampled = applied = 0.0
     for k, s in enumerate(shards):
