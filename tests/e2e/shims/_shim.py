@@ -31,11 +31,22 @@ def record(tool: str, **fields: object) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
+def existing_paths(command: list[str]) -> list[str]:
+    """The arguments of ``command`` naming files that exist now (e.g. a scheduler file)."""
+    return [a for a in command if os.sep in a and os.path.exists(a)]
+
+
 def next_job_id() -> int:
-    counter = state_dir() / "next_job_id"
-    # One submitter at a time is enough for tests; O_EXCL guards a race anyway.
-    value = int(counter.read_text()) if counter.exists() else 1000
-    counter.write_text(str(value + 1))
+    import fcntl
+
+    with open(state_dir() / "next_job_id", "a+") as counter:  # jobqueue submits concurrently
+        fcntl.flock(counter, fcntl.LOCK_EX)
+        counter.seek(0)
+        text = counter.read().strip()
+        value = int(text) if text else 1000
+        counter.seek(0)
+        counter.truncate()
+        counter.write(str(value + 1))
     return value
 
 

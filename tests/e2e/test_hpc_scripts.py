@@ -1,0 +1,194 @@
+"""cluster/slurm/apex.sbatch and cluster/pbs/apex.pbs, run for real on this machine.
+
+The stand-ins in ``tests/e2e/shims`` (``sbatch``, ``srun``, ``scancel``,
+``qsub``, ``qdel``, ``pbsdsh``) come first on PATH and run each job, step and
+task as local processes with the variables the batch system would set, so
+the scripts' launch order, scheduler-file hand-off, worker placement and
+teardown all execute; only the spread over separate nodes is simulated (fake
+host names). Every process started inherits a unique ``APEX_E2E_MARKER``;
+none may outlive the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIMS = Path(__file__).resolve().parent / "shims"
+BIN = Path(sys.executable).parent
+MARK = "APEX_E2E_MARKER"
+TRAIN_ARGS = ["--stop-timesteps", "3000", "--set", "report.min_iter_time_s=1", "--quiet"]
+
+
+def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
+    return dict(
+        os.environ,
+        PATH=os.pathsep.join([str(SHIMS), str(BIN), os.environ["PATH"]]),
+        APEX_SHIM_STATE=str(state),
+        **{MARK: marker},
+        **extra,
+    )
+
+
+def processes_marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def assert_nothing_left(marker: str, grace_s: float = 15.0) -> None:
+    deadline = time.monotonic() + grace_s
+    while (left := processes_marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        described = []
+        for proc in left:
+            try:
+                described.append(" ".join(proc.cmdline())[:160])
+                proc.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"{len(left)} process(es) outlived the job: {described}")
+
+
+def calls(state: Path, tool: str) -> list[dict]:
+    lines = (state / "calls.jsonl").read_text().splitlines()
+    return [c for c in map(json.loads, lines) if c["tool"] == tool]
+
+
+def check_trained_run(run_dir: Path, output: str) -> None:
+    results = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert results and results[-1]["timesteps_total"] >= 3000, output
+    assert results[-1]["learner/steps_trained"] > 0
+    placement = json.loads((run_dir / "placement.json").read_text())
+    assert placement["learner"]["name"] == "learner"  # the worker started with GPU=1
+    assert placement["learner"]["resources"] == {"GPU": 1.0}
+    assert all(w["name"] != "learner" for w in placement["env_workers"])
+    assert (run_dir / "weights.npz").stat().st_size > 0
+    for log in ("scheduler.log", "learner.log"):
+        assert (run_dir / log).exists()
+
+
+@pytest.mark.slow
+def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
+    marker, state = uuid.uuid4().hex, tmp_path / "state"
+    env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
+    env["APEX_DASHBOARD"] = ":0"
+    script = ROOT / "cluster" / "slurm" / "apex.sbatch"
+    try:
+        proc = subprocess.run(
+            ["sbatch", "--wait", str(script), *TRAIN_ARGS],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        (submit,) = calls(state, "sbatch")
+        job_id = submit["job_id"]
+        output = proc.stdout + (tmp_path / f"apex-{job_id}.out").read_text()
+        assert proc.returncode == 0, output
+        assert proc.stdout.strip() == f"Submitted batch job {job_id}"
+        # The script's directives: a GPU component, then CPU nodes.
+        gpu_part, cpu_part = submit["components"]
+        assert gpu_part["gres"] == "gpu:1" and gpu_part["nodes"] == 1
+        assert cpu_part["gres"] is None and cpu_part["nodes"] == 2
+        # The learner step runs on component 0 and advertises the GPU; the env-worker
+        # step covers component 1's nodes; both come after the scheduler file exists.
+        learner_step, env_step = calls(state, "srun")
+        assert learner_step["group"] == "0" and learner_step["ntasks"] == 1
+        cmd = learner_step["command"]
+        assert cmd[1] == "worker" and cmd[cmd.index("--resources") + 1] == "GPU=1"
+        assert cmd[cmd.index("--name") + 1] == "learner"
+        assert env_step["group"] == "1" and env_step["ntasks"] == 2
+        assert "--resources" not in env_step["command"]
+        run_dir = tmp_path / f"apex-{job_id}"
+        sched_file = str(run_dir / "scheduler.json")
+        assert cmd[cmd.index("--scheduler-file") + 1] == sched_file
+        assert sched_file in learner_step["existing_paths"]
+        assert sched_file in env_step["existing_paths"]
+        assert "3 of 3 workers joined; GPU workers ['learner']" in output
+        check_trained_run(run_dir, output)
+        assert "stopping the Dask cluster" in output
+    finally:
+        assert_nothing_left(marker)
+
+
+@pytest.mark.slow
+def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_path):
+    marker, state = uuid.uuid4().hex, tmp_path / "state"
+    env = job_env(marker, state)
+    script = ROOT / "cluster" / "pbs" / "apex.pbs"
+    settings = (
+        "APEX_PRESET=cartpole,APEX_WORKERS_PER_NODE=1,APEX_DASHBOARD=:0,APEX_ARGS="
+        + " ".join(TRAIN_ARGS)
+    )
+    try:
+        proc = subprocess.run(
+            ["qsub", "-W", "block=true", "-v", settings, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        (submit,) = calls(state, "qsub")
+        job_id = submit["job_id"]
+        seq = job_id.split(".")[0]
+        output = proc.stdout + (tmp_path / f"apex.o{seq}").read_text()
+        assert proc.returncode == 0, output
+        # One pbsdsh task per CPU host, each at that host's first line of the node
+        # file, with an absolute program and the (already written) scheduler file.
+        vnodes = Path(submit["nodefile"]).read_text().split()
+        hosts = list(dict.fromkeys(vnodes))
+        assert len(hosts) == 3
+        tasks = calls(state, "pbsdsh")
+        assert sorted(t["targets"][0] for t in tasks) == hosts[1:]
+        run_dir = tmp_path / f"apex-{seq}"
+        for task in tasks:
+            index = int(task["argv"][task["argv"].index("-n") + 1])
+            assert vnodes[index] == task["targets"][0] and vnodes.index(vnodes[index]) == index
+            assert os.path.isabs(task["command"][0])
+            assert str(run_dir / "scheduler.json") in task["existing_paths"]
+        assert "3 of 3 workers joined; GPU workers ['learner']" in output
+        check_trained_run(run_dir, output)
+    finally:
+        assert_nothing_left(marker)
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("slurm/apex.sbatch", "apex.sbatch: run me with sbatch (no SLURM_JOB_ID)"),
+        ("pbs/apex.pbs", "apex.pbs: run me with qsub (no PBS_NODEFILE)"),
+    ],
+)
+def test_job_script_outside_a_job_says_how_to_submit_it(tmp_path, script, message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PBS_"))}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "cluster" / script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [message]
+    assert list(tmp_path.iterdir()) == []
