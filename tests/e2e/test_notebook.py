@@ -1,0 +1,157 @@
+"""The notebooks, executed top to bottom in a real kernel with nbclient.
+
+``quickstart.ipynb`` starts its own LocalCluster and trains with a small
+budget (``APEX_NOTEBOOK_BUDGET``); ``connect_existing.ipynb`` connects to a
+cluster that ``cluster/local.sh --serve`` started, which Ctrl-C then stops.
+Any cell error fails the test; afterwards no process started for the test may
+still run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+BIN = Path(sys.executable).parent
+MARK = "APEX_E2E_MARKER"
+
+
+def processes_marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def assert_nothing_left(marker: str, grace_s: float = 15.0) -> None:
+    deadline = time.monotonic() + grace_s
+    while (left := processes_marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        described = []
+        for proc in left:
+            try:
+                described.append(" ".join(proc.cmdline())[:160])
+                proc.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"{len(left)} process(es) survived: {described}")
+
+
+def execute(name: str, workdir: Path) -> nbformat.NotebookNode:
+    """Run every cell in a fresh python3 kernel (raises CellExecutionError on any error)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = NotebookClient(
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+    )
+    client.execute()
+    return nb
+
+
+def stream_text(nb: nbformat.NotebookNode) -> str:
+    return "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "stream"
+    )
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "connect_existing.ipynb"])
+def test_committed_notebook_is_valid_and_has_its_outputs_cleared(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+
+
+@pytest.mark.slow
+def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(
+    tmp_path, monkeypatch
+):
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv(MARK, marker)  # the kernel and its LocalCluster inherit it
+    monkeypatch.setenv("APEX_NOTEBOOK_BUDGET", "1500")
+    monkeypatch.setenv("APEX_NOTEBOOK_OUT", str(tmp_path))
+    monkeypatch.delenv("APEX_SCHEDULER_ADDRESS", raising=False)
+    try:
+        nb = execute("quickstart.ipynb", tmp_path)
+        text = stream_text(nb)
+        assert "learner and replay shards on:" in text
+        assert "iteration 1:" in text
+        assert "saved and reloaded weights version" in text
+        assert "greedy return over 10 episodes:" in text
+        mimes = {
+            key
+            for cell in nb.cells
+            for out in cell.get("outputs", [])
+            for key in out.get("data", {})
+        }
+        assert "application/vnd.bokehjs_exec.v0+json" in mimes  # the live plot rendered
+        assert (tmp_path / "apex_cartpole_weights.npz").stat().st_size > 0
+    finally:
+        assert_nothing_left(marker)
+
+
+@pytest.mark.slow
+def test_connect_existing_trains_on_local_sh_serve_which_ctrl_c_then_stops(
+    tmp_path, monkeypatch
+):
+    marker = uuid.uuid4().hex
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        APEX_DASHBOARD=":0",
+        **{MARK: marker},
+    )
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [str(ROOT / "cluster" / "local.sh"), "--serve", "--workers", "1"]
+        + ["--workdir", str(tmp_path / "cluster")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while "local.sh: ready" not in (tmp_path / "serve.log").read_text():
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        monkeypatch.setenv("APEX_SCHEDULER_FILE", str(tmp_path / "cluster" / "scheduler.json"))
+        monkeypatch.setenv("APEX_NOTEBOOK_BUDGET", "1500")
+        monkeypatch.delenv("APEX_SCHEDULER_ADDRESS", raising=False)
+        nb = execute("connect_existing.ipynb", tmp_path)
+        text = stream_text(nb)
+        assert "learner on learner" in text  # the worker local.sh started with GPU=1
+        assert "resources={'GPU': 1.0}" in text
+        assert "transitions trained" in text
+        assert server.poll() is None  # the notebook left the cluster running
+        os.killpg(server.pid, signal.SIGINT)
+        assert server.wait(timeout=60) == 130
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        assert_nothing_left(marker)
