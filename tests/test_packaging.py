@@ -87,3 +87,16 @@ def test_extras_exist():
     extras = data["project"]["optional-dependencies"]
     for name in ("test", "bench"):
         assert extras[name], name
+
+
+def test_public_api_is_importable_and_import_stays_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, apex_dask\n"
+        "assert 'distributed' not in sys.modules and 'torch' not in sys.modules\n"
+        "from apex_dask import ApexConfig, ApexDriver, train, run_local\n"
+        "assert callable(train) and callable(run_local) and ApexDriver.__name__ == 'ApexDriver'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
