@@ -164,7 +164,7 @@ def shimmed_batch_system(tmp_path, monkeypatch):
     monkeypatch.setenv(MARK, marker)  # inherited by the shims and every job they start
     monkeypatch.chdir(tmp_path)  # sbatch writes slurm-<id>.out to the submit folder
     yield state, marker
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 5
     while (left := processes_marked(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     kill_shim_jobs(state)

@@ -49,7 +49,7 @@ def processes_marked(marker: str) -> list[psutil.Process]:
     return found
 
 
-def assert_nothing_left(marker: str, grace_s: float = 15.0) -> None:
+def assert_nothing_left(marker: str, grace_s: float = 5.0) -> None:
     """Fail (after killing them) if processes started under ``marker`` outlive ``grace_s``."""
     deadline = time.monotonic() + grace_s
     while (left := processes_marked(marker)) and time.monotonic() < deadline:

@@ -40,7 +40,7 @@ def processes_marked(marker: str) -> list[psutil.Process]:
     return found
 
 
-def assert_nothing_left(marker: str, grace_s: float = 15.0) -> None:
+def assert_nothing_left(marker: str, grace_s: float = 5.0) -> None:
     deadline = time.monotonic() + grace_s
     while (left := processes_marked(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -87,9 +87,7 @@ def test_committed_notebook_is_valid_and_has_its_outputs_cleared(name):
 
 
 @pytest.mark.slow
-def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(
-    tmp_path, monkeypatch
-):
+def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(tmp_path, monkeypatch):
     marker = uuid.uuid4().hex
     monkeypatch.setenv(MARK, marker)  # the kernel and its LocalCluster inherit it
     monkeypatch.setenv("APEX_NOTEBOOK_BUDGET", "1500")
@@ -115,9 +113,7 @@ def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(
 
 
 @pytest.mark.slow
-def test_connect_existing_trains_on_local_sh_serve_which_ctrl_c_then_stops(
-    tmp_path, monkeypatch
-):
+def test_connect_existing_trains_on_local_sh_serve_which_ctrl_c_then_stops(tmp_path, monkeypatch):
     marker = uuid.uuid4().hex
     env = dict(
         os.environ,

@@ -18,6 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+TRACKED = ("APEX_SHIM_STATE", "APEX_E2E_MARKER")
+"""Variables passed even where PBS would start from a bare environment: the stand-ins'
+state folder, and the marker by which tests find every process a job started."""
+
 
 def state_dir() -> Path:
     path = Path(os.environ.get("APEX_SHIM_STATE", Path.cwd() / ".apex-shim-state"))
