@@ -172,14 +172,18 @@ def shimmed_batch_system(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "submit", "cancel", "gpu_request"),
+    [("slurm", "sbatch", "scancel", "#SBATCH --gres=gpu:1"), ("pbs", "qsub", "qdel", ":ngpus=1:")],
+)
 def test_jobqueue_cluster_runs_gpu_learner_job_with_preloaded_scheduler_and_cancels_jobs(
-    shimmed_batch_system,
+    shimmed_batch_system, kind, submit, cancel, gpu_request
 ):
     from apex_dask.runtime.preload import page_available
 
     state, _ = shimmed_batch_system
     cluster = make_jobqueue_cluster(
-        "slurm", 1, ApexConfig.preset("cartpole"), dashboard_address=":0", **SMALL
+        kind, 1, ApexConfig.preset("cartpole"), dashboard_address=":0", **SMALL
     )
     try:
         assert cluster.scheduler_spec["options"]["preload"] == [PRELOAD_MODULE]
@@ -190,20 +194,18 @@ def test_jobqueue_cluster_runs_gpu_learner_job_with_preloaded_scheduler_and_canc
         others = [w for name, w in workers.items() if name != LEARNER_JOB_NAME]
         assert len(others) == 2 and all(not w.get("resources") for w in others)
         assert page_available(cluster.scheduler)  # the preload registered /apex
-        submitted = {
-            c["job_id"]: c["components"][0]["gres"]
-            for c in map(json.loads, (state / "calls.jsonl").read_text().splitlines())
-            if c["tool"] == "sbatch"
-        }
-        assert sorted(map(str, submitted.values())) == ["None", "gpu:1"]  # 1 GPU job, 1 CPU job
+        # What the batch system received: two scripts, only the learner's asks for a GPU.
+        scripts = [p.read_text() for p in sorted((state / "jobs").glob("*.script"))]
+        assert len(scripts) == 2
+        (learner_script,) = [t for t in scripts if "--resources GPU=1" in t]
+        assert gpu_request in learner_script
+        assert all(gpu_request not in t for t in scripts if t is not learner_script)
     finally:
         cluster.close()
-    cancelled = [
-        c["argv"][0]
-        for c in map(json.loads, (state / "calls.jsonl").read_text().splitlines())
-        if c["tool"] == "scancel"
-    ]
-    assert sorted(cancelled) == sorted(str(j) for j in submitted)
+    records = [json.loads(x) for x in (state / "calls.jsonl").read_text().splitlines()]
+    submitted = [str(c["job_id"]).split(".")[0] for c in records if c["tool"] == submit]
+    cancelled = [c["argv"][0] for c in records if c["tool"] == cancel]
+    assert len(submitted) == 2 and sorted(cancelled) == sorted(submitted)
 
 
 @pytest.mark.slow
