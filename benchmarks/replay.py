@@ -9,7 +9,8 @@ priorities):
   float32, done bool;
 - image: capacity 2^17, obs/next_obs uint8[84, 84, 4], same other keys.
 
-Operations, each timed as ops/s (median over interleaved rounds):
+Operations, each timed as ops/s of thread CPU time (median over interleaved
+rounds; CPU time, not wall time, because the benchmark machine is shared):
 
 - ``add``: store 50 transitions (default priorities);
 - ``sample``: ``sample(512, beta)``, including the gather of all keys;
@@ -19,7 +20,9 @@ Operations, each timed as ops/s (median over interleaved rounds):
 The floor is the bare memory work with no prioritization at all: ``add`` =
 one 50-row slice copy into each key's array, ``sample`` = ``np.take`` of 512
 random rows from each key's array, ``update`` = 512 random writes into a
-float64 array, ``cycle`` = sample + update + 10 adds. cpprb's
+float64 array, ``cycle`` = sample + update + 10 adds. Every implementation
+keeps its last sampled batch alive until its next sample, as a learner does,
+so all pay the same memory-allocation pattern. cpprb's
 ``PrioritizedReplayBuffer`` runs the same workload when importable (its adds
 are split at the ring end to avoid its wrap-around bug).
 
@@ -88,7 +91,8 @@ class Ours:
         self.shard.add(batch)
 
     def sample(self) -> np.ndarray:
-        return self.shard.sample(BATCH, BETA).indices
+        self.last = self.shard.sample(BATCH, BETA)  # held until the next sample, as a learner does
+        return self.last.indices
 
     def update(self, idx: np.ndarray, prios: np.ndarray) -> None:
         self.shard.update_priorities(idx, prios)
@@ -119,7 +123,8 @@ class Cpprb:
         self._add(batch, None)
 
     def sample(self) -> np.ndarray:
-        return self.rb.sample(BATCH, beta=BETA)["indexes"]
+        self.last = self.rb.sample(BATCH, beta=BETA)
+        return self.last["indexes"]
 
     def update(self, idx: np.ndarray, prios: np.ndarray) -> None:
         self.rb.update_priorities(idx, prios)
@@ -158,8 +163,7 @@ class Floor:
     def sample(self) -> np.ndarray:
         self.i = (self.i + 1) % len(self.indices)
         idx = self.indices[self.i]
-        for v in self.arrays.values():
-            v.take(idx, axis=0)
+        self.last = {k: v.take(idx, axis=0) for k, v in self.arrays.items()}
         return idx
 
     def update(self, idx: np.ndarray, prios: np.ndarray) -> None:
@@ -173,43 +177,49 @@ def build(impl, capacity: int, example_chunk: dict, rng: np.random.Generator) ->
         impl.prefill(example_chunk, np.abs(rng.standard_normal(n)) + 1e-3)
 
 
+def op_functions(impl, batches: list, idx_pool: list, prio_pool: list) -> dict:
+    """One call of each timed operation on ``impl``, cycling through input pools."""
+    state = {"k": 0}
+
+    def add():
+        state["k"] += 1
+        impl.add(batches[state["k"] % len(batches)])
+
+    def update():
+        state["k"] += 1
+        impl.update(idx_pool[state["k"] % len(idx_pool)], prio_pool[state["k"] % len(prio_pool)])
+
+    def cycle():
+        state["k"] += 1
+        k = state["k"]
+        impl.update(impl.sample(), prio_pool[k % len(prio_pool)])
+        for j in range(ADDS_PER_CYCLE):
+            impl.add(batches[(k + j) % len(batches)])
+
+    return {"add": add, "sample": impl.sample, "update": update, "cycle": cycle}
+
+
 def time_ops(impls: list, batches: list, reps: dict, rounds: int, capacity: int, rng) -> dict:
-    """Median ops/s per implementation and operation over interleaved rounds."""
+    """(median, best) ops/s per implementation and operation.
+
+    Timed in this thread's CPU time, so that time other processes hold the
+    shared cores is not counted; each round times every operation on every
+    implementation back to back, so that what load remains (caches, memory
+    bandwidth) hits them alike; medians over rounds.
+    """
     prio_pool = [np.abs(rng.standard_normal(BATCH)) for _ in range(16)]
     idx_pool = [rng.integers(0, capacity, BATCH) for _ in range(1024)]
+    fns = {impl.name: op_functions(impl, batches, idx_pool, prio_pool) for impl in impls}
     results = {impl.name: {op: [] for op in OPS} for impl in impls}
     for _ in range(rounds):
-        for impl in impls:
-            k = 0
-
-            def add(impl=impl):
-                nonlocal k
-                k += 1
-                impl.add(batches[k % len(batches)])
-
-            def update(impl=impl):
-                nonlocal k
-                k += 1
-                impl.update(idx_pool[k % 1024], prio_pool[k % 16])
-
-            def cycle(impl=impl):
-                nonlocal k
-                k += 1
-                impl.update(impl.sample(), prio_pool[k % 16])
-                for j in range(ADDS_PER_CYCLE):
-                    impl.add(batches[(k + j) % len(batches)])
-
-            for op, fn in (
-                ("add", add),
-                ("sample", impl.sample),
-                ("update", update),
-                ("cycle", cycle),
-            ):
+        for op in OPS:
+            for impl in impls:
+                fn = fns[impl.name][op]
                 fn()  # warm
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 for _ in range(reps[op]):
                     fn()
-                results[impl.name][op].append(reps[op] / (time.perf_counter() - t0))
+                results[impl.name][op].append(reps[op] / (time.thread_time() - t0))
     return {
         name: {op: (float(np.median(v)), float(np.max(v))) for op, v in ops.items()}
         for name, ops in results.items()
