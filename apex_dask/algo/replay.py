@@ -120,6 +120,12 @@ class ReplayShard:
     def __len__(self) -> int:
         return self._size
 
+    def __reduce__(self) -> tuple:
+        # Pickle through state_dict: compact (stored items only), and the
+        # per-key views into the record array are rebuilt, not copied apart.
+        args = (self.capacity, self.alpha, self.eps, None)
+        return (_restore, (args, self.backend, self.state_dict()))
+
     @property
     def backend(self) -> str:
         """The tree backend in use: ``"numba"`` or ``"numpy"``."""
@@ -424,6 +430,12 @@ class ReplayShard:
         for k in _TIMERS:
             self._times[k] = float(np.asarray(state[k]).item())
         self._rng.bit_generator.state = _pcg64_from_array(np.asarray(state["rng_state"]))
+
+
+def _restore(args: tuple, backend: str, state: dict) -> ReplayShard:
+    shard = ReplayShard(*args, backend=backend)
+    shard.load_state_dict(state)
+    return shard
 
 
 def _pcg64_to_array(state: dict) -> np.ndarray:

@@ -270,6 +270,22 @@ class SumMinTree:
         self._dirty_lo = self._dirty_hi = 0  # leaves [lo, hi) whose ancestors are stale
         self._args = (self.sum_tree, self.min_tree, self.offsets, self.counts)
 
+    def __getstate__(self) -> dict:
+        # Pickle the two trees only; the leaf views and kernel arguments are
+        # rebuilt on load (pickled views would come back as detached copies).
+        self.flush()
+        return {
+            "capacity": self.capacity,
+            "backend": self.backend,
+            "sum": self.sum_tree,
+            "min": self.min_tree,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["capacity"], state["backend"])
+        self.sum_tree[:] = state["sum"]
+        self.min_tree[:] = state["min"]
+
     @property
     def total(self) -> float:
         """Total mass ``M``: the sum-tree's root."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -199,6 +201,19 @@ def test_state_dict_round_trips_through_npz_and_continues_identically(backend, t
             assert np.array_equal(sa.data[key], sb.data[key])
         assert np.array_equal(a.add(transitions(5)), b.add(transitions(5)))
     assert a.state_dict()["priority"].tolist() == b.state_dict()["priority"].tolist()
+
+
+def test_a_pickled_shard_continues_identically_and_still_stores_into_its_records():
+    rng = np.random.default_rng(8)
+    a = ReplayShard(20, seed=4)
+    a.add(transitions(25), priorities=rng.exponential(1.0, 25))
+    b = pickle.loads(pickle.dumps(a))
+    for shard in (a, b):
+        shard.add(transitions(3, start=500))
+    sa, sb = a.sample(40, beta=0.4), b.sample(40, beta=0.4)
+    assert np.array_equal(sa.indices, sb.indices)
+    assert np.array_equal(sa.data["action"], sb.data["action"])
+    assert {500, 501, 502} <= set(b.state_dict()["data/action"].tolist())
 
 
 def test_state_of_an_empty_shard_loads():

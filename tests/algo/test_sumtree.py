@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,15 @@ def test_bad_construction_and_ranges_raise():
         tree.fill_range(6, 3, 1.0)
     with pytest.raises(ValueError):
         tree.set_range(-1, np.ones(2))
+
+
+def test_a_pickled_tree_keeps_working_on_its_own_arrays():
+    tree = SumMinTree(100)
+    tree.fill_range(0, 10, 1.0)
+    copy = pickle.loads(pickle.dumps(tree))
+    copy.fill_range(10, 10, 3.0)
+    assert copy.total == 40.0 and tree.total == 10.0
+    copy.flush()
+    sums = copy.sum_tree.copy()
+    copy.rebuild()
+    assert np.array_equal(sums, copy.sum_tree)
