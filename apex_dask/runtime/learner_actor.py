@@ -9,15 +9,21 @@
 - The **prefetcher** runs as asyncio tasks on the learner's Dask worker loop:
   ``prefetch_per_shard`` slots per shard, each keeping one ``sample`` request
   in flight. A slot that gets a batch puts it in the inqueue; when the inqueue
-  is full the slot *waits* (without blocking the loop: it awaits an event the
-  learner thread sets after each take) and the wait is added to
-  ``learner/enqueue_blocked_s``. Nothing is ever dropped.
+  is full the slot *waits* (without blocking the loop: it parks on a future;
+  the learner thread resolves them all once the queue has drained to half)
+  and the wait is added to ``learner/enqueue_blocked_s``. Nothing is
+  ever dropped. A shard on the learner's own worker (the default placement)
+  is called as a local object: no serialization, no loopback round trip; its
+  slot waits for queue space *before* sampling, so no stale batch is held.
 - The **learner thread** takes batches (``learner/dequeue_s`` times that
   wait: high means starved), runs the user's ``before_learn_on_batch(batch,
   shard_id)`` hook, then one ``Learner.update`` (``learner/grad_s``), and
   hands ``(shard_id, indices, |td|)`` to the outqueue. ``learner/overall_s``
   times the whole step; ``learner/queue_size`` is a window of inqueue sizes.
-- The **priority sender** (an asyncio task) sends each to its source shard.
+- The **priority sender** (an asyncio task) drains the outqueue every 4 ms,
+  sending each update to its source shard (inline for a local shard, a task
+  with a timeout for a remote one). The learner thread never wakes the loop
+  per update: each cross-thread wake-up hands the GIL to the loop thread.
 - With ``max_replay_ratio`` set, a slot waits before requesting while
   (batches requested + 1) * batch_size > ratio * (items added to all shards).
 - Weights: ``weights_if_newer(v)`` returns one pickled ``(version, weights)``
@@ -56,6 +62,11 @@ __all__ = ["LearnerActor"]
 Hook = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
+def _is_local(handle: Any, worker: Any) -> bool:
+    """Whether an actor handle points at an actor living on ``worker``."""
+    return getattr(handle, "_address", None) == worker.address and handle.key in worker.state.actors
+
+
 class LearnerActor:
     """Owns a :class:`apex_dask.algo.learner.Learner`, its thread and its prefetcher.
 
@@ -84,12 +95,24 @@ class LearnerActor:
 
         from apex_dask.algo.learner import Learner
 
-        self._loop = get_worker().loop.asyncio_loop
+        worker = get_worker()
+        self._loop = worker.loop.asyncio_loop
         self._learner = Learner(observation_space, action_space, **learner_kwargs)
-        self._shards = list(shards)
+        # A shard on this worker is called as a local object (its async methods
+        # run on this loop anyway): no serialization, no loopback round trip.
+        self._handles = list(shards)
+        self._shards = [
+            worker.state.actors.get(h.key, h) if _is_local(h, worker) else h for h in shards
+        ]
+        self.local_shards = sum(
+            1 for h, s in zip(self._handles, self._shards, strict=True) if s is not h
+        )
         self._batch_size = int(batch_size)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
-        self._outq: asyncio.Queue | None = None
+        # outqueue: the learner thread appends (shard_id, indices, |td|); the sender drains
+        self._outbox: deque[tuple[int, np.ndarray, np.ndarray]] = deque()
+        self._sender_stop = False
+        self._sender_poll_s = 0.004
         self._prefetch = int(prefetch_per_shard)
         self._ratio = max_replay_ratio
         self._timeout = float(call_timeout_s)
@@ -116,8 +139,9 @@ class LearnerActor:
         self._slots: list[asyncio.Task] = []
         self._sender: asyncio.Task | None = None
         self._pending: set[asyncio.Task] = set()
-        self._space: asyncio.Event | None = None
-        self._waiting = 0
+        self._space_waiters: deque[asyncio.Future] = deque()
+        self._wake_pending = False
+        self._low_water = int(inqueue_size) // 2
         self._in_flight = 0
         self._added = [0] * len(self._shards)
         self._added_checked = [0.0] * len(self._shards)
@@ -137,8 +161,8 @@ class LearnerActor:
             return
         self._stopping = False
         self._stop_thread = False
-        self._outq = asyncio.Queue()
-        self._space = asyncio.Event()
+        self._sender_stop = False
+        self._wake_pending = False
         self._snap_lock = asyncio.Lock()
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
         self._thread.start()
@@ -164,8 +188,8 @@ class LearnerActor:
         if thread is not None:
             self._stop_thread = True  # the thread trains what is queued, then exits
             await asyncio.get_running_loop().run_in_executor(None, thread.join, timeout_s)
-        if self._outq is not None and self._sender is not None:
-            self._outq.put_nowait(None)
+        if self._sender is not None:
+            self._sender_stop = True
             await asyncio.wait([self._sender], timeout=timeout_s)
             self._sender = None
         if self._pending:
@@ -180,22 +204,39 @@ class LearnerActor:
 
     # ---------------------------------------------------------------- prefetch
     async def _slot(self, shard_id: int) -> None:
+        """Keep one sample request going to ``shard_id`` and queue what comes back.
+
+        A remote shard's request is in flight while the previous batch waits for
+        queue space (latency hiding). A shard on this worker answers at once, so
+        its slot first waits for space and then samples: no stale batches held.
+        """
         shard = self._shards[shard_id]
+        local = shard is not self._handles[shard_id]
         while not self._stopping:
             if self._ratio is not None and not await self._ratio_allows(shard_id):
                 continue
-            self._in_flight += 1
-            try:
-                sample = await call_with_timeout(shard.sample(), self._timeout)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # dead or slow shard: count and back off
-                self.batches_lost += 1
-                self.errors.append(f"sample from shard {shard_id}: {type(exc).__name__}: {exc}")
-                await asyncio.sleep(min(1.0, self._timeout))
-                continue
-            finally:
-                self._in_flight -= 1
+            if local:
+                self._in_flight += 1  # between the ratio gate and the batch count
+                try:
+                    await self._wait_for_space()
+                    if self._stopping:
+                        break
+                    sample = await shard.sample()
+                finally:
+                    self._in_flight -= 1
+            else:
+                self._in_flight += 1
+                try:
+                    sample = await call_with_timeout(shard.sample(), self._timeout)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # dead or slow shard: count and back off
+                    self.batches_lost += 1
+                    self.errors.append(f"sample from shard {shard_id}: {type(exc).__name__}: {exc}")
+                    await asyncio.sleep(min(1.0, self._timeout))
+                    continue
+                finally:
+                    self._in_flight -= 1
             if sample is None:
                 await asyncio.sleep(self._idle_poll_s)
                 continue
@@ -222,33 +263,44 @@ class LearnerActor:
         self.ratio_wait_s += time.perf_counter() - t0
         return False
 
-    async def _enqueue(self, item: tuple[int, dict[str, Any]]) -> None:
-        try:
-            self._inq.put_nowait(item)
+    async def _wait_for_space(self) -> None:
+        """Wait (counted in ``enqueue_blocked_s``) while the inqueue is full.
+
+        Each waiter parks on its own future; the learner thread wakes one waiter
+        per batch it takes (no thundering herd). The 50 ms timeout is a safety net.
+        """
+        if not self._inq.full():
             return
-        except queue.Full:
-            pass
-        assert self._space is not None
         t0 = time.perf_counter()
-        while True:
-            self._space.clear()
-            self._waiting += 1
-            try:
-                try:
-                    self._inq.put_nowait(item)
-                    break
-                except queue.Full:
-                    pass
-                if self._stopping and not (self._thread and self._thread.is_alive()):
-                    self.batches_lost += 1  # the learner thread is gone: counted, not hidden
-                    break
-                try:
-                    await asyncio.wait_for(self._space.wait(), 0.05)
-                except TimeoutError:
-                    pass
-            finally:
-                self._waiting -= 1
+        loop = asyncio.get_running_loop()
+        while self._inq.full() and not self._thread_gone():
+            fut = loop.create_future()
+            self._space_waiters.append(fut)
+            await asyncio.wait([fut], timeout=0.05)
         self.enqueue_blocked_s += time.perf_counter() - t0
+
+    def _wake_all(self) -> None:
+        self._wake_pending = False
+        while self._space_waiters:
+            fut = self._space_waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
+    def _thread_gone(self) -> bool:
+        return self._stopping and not (self._thread is not None and self._thread.is_alive())
+
+    async def _enqueue(self, item: tuple[int, dict[str, Any]]) -> None:
+        """Put a batch in the inqueue, waiting for space; never dropped while the thread lives."""
+        while True:
+            try:
+                self._inq.put_nowait(item)
+                return
+            except queue.Full:
+                pass
+            if self._thread_gone():
+                self.batches_lost += 1  # the learner thread is gone: counted, not hidden
+                return
+            await self._wait_for_space()
 
     # ------------------------------------------------------------ learner thread
     def _take(self) -> tuple[int, dict[str, Any]] | None:
@@ -267,8 +319,13 @@ class LearnerActor:
                 t0 = time.perf_counter()
                 item = self._take()
                 t1 = time.perf_counter()
-                if self._waiting:
-                    loop.call_soon_threadsafe(self._space.set)
+                if (
+                    self._space_waiters
+                    and not self._wake_pending
+                    and self._inq.qsize() <= self._low_water
+                ):  # wake the waiting producers in one go, not once per batch
+                    self._wake_pending = True
+                    loop.call_soon_threadsafe(self._wake_all)
                 if item is None:
                     break
                 qsize = self._inq.qsize()
@@ -280,7 +337,7 @@ class LearnerActor:
                 with self._model_lock:
                     td, m = self._learner.update(batch["data"], batch["weights"])
                 t3 = time.perf_counter()
-                loop.call_soon_threadsafe(self._outq.put_nowait, (shard_id, batch["indices"], td))
+                self._outbox.append((shard_id, batch["indices"], td))  # the sender polls it
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
@@ -295,16 +352,27 @@ class LearnerActor:
 
     # -------------------------------------------------------------- priorities
     async def _send_priorities(self) -> None:
-        assert self._outq is not None
+        """Drain the outqueue every ``sender_poll_s``: each update to its source shard.
+
+        Updates to a shard on this worker are applied inline (a function call);
+        remote ones are sent as tasks, each with the call timeout. Polling (rather
+        than a wake-up per batch from the learner thread) keeps the learner
+        thread from handing the GIL to this loop after every update.
+        """
         while True:
-            item = await self._outq.get()
-            if item is None:
+            while self._outbox:
+                shard_id, indices, td = self._outbox.popleft()
+                self.priority_updates_sent += 1
+                shard = self._shards[shard_id]
+                if shard is not self._handles[shard_id]:
+                    await shard.update_priorities(indices, td)
+                    continue
+                task = asyncio.create_task(self._send_one(shard_id, indices, td))
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+            if self._sender_stop:
                 return
-            shard_id, indices, td = item
-            self.priority_updates_sent += 1
-            task = asyncio.create_task(self._send_one(shard_id, indices, td))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            await asyncio.sleep(self._sender_poll_s)
 
     async def _send_one(self, shard_id: int, indices: np.ndarray, td: np.ndarray) -> None:
         try:
@@ -399,6 +467,7 @@ class LearnerActor:
             "learner/enqueue_blocked_s": self.enqueue_blocked_s,
             "learner/ratio_wait_s": self.ratio_wait_s,
             "learner/hook_calls": float(self.hook_calls),
+            "learner/local_shards": float(self.local_shards),
             "flow/batches_received": float(self.batches_received),
             "flow/batches_in_queue": float(self._inq.qsize()),
             "flow/batches_trained": float(trained),
