@@ -45,6 +45,7 @@ import math  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -272,12 +273,10 @@ def run_variant(name: str, capacity: int, obs_shape: tuple, obs_dtype, args, rng
     out["ops_per_s"] = {n: {op: m for op, (m, _) in ops.items()} for n, ops in rates.items()}
     out["best_ops_per_s"] = {n: {op: b for op, (_, b) in ops.items()} for n, ops in rates.items()}
     rates = out["ops_per_s"]
-    r = {"floor/ours cycle time": rates["floor"]["cycle"] / rates["ours"]["cycle"]}
-    for op in OPS:
-        r[f"floor/ours {op} time"] = rates["floor"][op] / rates["ours"][op]
-        if "cpprb" in rates:
-            r[f"ours/cpprb {op} rate"] = rates["ours"][op] / rates["cpprb"][op]
-    out["ratios"] = r
+    # ours time / floor time (= floor rate / ours rate); ours rate / cpprb rate
+    out["ours_time_over_floor"] = {op: rates["floor"][op] / rates["ours"][op] for op in OPS}
+    if "cpprb" in rates:
+        out["ours_rate_over_cpprb"] = {op: rates["ours"][op] / rates["cpprb"][op] for op in OPS}
     return out
 
 
@@ -308,6 +307,11 @@ def drift_check(n_updates: int, rng) -> dict:
 
 
 def cold_start() -> dict:
+    """Seconds to import the shard and to run its first add/sample/update, in fresh processes.
+
+    ``cached``: the numba kernels load from the on-disk cache (the usual case);
+    ``uncompiled``: an empty cache directory, so the kernels compile first.
+    """
     code = (
         "import time; t0 = time.perf_counter()\n"
         "import numpy as np\n"
@@ -319,14 +323,19 @@ def cold_start() -> dict:
         "t2 = time.perf_counter(); print(t1 - t0, t2 - t1)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-        )
-        for _ in range(3)
-    ]
-    import_s, first_s = np.median([[float(x) for x in r.stdout.split()] for r in runs], axis=0)
-    return {"import_s": float(import_s), "first_add_sample_update_s": float(first_s)}
+    out = {}
+    with tempfile.TemporaryDirectory() as empty:
+        for name, extra in (("cached", {}), ("uncompiled", {"NUMBA_CACHE_DIR": empty})):
+            run = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                env={**env, **extra},
+                check=True,
+            )
+            import_s, first_s = (float(x) for x in run.stdout.split())
+            out[name] = {"import_s": import_s, "first_add_sample_update_s": first_s}
+    return out
 
 
 def print_table(name: str, res: dict) -> None:
@@ -336,14 +345,13 @@ def print_table(name: str, res: dict) -> None:
     print(
         f"{'op':8s}"
         + "".join(f"{c + ' ops/s':>15s}" for c in cols)
-        + f"{'ours/cpprb':>12s}{'floor/ours':>12s}"
+        + f"{'x cpprb rate':>14s}{'x floor time':>14s}"
     )
     for op in OPS:
         row = f"{op:8s}" + "".join(f"{rates[c][op]:15,.0f}" for c in cols)
-        ratio = (
-            f"{rates['ours'][op] / rates['cpprb'][op]:12.2f}" if "cpprb" in rates else f"{'-':>12s}"
-        )
-        print(row + ratio + f"{rates['floor'][op] / rates['ours'][op]:12.2f}")
+        vs_cpprb = res.get("ours_rate_over_cpprb", {}).get(op)
+        row += f"{vs_cpprb:14.2f}" if vs_cpprb else f"{'-':>14s}"
+        print(row + f"{res['ours_time_over_floor'][op]:14.2f}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -366,6 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
             "platform": platform.platform(),
             "python": platform.python_version(),
             "numpy": np.__version__,
+            "load_average_at_start": os.getloadavg(),
             "numba": numba.__version__,
         },
         "threads": {
