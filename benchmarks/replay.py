@@ -6,7 +6,7 @@ Workloads (alpha=0.6, beta=0.4, eps=1e-6, shards pre-filled with random
 priorities):
 
 - vector: capacity 2^20, obs/next_obs float32[8], action int64, reward
-  float32, done bool;
+  float32, done bool (also run with the shard's pure-numpy fallback);
 - image: capacity 2^17, obs/next_obs uint8[84, 84, 4], same other keys.
 
 Operations, each timed as ops/s of thread CPU time (median over interleaved
@@ -80,10 +80,9 @@ def make_batch(rng: np.random.Generator, n: int, obs_shape: tuple, obs_dtype) ->
 
 
 class Ours:
-    name = "ours"
-
-    def __init__(self, capacity: int, seed: int) -> None:
-        self.shard = ReplayShard(capacity, alpha=ALPHA, eps=EPS, seed=seed)
+    def __init__(self, capacity: int, seed: int, backend: str = "auto") -> None:
+        self.shard = ReplayShard(capacity, alpha=ALPHA, eps=EPS, seed=seed, backend=backend)
+        self.name = "ours" if backend == "auto" else f"ours-{backend}"
 
     def prefill(self, chunk: dict, prios: np.ndarray) -> None:
         self.shard.add(chunk, priorities=prios)
@@ -254,6 +253,10 @@ def run_variant(name: str, capacity: int, obs_shape: tuple, obs_dtype, args, rng
     if not image:
         build(floor, capacity, chunk, rng)
     impls = [ours, floor]
+    if not image:  # the pure-numpy fallback, for reference
+        fallback = Ours(capacity, seed=2, backend="numpy")
+        build(fallback, capacity, chunk, rng)
+        impls.append(fallback)
     separate_cpprb = image  # 7.4 GB per buffer: cpprb runs after ours is freed
     if cpprb is not None and not separate_cpprb:
         cp = Cpprb(capacity, chunk)
@@ -340,15 +343,15 @@ def cold_start() -> dict:
 
 def print_table(name: str, res: dict) -> None:
     rates = res["ops_per_s"]
-    cols = [c for c in ("ours", "cpprb", "floor") if c in rates]
+    cols = [c for c in ("ours", "cpprb", "floor", "ours-numpy") if c in rates]
     print(f"\n{name}: capacity {res['capacity']}, obs {res['obs']}")
     print(
         f"{'op':8s}"
-        + "".join(f"{c + ' ops/s':>15s}" for c in cols)
+        + "".join(f"{c + ' ops/s':>18s}" for c in cols)
         + f"{'x cpprb rate':>14s}{'x floor time':>14s}"
     )
     for op in OPS:
-        row = f"{op:8s}" + "".join(f"{rates[c][op]:15,.0f}" for c in cols)
+        row = f"{op:8s}" + "".join(f"{rates[c][op]:18,.0f}" for c in cols)
         vs_cpprb = res.get("ours_rate_over_cpprb", {}).get(op)
         row += f"{vs_cpprb:14.2f}" if vs_cpprb else f"{'-':>14s}"
         print(row + f"{res['ours_time_over_floor'][op]:14.2f}")

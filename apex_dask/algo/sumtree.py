@@ -17,6 +17,15 @@ the filled slots.
 Internal nodes are always *recomputed from their children*, in the fixed
 order above, never adjusted by a delta: after any sequence of updates every
 node equals (bit for bit) what :meth:`SumMinTree.rebuild` computes. No drift.
+Writes of consecutive slots (``set_range``/``fill_range``, as a ring buffer
+adds) only write leaves and widen a pending range; the next reading call
+(:meth:`SumMinTree.flush`) recomputes their ancestors once.
+
+Sampling descends from the root: among a node's 8 children, three binary
+steps on pair sums (``(c0+c1)+(c2+c3)`` against the rest, then a pair, then
+one child) choose where the target mass falls. A step goes right only when
+the right part holds mass, so rounding at an edge never selects an empty
+slot.
 
 Two backends compute the same values: numba kernels (the default when numba
 imports; compiled eagerly with explicit signatures and cached on disk) and a
@@ -234,6 +243,8 @@ class SumMinTree:
         slots, weights = tree.sample(rng.random(32), beta=0.4)
 
     ``backend`` is ``"numba"``, ``"numpy"`` or ``"auto"`` (numba if present).
+    The arrays ``sum_tree`` and ``min_tree`` (level by level, root first) are
+    consistent after :meth:`flush`; every method that reads them flushes.
     """
 
     def __init__(self, capacity: int, backend: str = "auto") -> None:
