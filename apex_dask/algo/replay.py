@@ -274,7 +274,7 @@ class ReplayShard:
             self._set_priorities_range(0, p[skip + n1 :])
 
     def _set_priorities_range(self, start: int, p: np.ndarray | None, count: int = -1) -> None:
-        """Priorities of the slots from ``start``: ``p``, or the max priority for ``count`` slots."""
+        """Priorities of the slots from ``start``: ``p``, or the max priority for ``count``."""
         if p is None:
             self._tree.fill_range(start, count, self._max_mass)
             self._priority[start : start + count] = self._max_priority
