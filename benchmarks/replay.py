@@ -320,8 +320,9 @@ def cold_start() -> dict:
         "import numpy as np\n"
         "from apex_dask.algo.replay import ReplayShard\n"
         "t1 = time.perf_counter()\n"
-        "s = ReplayShard(1024, seed=0); b = {k: np.zeros((50, 8) if 'obs' in k else 50, np.float32) "
-        "for k in ('obs', 'action', 'reward', 'next_obs', 'done')}\n"
+        "s = ReplayShard(1024, seed=0)\n"
+        "b = {k: np.zeros((50, 8) if 'obs' in k else 50, np.float32)\n"
+        "     for k in ('obs', 'action', 'reward', 'next_obs', 'done')}\n"
         "s.add(b); r = s.sample(32, 0.4); s.update_priorities(r.indices, np.ones(32))\n"
         "t2 = time.perf_counter(); print(t1 - t0, t2 - t1)\n"
     )
