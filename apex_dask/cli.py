@@ -78,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --cluster: option for the jobqueue cluster, e.g. queue=gpu (repeatable)",
     )
     c.add_argument(
+        "--jobqueue-wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --cluster: give up if the jobs' workers have not all joined after S seconds "
+        "(default: wait for the queue)",
+    )
+    c.add_argument(
         "--connect-timeout",
         type=float,
         default=10.0,
@@ -254,15 +262,28 @@ def _connect(args: argparse.Namespace, cfg: ApexConfig):
     from apex_dask.runtime.cluster import connect
 
     if args.cluster:
-        from apex_dask.runtime.jobqueue import make_jobqueue_cluster
+        from distributed import Client
 
-        opts = {}
-        for item in args.jobqueue_opt:
-            if "=" not in item:
-                raise UsageError(f"--jobqueue-opt {item!r} must look like KEY=VALUE")
-            key, value = item.split("=", 1)
-            opts[key] = value
-        return make_jobqueue_cluster(args.cluster, args.jobs, cfg, **opts)
+        from apex_dask.runtime.jobqueue import (
+            make_jobqueue_cluster,
+            parse_jobqueue_opts,
+            wait_for_jobqueue_workers,
+        )
+
+        opts = parse_jobqueue_opts(args.jobqueue_opt)
+        cluster = make_jobqueue_cluster(args.cluster, args.jobs, cfg, **opts)
+        try:
+            print(
+                f"apex-dask-submit: submitted {args.cluster} jobs; waiting for their workers "
+                f"({'no limit' if args.jobqueue_wait is None else f'{args.jobqueue_wait:g} s'})",
+                flush=True,
+            )
+            wait_for_jobqueue_workers(cluster, args.jobqueue_wait)
+            client = Client(cluster, direct_to_workers=True)
+        except BaseException:
+            cluster.close()
+            raise
+        return client, cluster
     if args.scheduler or args.scheduler_file:
         client = connect(
             address=args.scheduler, scheduler_file=args.scheduler_file, timeout=args.connect_timeout

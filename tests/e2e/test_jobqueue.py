@@ -209,11 +209,6 @@ def test_jobqueue_cluster_runs_gpu_learner_job_with_preloaded_scheduler_and_canc
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="apex_dask/cli.py _connect returns the jobqueue cluster where (client, cluster) is "
-    "unpacked; see docs/cluster.md for the intended call sequence",
-)
 def test_cli_trains_on_shimmed_slurm_jobs(shimmed_batch_system, tmp_path):
     state, _ = shimmed_batch_system
     out = tmp_path / "run"
