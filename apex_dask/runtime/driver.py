@@ -256,7 +256,11 @@ class ApexDriver:
             EnvSlot(i, env_futs[i], handles[n_shards + 1 + i], p.env_workers[i].address, float(e))
             for i, e in enumerate(self._epsilons)
         ]
-        self._evaluator = handles[-1] if eval_fut is not None else None
+        self._evaluator = (
+            EnvSlot(-1, eval_fut, handles[-1], p.evaluator.address, 0.0)
+            if eval_fut is not None
+            else None
+        )
         self._plan = ExecutionPlan(
             config=cfg,
             client=c,
@@ -265,6 +269,8 @@ class ApexDriver:
             shards=self._shards,
             slots=slots,
             evaluator=self._evaluator,
+            learner_address=p.learner.address,
+            shard_addresses=[w.address for w in p.shards],
             results=self._results,
             replace_env_worker=self._replace_env_worker,
             seed=cfg.seed,
@@ -301,7 +307,10 @@ class ApexDriver:
         handle = await self._client.gather(fut, asynchronous=True)
         slot.future, slot.handle, slot.address = fut, _bind(handle, self._client), where.address
         slot.version, slot.steps_since_sync = -1, self.config.workers.max_weight_sync_delay
-        self.placement["env_workers"][slot.index] = where.as_dict()
+        if slot.index < 0:
+            self.placement["evaluator"] = where.as_dict()
+        else:
+            self.placement["env_workers"][slot.index] = where.as_dict()
 
     # ---------------------------------------------------------------- running
     def _ensure_running(self) -> None:
@@ -379,8 +388,8 @@ class ApexDriver:
             pass
         if self._plan is not None:
             handles = [self._learner, *self._shards, *(s.handle for s in self._plan.slots)]
-            if self._evaluator is not None:
-                handles.append(self._evaluator)
+            if self._plan.evaluator is not None:
+                handles.append(self._plan.evaluator.handle)
             for h in handles:
                 try:
                     h.close().result(timeout=10)

@@ -243,6 +243,8 @@ class LearnerActor:
             self.batches_received += 1
             self._added[shard_id] = int(sample.get("added", self._added[shard_id]))
             await self._enqueue((shard_id, sample))
+            if local:  # a local sample never suspends: let the other slots take turns
+                await asyncio.sleep(0)
 
     async def _ratio_allows(self, shard_id: int) -> bool:
         """True if one more batch keeps (sampled batches * B) / added <= ratio; else waits a bit."""

@@ -80,7 +80,9 @@ class ExecutionPlan:
         learner: Any,
         shards: list[Any],
         slots: list[EnvSlot],
-        evaluator: Any | None,
+        evaluator: EnvSlot | None,
+        learner_address: str,
+        shard_addresses: list[str],
         results: queue.Queue,
         replace_env_worker: Callable[[EnvSlot, dict[str, Any]], Any],
         seed: int = 0,
@@ -92,6 +94,8 @@ class ExecutionPlan:
         self.shards = shards
         self.slots = slots
         self.evaluator = evaluator
+        self.learner_address = learner_address
+        self.shard_addresses = shard_addresses
         self.results = results
         self.replace_env_worker = replace_env_worker
         self.timeout = float(config.topology.call_timeout_s)
@@ -203,7 +207,8 @@ class ExecutionPlan:
 
     def _maybe_launch_eval(self) -> None:
         ev = self.cfg.eval
-        if self.evaluator is None or ev.episodes <= 0 or self._eval_pending:
+        slot = self.evaluator
+        if slot is None or ev.episodes <= 0 or self._eval_pending or slot.replacing:
             return
         now = time.monotonic()
         if now - self._last_eval < ev.interval_s:
@@ -212,9 +217,9 @@ class ExecutionPlan:
         self._eval_t0 = now
         self._eval_pending = True
         seed = int(self.rng.integers(2**31))
-        self._tasks[asyncio.ensure_future(self.evaluator.evaluate(ev.episodes, seed))] = (
+        self._tasks[asyncio.ensure_future(slot.handle.evaluate(ev.episodes, seed))] = (
             "eval",
-            None,
+            slot,
         )
 
     def _maybe_launch_report(self) -> None:
@@ -238,14 +243,14 @@ class ExecutionPlan:
             slot: EnvSlot = info
             slot.in_flight -= 1
             if exc is not None:
-                await self._env_failed(slot, exc, relaunch=True)
+                self._env_failed(slot, exc, relaunch=True)
                 return
             self._on_rollout(slot, task.result())
         elif kind == "sync":
             slot = info
             slot.syncing = False
             if exc is not None:
-                await self._env_failed(slot, exc, relaunch=False)
+                self._env_failed(slot, exc, relaunch=False)
                 return
             version = task.result()
             if version is None:  # the learner has nothing newer yet
@@ -259,8 +264,12 @@ class ExecutionPlan:
             self.eval_time_s += time.monotonic() - self._eval_t0
             if exc is None:
                 self.eval_result = self.last_eval = task.result()
-            elif not _is_lost(exc):
-                raise ApexRuntimeError(f"evaluation failed: {type(exc).__name__}: {exc}")
+            else:
+                self._env_failed(info, exc, relaunch=False)
+        elif kind == "replace":
+            if exc is not None:
+                raise exc
+            self._after_replace(info, task.result())
         elif kind == "report":
             self._report_pending = False
             if exc is not None:
@@ -280,28 +289,45 @@ class ExecutionPlan:
             self._launch_rollout(slot)
             self._maybe_launch_sync(slot)
 
-    async def _env_failed(self, slot: EnvSlot, exc: BaseException, relaunch: bool) -> None:
+    def _env_failed(self, slot: EnvSlot, exc: BaseException, relaunch: bool) -> None:
+        """A call to an env worker (or the evaluator) failed: a bug stops the run; a lost
+        peer starts a check that replaces the actor if its worker is gone."""
         if not _is_lost(exc):
-            raise ApexRuntimeError(
-                f"env worker {slot.index} failed: {type(exc).__name__}: {str(exc).strip()[:200]}"
-            )
-        if slot.replacing or self.halting:
-            return
-        info = await self.client.scheduler.identity(n_workers=-1)
-        alive = set(info.get("workers", {}))
-        if slot.address in alive and slot.future.status == "finished":
-            # The env worker lives; a peer (a shard) was slow or gone: try again.
-            if relaunch:
-                self.rollouts_failed += 1
-                if not self.halting:
-                    self._launch_rollout(slot)
+            who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
+            raise ApexRuntimeError(f"{who} failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
+        if relaunch:
+            self.rollouts_failed += 1
+        if self.halting or slot.replacing:
             return
         slot.replacing = True
-        try:
-            await self.replace_env_worker(slot, info)
-        finally:
-            slot.replacing = False
-        self.env_workers_replaced += 1
+        self._tasks[asyncio.ensure_future(self._check_or_replace(slot))] = ("replace", slot)
+
+    async def _check_or_replace(self, slot: EnvSlot) -> bool:
+        """Raise if the learner's or a shard's worker is gone; re-create ``slot``'s actor
+        if its worker is gone (True); else back off briefly (False)."""
+        info = await self.client.scheduler.identity(n_workers=-1)
+        alive = set(info.get("workers", {}))
+        if self.learner_address not in alive:
+            raise ApexRuntimeError(
+                f"the learner's worker {self.learner_address} was lost; stopping the run"
+            )
+        for k, addr in enumerate(self.shard_addresses):
+            if addr not in alive:
+                raise ApexRuntimeError(
+                    f"the worker {addr} of replay shard {k} was lost; stopping the run"
+                )
+        if slot.address in alive and slot.future.status == "finished":
+            await asyncio.sleep(0.5)  # the actor lives; a peer was slow: retry soon
+            return False
+        await self.replace_env_worker(slot, info)
+        return True
+
+    def _after_replace(self, slot: EnvSlot, replaced: bool) -> None:
+        slot.replacing = False
+        if slot.index < 0:
+            return
+        if replaced:
+            self.env_workers_replaced += 1
         if not self.halting:
             while slot.in_flight < self.cfg.workers.rollouts_in_flight:
                 self._launch_rollout(slot)

@@ -198,3 +198,45 @@ def test_missing_scheduler_file_is_a_one_line_error(tmp_path):
     with pytest.raises(ApexRuntimeError, match="does not exist") as err:
         connect(scheduler_file=tmp_path / "nope.json")
     assert "\n" not in str(err.value)
+
+
+def test_a_lost_env_worker_is_replaced_and_the_run_goes_on(gpu_client):
+    # Runs last in this module: it kills the process of worker "0" (its nanny restarts it).
+    cfg = small_config(**{"eval.episodes": 0})
+    with ApexDriver(cfg, gpu_client) as driver:
+        env_addr = driver.placement["env_workers"][0]["address"]
+        assert driver.placement["learner"]["address"] != env_addr
+        results = driver.iterate()
+        before = next(results)
+
+        async def die():  # a crash: the worker process exits at once
+            os._exit(1)
+
+        gpu_client.run(die, workers=[env_addr], wait=False)
+        after = [next(results) for _ in range(3)]
+        driver.halt()
+        moved = {w["address"] for w in driver.placement["env_workers"]}
+    assert after[-1]["faults/env_workers_replaced"] == 2
+    assert env_addr not in moved
+    assert after[-1]["timesteps_total"] > after[0]["timesteps_total"] > before["timesteps_total"]
+    assert after[-1]["learner/updates"] > before["learner/updates"]
+
+
+def test_losing_the_learner_stops_the_run_with_a_clear_error(gpu_client):
+    # Runs last: it kills the learner's worker process (its nanny restarts it).
+    cfg = small_config(**{"eval.episodes": 0, "topology.call_timeout_s": 5.0})
+    with ApexDriver(cfg, gpu_client) as driver:
+        learner_addr = driver.placement["learner"]["address"]
+        results = driver.iterate()
+        next(results)
+
+        async def die():
+            os._exit(1)
+
+        gpu_client.run(die, workers=[learner_addr], wait=False)
+        t0 = time.monotonic()
+        with pytest.raises(ApexRuntimeError, match="learner") as err:
+            for _ in range(100):
+                next(results)
+        assert time.monotonic() - t0 < 30
+        assert "\n" not in str(err.value)
