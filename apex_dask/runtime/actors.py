@@ -213,6 +213,7 @@ class EnvWorkerActor:
         self.rollouts_sent = 0
         self.steps_sampled = 0
         self.weight_syncs = 0
+        self._last_eval: dict[str, Any] | None = None
         self._t0 = time.monotonic()
         self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
 
@@ -266,6 +267,8 @@ class EnvWorkerActor:
         out = await self._in_pool(self._worker.evaluate, int(num_episodes), seed)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
+        self._last_eval = out
+        self._pub.now(self._metrics)
         return out
 
     async def stats(self) -> dict[str, float]:
@@ -279,6 +282,13 @@ class EnvWorkerActor:
 
     def _metrics(self) -> dict[str, float]:
         i = self.index
+        if i < 0:  # the evaluator
+            ev = self._last_eval or {}
+            return {
+                "eval/return_mean": float(ev.get("return_mean", float("nan"))),
+                "eval/return_std": float(ev.get("return_std", float("nan"))),
+                "eval/weights_version": float(self._worker.weights_version),
+            }
         return {
             f"env/epsilon/{i}": self.epsilon,
             f"env/{i}/steps_sampled": float(self.steps_sampled),

@@ -123,6 +123,7 @@ class LearnerActor:
         self._snap_pool = ThreadPoolExecutor(1, thread_name_prefix="apex-weights")
         self._snap_lock: asyncio.Lock | None = None
         self._blob: tuple[int, bytes] | None = None
+        self.weight_snapshots = 0
         # learner-thread state
         self._thread: threading.Thread | None = None
         self._thread_error: str | None = None
@@ -404,6 +405,7 @@ class LearnerActor:
             if self._blob is None or self._blob[0] < self._learner.version:
                 loop = asyncio.get_running_loop()
                 self._blob = await loop.run_in_executor(self._snap_pool, self._snapshot)
+                self.weight_snapshots += 1
         blob_version, blob = self._blob
         return blob if blob_version > version else None
 
@@ -470,6 +472,7 @@ class LearnerActor:
             "learner/ratio_wait_s": self.ratio_wait_s,
             "learner/hook_calls": float(self.hook_calls),
             "learner/local_shards": float(self.local_shards),
+            "learner/weight_snapshots": float(self.weight_snapshots),
             "flow/batches_received": float(self.batches_received),
             "flow/batches_in_queue": float(self._inq.qsize()),
             "flow/batches_trained": float(trained),

@@ -197,6 +197,10 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
     assert [s["rollouts_sent"] for s in summaries] == [1, 2, 3]
     assert summaries[0]["weights_version"] == -1 and summaries[0]["epsilon"] == 0.3
 
+    learner = learner_fut.result()
+    blobs = [learner.weights_if_newer(-1) for _ in range(3)]  # three asks, one version
+    assert len({b.result() for b in blobs}) == 1
+    assert learner.stats().result()["learner/weight_snapshots"] == 1  # serialized once
     assert env.sync_weights().result() == 0  # the learner's initial weights
     assert env.sync_weights().result() is None  # nothing newer
     assert env.sample_into(0).result()["weights_version"] == 0

@@ -149,6 +149,18 @@ def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
     assert max(evals) >= 100, evals
 
 
+def test_every_actor_and_the_driver_publish_metrics_to_the_scheduler(scenario, gpu_client):
+    def store_view(dask_scheduler=None):
+        store = dask_scheduler.plugins["apex-metrics"].store
+        return store.run, sorted(store.sources), dict(store.latest)
+
+    run, sources, latest = gpu_client.run_on_scheduler(store_view)
+    assert run == scenario["driver"].run_id
+    expected = {"driver", "learner", "replay/0", "replay/1", "env/0", "env/1", "eval"}
+    assert expected <= set(sources)
+    assert latest["learner/updates"] > 0 and latest["iteration"] >= 1
+
+
 def test_stop_releases_every_actor(gpu_client):
     cfg = small_config(**{"workers.num_workers": 1, "replay.num_shards": 1, "eval.episodes": 0})
     driver = ApexDriver(cfg, gpu_client)
