@@ -296,16 +296,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CartPole-v1 sized for a 2-core machine.
     "cartpole": {
         "env": {"env_id": "CartPole-v1"},
-        "replay": {"capacity": 100_000, "num_shards": 2, "learning_starts": 1_000},
+        "replay": {"capacity": 100_000, "num_shards": 2, "learning_starts": 500},
         "learner": {
             "batch_size": 64,
-            "lr": 1e-3,
+            "lr": 4e-3,
             "hiddens": (128, 128),
             "target_update_freq": 2_000,
             "max_replay_ratio": 8.0,
         },
         "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
-        "eval": {"interval_s": 3.0, "episodes": 10},
+        "eval": {"interval_s": 1.0, "episodes": 10},
         "report": {"min_iter_time_s": 2.0, "timesteps_per_iteration": 1_000},
     },
 }
