@@ -160,17 +160,16 @@ class LocalApex:
         self.start_time = time.perf_counter()
         self._begin_iteration()
         for worker in self.workers:
-            self._sync(worker, count=True)
+            self._sync(worker)
 
     # -- the round ------------------------------------------------------
     def elapsed(self) -> float:
         """Seconds since the runner was built."""
         return time.perf_counter() - self.start_time
 
-    def _sync(self, worker: EnvWorker, count: bool = True) -> None:
+    def _sync(self, worker: EnvWorker) -> None:
         worker.set_weights(*self.learner.get_weights())
-        if count:
-            self.weight_syncs += 1
+        self.weight_syncs += 1
 
     def step(self) -> None:
         """One round: a fragment from every worker, then updates, then a due evaluation."""
