@@ -39,11 +39,13 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from apex_dask.algo.checkpoint import load_checkpoint, save_checkpoint
 from apex_dask.algo.env_worker import EnvWorker, probe_spaces
 from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
@@ -364,6 +366,46 @@ class LocalApex:
             if stopping:
                 return
             self._begin_iteration()
+
+    # -- checkpoints ----------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint directory (atomically): learner, every shard, counters, config.
+
+        Env workers' episodes in progress are not saved: after :meth:`restore`
+        they start new episodes with the restored learner's weights.
+        """
+        runner = {
+            "steps_sampled": self.steps_sampled,
+            "weight_syncs": self.weight_syncs,
+            "rollouts": self.rollouts,
+            "iteration": self.iteration,
+            "shard_cursor": self._shard_cursor,
+            "rng": self.rng.bit_generator.state,
+        }
+        parts: dict[str, Any] = {"learner": self.learner.state_dict(), "runner": runner}
+        parts.update({f"shard_{k}": s.state_dict() for k, s in enumerate(self.shards)})
+        meta = {"timesteps": self.steps_sampled, "config": self.config.to_dict()}
+        return save_checkpoint(path, parts, metadata=meta)
+
+    @classmethod
+    def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
+        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
+        parts, meta = load_checkpoint(path)
+        apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
+        apex.learner.load_state_dict(parts["learner"])
+        for k, shard in enumerate(apex.shards):
+            shard.load_state_dict(parts[f"shard_{k}"])
+        r = parts["runner"]
+        apex.steps_sampled = int(r["steps_sampled"])
+        apex.weight_syncs = int(r["weight_syncs"])
+        apex.rollouts = int(r["rollouts"])
+        apex.iteration = int(r["iteration"])
+        apex._shard_cursor = int(r["shard_cursor"])
+        apex.rng.bit_generator.state = r["rng"]
+        for worker in apex.workers:
+            apex._sync(worker)
+        apex._begin_iteration()
+        return apex
 
     def close(self) -> None:
         """Close every env."""
