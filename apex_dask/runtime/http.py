@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 JSON_ROUTE = "apex/metrics.json"
 
 _SHARD = re.compile(r"^replay/(\d+)/(.+)$")
-_WORKER = re.compile(r"^env/epsilon/(\d+)$")
+_WORKER = re.compile(r"^env/epsilon/(-?\d+)$")
+_ENV = re.compile(r"^env/(-?\d+)/(.+)$")
 _QUANTILE = re.compile(r"^(.+)/q(\d+)$")
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -40,7 +41,8 @@ def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
     trailing ``_s`` becomes ``_seconds``; everything gets the ``apex_`` prefix.
     Per-entity names become labels: ``replay/<k>/size`` ->
     ``apex_replay_size{shard="k"}``, ``env/epsilon/<i>`` ->
-    ``apex_env_epsilon{worker="i"}``, ``<name>/q<p>`` ->
+    ``apex_env_epsilon{worker="i"}``, ``env/<i>/<x>`` ->
+    ``apex_env_worker_<x>{worker="i"}`` (``-1``: the evaluator), ``<name>/q<p>`` ->
     ``<family>_quantile{quantile="p/100"}``. The all-shard totals
     ``replay/<x>`` become ``apex_replay_<x>_all`` so they do not share a
     family with the labelled per-shard gauges.
@@ -51,9 +53,12 @@ def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
     if m:
         labels["shard"] = m.group(1)
         base = "replay/" + m.group(2)
-    elif _WORKER.match(metric):
-        labels["worker"] = _WORKER.match(metric).group(1)  # type: ignore[union-attr]
+    elif (w := _WORKER.match(metric)) is not None:
+        labels["worker"] = w.group(1)
         base = "env/epsilon"
+    elif (e := _ENV.match(metric)) is not None:
+        labels["worker"] = e.group(1)
+        base = "env/worker/" + e.group(2)
     suffix = ""
     q = _QUANTILE.match(base)
     if q:
@@ -116,7 +121,7 @@ def _help(metric: str, labels: dict[str, str]) -> str:
     if "shard" in labels:
         metric = _SHARD.sub(r"replay/<k>/\2", metric)
     if "worker" in labels:
-        metric = "env/epsilon/<i>"
+        metric = _ENV.sub(r"env/<i>/\2", _WORKER.sub("env/epsilon/<i>", metric))
     return _QUANTILE.sub(r"\1/q<p>", metric)
 
 
