@@ -239,6 +239,39 @@ def _fmt(value: Any, fmt: str = "{:.1f}") -> str:
     return fmt.format(value) if isinstance(value, int | float) else "-"
 
 
+_CUMULATIVE_SUFFIXES = (
+    "timesteps_total",
+    "steps_sampled",
+    "steps_trained",
+    "updates",
+    "weight_syncs",
+    "target_updates",
+    "/added",
+    "/sampled",
+    "/evicted",
+    "/size",
+    "enqueue_blocked_s",
+)
+
+
+def merge_final(last: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
+    """The last result with the counters taken after the halt.
+
+    Only cumulative values (hop counters, faults, totals, sizes) are taken
+    from ``final``: its windowed values (rates, episode means) cover only the
+    moments between the last result and the halt.
+    """
+    merged = dict(last)
+    for key, value in final.items():
+        if (
+            key not in last
+            or key.startswith(("flow/", "faults/"))
+            or key.endswith(_CUMULATIVE_SUFFIXES)
+        ):
+            merged[key] = value
+    return merged
+
+
 def save_outputs(out: Path, cfg: ApexConfig, weights: tuple[int, dict] | None) -> None:
     import numpy as np
 
@@ -289,7 +322,30 @@ def _connect(args: argparse.Namespace, cfg: ApexConfig):
             address=args.scheduler, scheduler_file=args.scheduler_file, timeout=args.connect_timeout
         )
         return client, None
-    return None, None
+    return start_embedded(cfg)
+
+
+def start_embedded(cfg: ApexConfig):
+    """Start the embedded LocalCluster with worker processes that ignore SIGINT.
+
+    Ctrl-C in a terminal reaches the whole process group; the workers must
+    survive it so the driver can halt the run, fetch the weights and then
+    close the cluster itself.
+    """
+    import signal
+    import threading
+
+    from apex_dask.runtime.cluster import start_local_cluster
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        cluster, client = start_local_cluster(cfg.topology.local_workers)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    return client, cluster
 
 
 def run(args: argparse.Namespace) -> int:
@@ -316,7 +372,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         driver = ApexDriver(cfg, client=client)
         link = getattr(driver, "dashboard_link", None)
-        where = "embedded LocalCluster" if client is None else "cluster"
+        where = (
+            "embedded LocalCluster"
+            if not (args.scheduler or args.scheduler_file or args.cluster)
+            else "cluster"
+        )
         print(f"apex-dask-submit: training {cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"apex-dask-submit: dashboard {link}", flush=True)
@@ -348,10 +408,12 @@ def run(args: argparse.Namespace) -> int:
         if driver is not None:
             try:
                 final = driver.halt()  # finish calls in flight: every hop's counters agree
-                if final and results:
-                    results[-1] = {**results[-1], **final}
-                if final and out is not None:
-                    (out / "final.json").write_text(json.dumps(final, indent=1, default=float))
+                if final:
+                    merged = merge_final(results[-1] if results else {}, final)
+                    if results:
+                        results[-1] = merged
+                    if out is not None:
+                        (out / "final.json").write_text(json.dumps(merged, indent=1, default=float))
             except Exception as exc:
                 print(f"apex-dask-submit: could not halt cleanly: {exc}", file=sys.stderr)
             try:
@@ -366,17 +428,30 @@ def run(args: argparse.Namespace) -> int:
                 print(f"apex-dask-submit: error while releasing actors: {exc}", file=sys.stderr)
         if jsonl is not None:
             jsonl.close()
+        _quiet_teardown_logs()
         if client is not None:
             client.close()
         if cluster is not None:
             cluster.close()
     print(format_summary(results, reason), flush=True)
     if out is not None:
-        print(
-            f"apex-dask-submit: wrote results.jsonl, final.json, config.yaml, weights.npz to {out}",
-            flush=True,
-        )
+        names = ("results.jsonl", "final.json", "config.yaml", "weights.npz", "placement.json")
+        wrote = [n for n in names if (out / n).exists()]
+        print(f"apex-dask-submit: wrote {', '.join(wrote)} to {out}", flush=True)
     return code
+
+
+def _quiet_teardown_logs() -> None:
+    """Closing a cluster whose actors hold threads makes Dask log kill warnings; they are expected."""
+    import logging
+
+    for name in (
+        "distributed.nanny",
+        "distributed.worker",
+        "distributed.core",
+        "distributed.client",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"apex-dask-submit: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("apex-dask-submit: interrupted before training started", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:
         known = {"UnknownEnvError", "ApexRuntimeError", "JobqueueError"}
         if type(exc).__name__ in known and not args.debug:

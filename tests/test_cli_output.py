@@ -1,0 +1,56 @@
+"""What apex-dask-submit prints and saves, computed from result dicts."""
+
+from __future__ import annotations
+
+import math
+
+from apex_dask.cli import format_progress, format_summary, merge_final
+
+
+def test_final_counters_replace_the_last_result_but_window_means_do_not():
+    last = {
+        "iteration": 7,
+        "env/episode_return_mean": 212.0,
+        "env/steps_per_s": 4000.0,
+        "flow/batches_trained": 90,
+        "learner/steps_trained": 9000,
+        "replay/0/size": 50,
+    }
+    final = {
+        "iteration": 7,
+        "env/episode_return_mean": math.nan,
+        "env/steps_per_s": 12.0,
+        "flow/batches_trained": 95,
+        "flow/batches_lost": 0,
+        "learner/steps_trained": 9500,
+        "replay/0/size": 55,
+    }
+    merged = merge_final(last, final)
+    assert merged["env/episode_return_mean"] == 212.0
+    assert merged["env/steps_per_s"] == 4000.0
+    assert merged["flow/batches_trained"] == 95 and merged["flow/batches_lost"] == 0
+    assert merged["learner/steps_trained"] == 9500 and merged["replay/0/size"] == 55
+
+
+def test_progress_line_shows_dashes_for_missing_metrics():
+    line = format_progress({"iteration": 3, "timesteps_total": 1234, "eval/return_mean": 500.0})
+    assert line.startswith("it 3 | ")
+    assert "steps 1234" in line and "eval 500.0" in line and "return -" in line
+
+
+def test_summary_reports_best_eval_and_the_stop_reason():
+    results = [
+        {"iteration": 1, "time_s": 1.0, "timesteps_total": 100, "eval/return_mean": 30.0},
+        {
+            "iteration": 2,
+            "time_s": 2.0,
+            "timesteps_total": 200,
+            "eval/return_mean": 475.0,
+            "flow/batches_lost": 0,
+        },
+    ]
+    text = format_summary(results, "eval/return_mean >= 475")
+    assert "eval/return_mean >= 475" in text
+    assert "475.0 / 475.0" in text
+    assert "batches lost" in text
+    assert "before the first result" in format_summary([], "interrupted")
