@@ -6,8 +6,10 @@ Part ``learner``: the learner alone on prefilled replay (2 shards, batch 64,
 the cartpole preset's network). In-process: a loop of sample, update,
 update_priorities. Dask: a ``LearnerActor`` with its shards on its own worker
 (prefetcher + priority sender on the worker's loop, learner thread). Rounds
-alternate; medians. Reports updates/s and busy fraction (seconds in updates /
-wall seconds).
+alternate; medians. Reports updates/s, busy fraction (seconds in updates /
+wall seconds) and CPU milliseconds per update (the whole process: on a
+machine shared with other load this is the figure that does not depend on
+how much CPU the process happened to get).
 
 Part ``loop``: the whole Ape-X loop, same config (``cartpole`` preset, 2 env
 workers, no evaluation, 2 s iterations) for the same wall time in
@@ -24,7 +26,8 @@ third; learning never starts: this measures the sampling pipeline env worker
 -> shard plus summaries and weight-sync checks). Efficiency(N) = steps/s(N) /
 (N * steps/s(1)).
 
-Prints tables and writes JSON (default ``benchmarks/results/throughput.json``).
+Prints tables and writes JSON (default ``benchmarks/results/throughput.json``;
+``--part`` replaces only that part of an existing file).
 """
 
 from __future__ import annotations
@@ -142,8 +145,8 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
         s.add(_rollout(n, rng))
     learner = Learner(obs_space, act_space, **_learner_kwargs(cfg))
 
-    def train_for(seconds: float) -> tuple[int, float, float]:
-        t0, grad, updates = time.perf_counter(), 0.0, 0
+    def train_for(seconds: float) -> tuple[int, float, float, float]:
+        c0, t0, grad, updates = _cpu_s(), time.perf_counter(), 0.0, 0
         while time.perf_counter() - t0 < seconds:
             s = shards[learner.num_updates % 2]
             sample = s.sample(b, 0.4)
@@ -152,7 +155,7 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
             grad += time.perf_counter() - g0
             s.update_priorities(sample.indices, td)
             updates += 1
-        return updates, grad, time.perf_counter() - t0
+        return updates, grad, time.perf_counter() - t0, _cpu_s() - c0
 
     local_rounds: list[dict[str, float]] = []
     dask_rounds: list[dict[str, float]] = []
@@ -177,26 +180,38 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
         ).result()
         for _ in range(rounds):
             train_for(1.0)  # warm-up, as the Dask learner gets below
-            updates, grad, wall = train_for(duration)
-            local_rounds.append({"updates_per_s": updates / wall, "busy_frac": grad / wall})
+            updates, grad, wall, cpu = train_for(duration)
+            local_rounds.append(
+                {
+                    "updates_per_s": updates / wall,
+                    "busy_frac": grad / wall,
+                    "cpu_ms_per_update": 1e3 * cpu / updates,
+                }
+            )
             actor.start().result()
             time.sleep(1.0)
-            a = actor.stats().result()
+            a, c0, t0 = (
+                actor.stats().result(),
+                client.run(_worker_cpu_s)[where],
+                time.perf_counter(),
+            )
             time.sleep(duration)
-            z = actor.stats().result()
-            wall = duration  # stats() calls are ~1 ms each
+            z, c1 = actor.stats().result(), client.run(_worker_cpu_s)[where]
+            wall = time.perf_counter() - t0
             actor.stop().result()
+            n = z["learner/updates"] - a["learner/updates"]
             dask_rounds.append(
                 {
-                    "updates_per_s": (z["learner/updates"] - a["learner/updates"]) / wall,
+                    "updates_per_s": n / wall,
                     "busy_frac": (z["learner/grad_total_s"] - a["learner/grad_total_s"]) / wall,
+                    "cpu_ms_per_update": 1e3 * (c1 - c0) / n,
                     "batches_lost": z["flow/batches_lost"],
                 }
             )
     finally:
         client.close()
         cluster.close()
-    keys = ("updates_per_s", "busy_frac")
+    keys = ("updates_per_s", "busy_frac", "cpu_ms_per_update")
     local = {k: _median([r[k] for r in local_rounds]) for k in keys}
     dask = {k: _median([r[k] for r in dask_rounds]) for k in keys}
     dask["batches_lost"] = max(r["batches_lost"] for r in dask_rounds)
@@ -336,7 +351,7 @@ def _print_learner(r: dict[str, Any]) -> None:
         f"\nLearner hot path alone (prefilled replay, batch 64; median of {n} x {r['duration_s']:g} s)"
     )
     print(f"{'':<24}{'run_local':>12}{'dask':>12}{'dask/local':>12}")
-    for m in ("updates_per_s", "busy_frac"):
+    for m in ("updates_per_s", "busy_frac", "cpu_ms_per_update"):
         a, b = r["local"][m], r["dask"][m]
         print(f"{m:<24}{a:>12.4g}{b:>12.4g}{b / a:>12.2f}")
 
@@ -370,6 +385,10 @@ def _print_scaling(s: dict[str, Any]) -> None:
         print(f"{row['env_workers']:>12}{row['steps_per_s']:>12.1f}{row['efficiency']:>12.2f}")
 
 
+def _stamp() -> dict[str, Any]:
+    return {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_avg": list(os.getloadavg())}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="shorter runs, fewer rounds")
@@ -384,20 +403,21 @@ def main() -> None:
         learner_s, learner_rounds = 5.0, 3
         dur, warm, rounds = 24.0, 6.0, 2
         sdur, swarm = 10.0, 3.0
-    report: dict[str, Any] = {
+    report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    report |= {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "load_avg_at_start": list(os.getloadavg()),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "command": "python benchmarks/throughput.py" + (" --quick" if args.quick else ""),
     }
     if args.part in ("all", "learner"):
-        report["learner_only"] = learner_only(learner_s, learner_rounds)
+        report["learner_only"] = learner_only(learner_s, learner_rounds) | _stamp()
         _print_learner(report["learner_only"])
     if args.part in ("all", "loop"):
-        report["dask_vs_local"] = dask_vs_local(dur, warm, rounds)
+        report["dask_vs_local"] = dask_vs_local(dur, warm, rounds) | _stamp()
         _print_pipeline(report["dask_vs_local"])
     if args.part in ("all", "scaling"):
-        report["scaling"] = scaling([1, 2, 4, 8], sdur, swarm, 0.002)
+        report["scaling"] = scaling([1, 2, 4, 8], sdur, swarm, 0.002) | _stamp()
         _print_scaling(report["scaling"])
     report["load_avg_at_end"] = list(os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,12 +39,13 @@ from apex_dask.algo.envs import UnknownEnvError, make_env_factory
 from apex_dask.algo.exploration import apex_epsilons
 from apex_dask.algo.results import derive_seed
 from apex_dask.config import ApexConfig, StopConfig
+from apex_dask.local import resolve_stop
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 from apex_dask.runtime.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.placement import plan_placement, workers_from_scheduler_info
 from apex_dask.runtime.plan import EnvSlot, ExecutionPlan
-from apex_dask.runtime.report import merge_stop, stop_reason
+from apex_dask.runtime.report import stop_reason
 
 __all__ = ["ApexDriver", "ApexRuntimeError"]
 
@@ -341,7 +342,7 @@ class ApexDriver:
 
     def run(self, stop: StopConfig | Mapping[str, Any] | None = None) -> list[dict[str, float]]:
         """Train until a stop condition (``config.stop`` merged with ``stop``); halt; return results."""
-        cond = merge_stop(self.config.stop, stop)
+        cond = resolve_stop(self.config.stop, stop)
         use_eval = self.config.eval.episodes > 0
         results: list[dict[str, float]] = []
         for result in self.iterate():

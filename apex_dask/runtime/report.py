@@ -16,7 +16,7 @@ from typing import Any
 from apex_dask.algo.results import episode_metrics
 from apex_dask.config import StopConfig
 
-__all__ = ["IterationWindow", "build_result", "merge_stop", "stop_reason"]
+__all__ = ["IterationWindow", "build_result", "stop_reason"]
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
 _INTERNAL = ("learner/grad_total_s", "errors", "thread_error", "device")
@@ -109,21 +109,6 @@ def build_result(
     if extra:
         out.update({k: float(v) for k, v in extra.items()})
     return out
-
-
-def merge_stop(config_stop: StopConfig, stop: StopConfig | Mapping[str, Any] | None) -> StopConfig:
-    """``config_stop`` with the non-None fields of ``stop`` (a StopConfig or a dict) on top."""
-    if stop is None:
-        return config_stop
-    items = stop.__dict__ if isinstance(stop, StopConfig) else dict(stop)
-    known = set(StopConfig.__dataclass_fields__)
-    unknown = set(items) - known
-    if unknown:
-        raise ValueError(
-            f"unknown stop condition {sorted(unknown)[0]!r}; use one of {', '.join(sorted(known))}"
-        )
-    merged = {**config_stop.__dict__, **{k: v for k, v in items.items() if v is not None}}
-    return StopConfig(**merged)
 
 
 def stop_reason(stop: StopConfig, result: Mapping[str, float], use_eval: bool) -> str | None:

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from apex_dask.config import ApexConfig
@@ -125,6 +126,16 @@ def test_weights_reach_the_env_workers(scenario):
     assert last["sync/policy_lag"] < last["learner/version"] + 1  # workers act past version -1
 
 
+def test_learner_weights_and_state_come_back_to_the_driver(scenario):
+    driver, final = scenario["driver"], scenario["final"]
+    version, weights = driver.learner_weights()
+    assert version == final["learner/version"] > 0
+    assert all(isinstance(w, np.ndarray) for w in weights.values())
+    state = driver.learner_state()
+    assert state["counters"]["num_updates"] == final["learner/updates"]
+    assert set(state["online"]) == set(weights)
+
+
 def test_resume_inside_a_running_event_loop_continues_the_run(scenario):
     assert scenario["resumed"]["iteration"] == 4
     assert scenario["resumed"]["timesteps_total"] > scenario["results"][-1]["timesteps_total"]
@@ -140,15 +151,6 @@ def test_flow_counters_agree_after_halt_so_nothing_was_lost(scenario):
     assert f["flow/batches_lost"] == 0 and f["flow/priority_updates_failed"] == 0
 
 
-def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
-    cfg = ApexConfig.preset("cartpole").override({"seed": 1, "eval.interval_s": 2.0})
-    with ApexDriver(cfg, gpu_client) as driver:
-        results = driver.run(stop={"reward": 150, "timesteps": 80_000, "time_s": 90})
-    evals = [r["eval/return_mean"] for r in results if "eval/return_mean" in r]
-    # a uniformly random policy averages about 22 on CartPole-v1
-    assert max(evals) >= 100, evals
-
-
 def test_every_actor_and_the_driver_publish_metrics_to_the_scheduler(scenario, gpu_client):
     def store_view(dask_scheduler=None):
         store = dask_scheduler.plugins["apex-metrics"].store
@@ -159,6 +161,15 @@ def test_every_actor_and_the_driver_publish_metrics_to_the_scheduler(scenario, g
     expected = {"driver", "learner", "replay/0", "replay/1", "env/0", "env/1", "eval"}
     assert expected <= set(sources)
     assert latest["learner/updates"] > 0 and latest["iteration"] >= 1
+
+
+def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
+    cfg = ApexConfig.preset("cartpole").override({"seed": 1, "eval.interval_s": 2.0})
+    with ApexDriver(cfg, gpu_client) as driver:
+        results = driver.run(stop={"reward": 150, "timesteps": 80_000, "time_s": 90})
+    evals = [r["eval/return_mean"] for r in results if "eval/return_mean" in r]
+    # a uniformly random policy averages about 22 on CartPole-v1
+    assert max(evals) >= 100, evals
 
 
 def test_stop_releases_every_actor(gpu_client):
@@ -176,6 +187,34 @@ def test_stop_releases_every_actor(gpu_client):
     assert all(v == [] for v in gpu_client.run(live, keys).values())
     with pytest.raises(ApexRuntimeError, match="stopped"):
         next(driver.iterate())
+
+
+def test_embedded_cluster_serves_the_apex_page_and_is_closed_on_stop():
+    import urllib.request
+
+    cfg = small_config(
+        **{"topology.local_workers": 1, "workers.num_workers": 1, "replay.num_shards": 1}
+    )
+    driver = ApexDriver(cfg, dashboard_address=":0")
+    try:
+        cluster = driver._cluster
+        assert cluster is not None and driver.dashboard_link.endswith("/apex")
+        with urllib.request.urlopen(driver.dashboard_link, timeout=10) as page:
+            assert page.status == 200
+        assert len(driver.run(stop={"iterations": 1})) == 1
+    finally:
+        driver.stop()
+    assert cluster.status.name == "closed"
+
+
+def test_a_hook_that_raises_stops_the_run_with_its_error(gpu_client):
+    def broken(batch, shard_id):
+        raise ValueError("reward scale missing")
+
+    cfg = small_config(**{"eval.episodes": 0, "workers.num_workers": 1})
+    with ApexDriver(cfg, gpu_client, before_learn_on_batch=broken) as driver:
+        with pytest.raises(ApexRuntimeError, match="learner thread failed: ValueError: reward"):
+            driver.run(stop={"iterations": 20})
 
 
 def test_unknown_env_id_fails_before_any_actor_is_created(gpu_client):
