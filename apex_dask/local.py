@@ -51,15 +51,10 @@ from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
 from apex_dask.algo.learner import Learner
 from apex_dask.algo.replay import ReplayShard
-from apex_dask.algo.results import (
-    derive_seed,
-    episode_metrics,
-    mean_or_nan,
-    replay_metrics,
-    window_stat_metrics,
-)
+from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.config import ApexConfig, StopConfig
+from apex_dask.local_results import local_result
 
 __all__ = ["LocalApex", "run_local", "resolve_stop"]
 
@@ -149,6 +144,11 @@ class LocalApex:
         self.weight_syncs = 0
         self.rollouts = 0
         self._since_sync = [0] * len(self.workers)
+        self.worker_rollouts = [0] * len(self.workers)
+        self.shard_rollouts = [0] * len(self.shards)
+        self.shard_batches = [0] * len(self.shards)
+        self.weight_snapshots = 0
+        self._snapshot_version = -1
         self._shard_cursor = 0
         self.dequeue_timer, self.grad_timer, self.overall_timer = Timer(), Timer(), Timer()
         self.queue_size = WindowStat("learner/queue_size", 50)
@@ -169,8 +169,15 @@ class LocalApex:
         """Seconds since the runner was built."""
         return time.perf_counter() - self.start_time
 
+    def _weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        version, weights = self.learner.get_weights()
+        if version != self._snapshot_version:
+            self._snapshot_version = version
+            self.weight_snapshots += 1
+        return version, weights
+
     def _sync(self, worker: EnvWorker) -> None:
-        worker.set_weights(*self.learner.get_weights())
+        worker.set_weights(*self._weights())
         self.weight_syncs += 1
 
     def step(self) -> None:
@@ -181,6 +188,8 @@ class LocalApex:
             k = int(self.rng.integers(len(self.shards)))
             self.shards[k].add(out["batch"], out["priorities"])
             self.rollouts += 1
+            self.worker_rollouts[i] += 1
+            self.shard_rollouts[k] += 1
             self.steps_sampled += out["steps"]
             if i in self.selected_workers:
                 self._iter_returns += out["episode_returns"]
@@ -213,6 +222,7 @@ class LocalApex:
             return False
         k = ready[self._shard_cursor % len(ready)]
         self._shard_cursor += 1
+        self.shard_batches[k] += 1
         lc, rc = self.config.learner, self.config.replay
         with self.overall_timer:
             self.queue_size.push(0)  # no inqueue in-process: batches are sampled on demand
@@ -238,7 +248,7 @@ class LocalApex:
         if self.evaluator is None:
             return None
         t0 = time.perf_counter()
-        version, weights = self.learner.get_weights()
+        version, weights = self._weights()
         if self.evaluator.weights_version != version:
             self.evaluator.set_weights(version, weights)
         out = self.evaluator.evaluate(self.config.eval.episodes)
@@ -248,7 +258,9 @@ class LocalApex:
         self.last_eval = {
             **out,
             "time_s": t1 - self.start_time,
+            "duration_s": t1 - t0,
             "timesteps": self.steps_sampled,
+            "weights_version": version,
             "eval_time_s": self.eval_time_s,
         }
         self._iter_eval = self.last_eval
@@ -260,6 +272,7 @@ class LocalApex:
         self._iter_steps0 = self.steps_sampled
         self._iter_updates0 = self.learner.num_updates
         self._iter_grad0 = self.grad_timer.total_s
+        self._iter_worker_steps0 = [w.steps_sampled for w in self.workers]
         self._iter_returns: list[float] = []
         self._iter_lengths: list[int] = []
         self._iter_eval: dict[str, Any] | None = None
@@ -273,53 +286,7 @@ class LocalApex:
 
     def result(self) -> dict[str, float]:
         """The flat result dict of the current iteration (see ``docs/metrics.md``)."""
-        now = time.perf_counter()
-        wall = max(now - self._iter_start, 1e-9)
-        lr = self.learner
-        versions = [w.weights_version for w in self.workers]
-        out: dict[str, float] = {
-            "iteration": float(self.iteration + 1),
-            "time_s": now - self.start_time,
-            "timesteps_total": float(self.steps_sampled),
-            "env/steps_sampled": float(self.steps_sampled),
-            "env/steps_per_s": (self.steps_sampled - self._iter_steps0) / wall,
-            **episode_metrics(self._iter_returns, self._iter_lengths),
-        }
-        for i, eps in enumerate(self.epsilons):
-            out[f"env/epsilon/{i}"] = float(eps)
-        if self._iter_eval is not None:
-            out["eval/return_mean"] = float(self._iter_eval["return_mean"])
-            out["eval/return_std"] = float(self._iter_eval["return_std"])
-        out["eval/time_s"] = self.eval_time_s
-        out.update(
-            {
-                "learner/steps_trained": float(lr.steps_trained),
-                "learner/updates": float(lr.num_updates),
-                "learner/updates_per_s": (lr.num_updates - self._iter_updates0) / wall,
-                "learner/loss": mean_or_nan(self._loss),
-                "learner/mean_q": mean_or_nan(self._mean_q),
-                "learner/grad_norm": mean_or_nan(self._grad_norm),
-                "learner/dequeue_s": self.dequeue_timer.mean,
-                "learner/grad_s": self.grad_timer.mean,
-                "learner/overall_s": self.overall_timer.mean,
-                "learner/busy_frac": (self.grad_timer.total_s - self._iter_grad0) / wall,
-                **window_stat_metrics("learner/queue_size", self.queue_size.stats()),
-                "learner/enqueue_blocked_s": 0.0,
-                "learner/target_updates": float(lr.num_target_updates),
-                "learner/replay_ratio": lr.steps_trained / max(self.steps_sampled, 1),
-                **replay_metrics([s.stats() for s in self.shards]),
-                "sync/weight_syncs": float(self.weight_syncs),
-                "sync/policy_lag": lr.version - float(np.mean(versions)),
-                "flow/rollouts_sent": float(self.rollouts),
-                "flow/rollouts_stored": float(self.rollouts),
-                "flow/batches_sampled": float(lr.num_updates),
-                "flow/batches_trained": float(lr.num_updates),
-                "flow/priority_updates_sent": float(lr.num_updates),
-                "flow/priority_updates_applied": float(lr.num_updates),
-                "flow/batches_lost": 0.0,
-            }
-        )
-        return out
+        return local_result(self)
 
     def _reward_reached(self, stop: StopConfig, result: Mapping[str, float] | None) -> bool:
         if stop.reward is None:
@@ -381,6 +348,10 @@ class LocalApex:
             "iteration": self.iteration,
             "shard_cursor": self._shard_cursor,
             "rng": self.rng.bit_generator.state,
+            "worker_rollouts": self.worker_rollouts,
+            "shard_rollouts": self.shard_rollouts,
+            "shard_batches": self.shard_batches,
+            "weight_snapshots": self.weight_snapshots,
         }
         parts: dict[str, Any] = {"learner": self.learner.state_dict(), "runner": runner}
         parts.update({f"shard_{k}": s.state_dict() for k, s in enumerate(self.shards)})
@@ -402,6 +373,10 @@ class LocalApex:
         apex.iteration = int(r["iteration"])
         apex._shard_cursor = int(r["shard_cursor"])
         apex.rng.bit_generator.state = r["rng"]
+        apex.worker_rollouts = list(r["worker_rollouts"])
+        apex.shard_rollouts = list(r["shard_rollouts"])
+        apex.shard_batches = list(r["shard_batches"])
+        apex.weight_snapshots = int(r["weight_snapshots"])
         for worker in apex.workers:
             apex._sync(worker)
         apex._begin_iteration()
