@@ -194,3 +194,15 @@ def test_image_env_acts_through_torch_and_maps_action_offset():
 def test_bad_epsilon_raises():
     with pytest.raises(ValueError):
         _worker(epsilon=1.5)
+
+
+def test_atari_ids_get_dqn_preprocessing():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    factory = make_env_factory("ALE/Pong-v5")
+    obs_space, act_space = probe_spaces(factory)
+    assert obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
+    worker = EnvWorker(factory, epsilon=1.0, seed=0, hiddens=(32,), fragment_length=8, n_step=3)
+    out = worker.sample()
+    assert out["batch"]["obs"].shape == (5, 4, 84, 84)  # 8 steps, 3 pending
+    assert out["batch"]["obs"].dtype == np.uint8
