@@ -204,5 +204,5 @@ def test_atari_ids_get_dqn_preprocessing():
     assert obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
     worker = EnvWorker(factory, epsilon=1.0, seed=0, hiddens=(32,), fragment_length=8, n_step=3)
     out = worker.sample()
-    assert out["batch"]["obs"].shape == (5, 4, 84, 84)  # 8 steps, 3 pending
+    assert out["batch"]["obs"].shape == (6, 4, 84, 84)  # 8 steps, n - 1 = 2 pending
     assert out["batch"]["obs"].dtype == np.uint8
