@@ -308,31 +308,53 @@ def dask_vs_local(duration: float, warmup: float, rounds: int) -> dict[str, Any]
     }
 
 
-def scaling(counts: list[int], duration: float, warmup: float, step_s: float) -> dict[str, Any]:
+def scaling(
+    counts: list[int], duration: float, warmup: float, step_s: float, rounds: int
+) -> dict[str, Any]:
+    """Env steps/s of N env workers on the sleepy env; rounds alternate the order of N."""
     cluster, client = start_local_cluster(3, dashboard_address=":0")
-    rows = []
+    samples: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
     try:
-        for n in counts:
-            cfg = ApexConfig.preset("cartpole").override(
-                {
-                    "env.env_id": SLEEPY_ID,
-                    "env.env_kwargs": {"step_s": step_s},
-                    "workers.num_workers": n,
-                    "replay.learning_starts": 100_000,  # = capacity: sampling only
-                    "eval.episodes": 0,
-                    "report.min_iter_time_s": 1.0,
-                    "report.timesteps_per_iteration": 0,
-                }
-            )
-            with ApexDriver(cfg, client) as driver:
-                results = driver.run(stop={"time_s": duration})
-            warm = [r for r in results if r["time_s"] >= warmup] or results[-1:]
-            rows.append(
-                {"env_workers": n, "steps_per_s": _mean([r["env/steps_per_s"] for r in warm])}
-            )
+        for r in range(rounds):
+            for n in counts if r % 2 == 0 else counts[::-1]:
+                cfg = ApexConfig.preset("cartpole").override(
+                    {
+                        "env.env_id": SLEEPY_ID,
+                        "env.env_kwargs": {"step_s": step_s},
+                        "workers.num_workers": n,
+                        "replay.learning_starts": 100_000,  # = capacity: sampling only
+                        "eval.episodes": 0,
+                        "report.min_iter_time_s": 1.0,
+                        "report.timesteps_per_iteration": 0,
+                    }
+                )
+                with ApexDriver(cfg, client) as driver:
+                    c0, w0, t0 = _cpu_s(), client.run(_worker_cpu_s), time.perf_counter()
+                    results = driver.run(stop={"time_s": duration})
+                    wall = time.perf_counter() - t0
+                    c1, w1 = _cpu_s(), client.run(_worker_cpu_s)
+                    learner = driver.placement["learner"]["address"]
+                warm = [x for x in results if x["time_s"] >= warmup] or results[-1:]
+                samples[n].append(
+                    {
+                        "steps_per_s": _mean([x["env/steps_per_s"] for x in warm]),
+                        "env_cores": sum(w1[a] - w0[a] for a in w1 if a != learner) / wall,
+                        "driver_cores": (c1 - c0) / wall,
+                    }
+                )
     finally:
         client.close()
         cluster.close()
+    rows = [
+        {
+            "env_workers": n,
+            "steps_per_s": _median([x["steps_per_s"] for x in samples[n]]),
+            "env_cores": _median([x["env_cores"] for x in samples[n]]),
+            "driver_cores": _median([x["driver_cores"] for x in samples[n]]),
+            "rounds": samples[n],
+        }
+        for n in counts
+    ]
     base = rows[0]["steps_per_s"]
     for row in rows:
         row["efficiency"] = row["steps_per_s"] / (row["env_workers"] * base)
@@ -380,9 +402,14 @@ def _print_scaling(s: dict[str, Any]) -> None:
         f"\nScaling on {s['env']} ({s['step_s'] * 1e3:g} ms per step; "
         f"ideal {s['ideal_steps_per_s_per_worker']:g} steps/s per worker)"
     )
-    print(f"{'env workers':>12}{'steps/s':>12}{'efficiency':>12}")
+    print(
+        f"{'env workers':>12}{'steps/s':>12}{'efficiency':>12}{'env cores':>12}{'driver cores':>14}"
+    )
     for row in s["rows"]:
-        print(f"{row['env_workers']:>12}{row['steps_per_s']:>12.1f}{row['efficiency']:>12.2f}")
+        print(
+            f"{row['env_workers']:>12}{row['steps_per_s']:>12.1f}{row['efficiency']:>12.2f}"
+            f"{row['env_cores']:>12.2f}{row['driver_cores']:>14.2f}"
+        )
 
 
 def _stamp() -> dict[str, Any]:
@@ -398,11 +425,11 @@ def main() -> None:
     if args.quick:
         learner_s, learner_rounds = 3.0, 2
         dur, warm, rounds = 12.0, 4.0, 1
-        sdur, swarm = 5.0, 1.5
+        sdur, swarm, srounds = 5.0, 1.5, 1
     else:
         learner_s, learner_rounds = 5.0, 3
         dur, warm, rounds = 24.0, 6.0, 2
-        sdur, swarm = 10.0, 3.0
+        sdur, swarm, srounds = 10.0, 3.0, 2
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     report |= {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -417,7 +444,7 @@ def main() -> None:
         report["dask_vs_local"] = dask_vs_local(dur, warm, rounds) | _stamp()
         _print_pipeline(report["dask_vs_local"])
     if args.part in ("all", "scaling"):
-        report["scaling"] = scaling([1, 2, 4, 8], sdur, swarm, 0.002) | _stamp()
+        report["scaling"] = scaling([1, 2, 4, 8], sdur, swarm, 0.002, srounds) | _stamp()
         _print_scaling(report["scaling"])
     report["load_avg_at_end"] = list(os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)
