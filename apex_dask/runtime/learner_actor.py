@@ -6,15 +6,12 @@
         --> inqueue (bounded, learner.inqueue_size) --> learner thread: update()
         --> outqueue --> priority sender --> update_priorities on the source shard
 
-- The **prefetcher** runs as asyncio tasks on the learner's Dask worker loop:
-  ``prefetch_per_shard`` slots per shard, each keeping one ``sample`` request
-  in flight. A slot that gets a batch puts it in the inqueue; when the inqueue
-  is full the slot *waits* (without blocking the loop: it parks on a future;
-  the learner thread resolves them all once the queue has drained to half)
-  and the wait is added to ``learner/enqueue_blocked_s``. Nothing is
-  ever dropped. A shard on the learner's own worker (the default placement)
-  is called as a local object: no serialization, no loopback round trip; its
-  slot waits for queue space *before* sampling, so no stale batch is held.
+- The **prefetcher** (:class:`~apex_dask.runtime.prefetch.ReplayPrefetcher`,
+  asyncio tasks on the learner's Dask worker loop) keeps
+  ``prefetch_per_shard`` sample requests per shard and fills the inqueue;
+  a full inqueue makes it wait (``learner/enqueue_blocked_s``), never drop.
+  Shards on the learner's own worker (the default placement) are called as
+  local objects: no serialization, no loopback round trip.
 - The **learner thread** takes batches (``learner/dequeue_s`` times that
   wait: high means starved), runs the user's ``before_learn_on_batch(batch,
   shard_id)`` hook, then one ``Learner.update`` (``learner/grad_s``), and
@@ -24,7 +21,7 @@
   sending each update to its source shard (inline for a local shard, a task
   with a timeout for a remote one). The learner thread never wakes the loop
   per update: each cross-thread wake-up hands the GIL to the loop thread.
-- With ``max_replay_ratio`` set, a slot waits before requesting while
+- With ``max_replay_ratio`` set, the prefetcher waits before requesting while
   (batches requested + 1) * batch_size > ratio * (items added to all shards).
 - Weights: ``weights_if_newer(v)`` returns one pickled ``(version, weights)``
   blob, made at most once per version under the model lock (the learner thread
@@ -56,6 +53,7 @@ import numpy as np
 from apex_dask.algo.results import window_stat_metrics
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.runtime.calls import Throttled, call_with_timeout
+from apex_dask.runtime.prefetch import ReplayPrefetcher
 
 __all__ = ["LearnerActor"]
 
@@ -104,20 +102,25 @@ class LearnerActor:
         self._shards = [
             worker.state.actors.get(h.key, h) if _is_local(h, worker) else h for h in shards
         ]
-        self.local_shards = sum(
-            1 for h, s in zip(self._handles, self._shards, strict=True) if s is not h
-        )
-        self._batch_size = int(batch_size)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
+        self._prefetcher = ReplayPrefetcher(
+            self._shards,
+            self._handles,
+            self._inq,
+            batch_size=batch_size,
+            prefetch_per_shard=prefetch_per_shard,
+            max_replay_ratio=max_replay_ratio,
+            call_timeout_s=call_timeout_s,
+            idle_poll_s=idle_poll_s,
+        )
         # outqueue: the learner thread appends (shard_id, indices, |td|); the sender drains
         self._outbox: deque[tuple[int, np.ndarray, np.ndarray]] = deque()
+        self._sender: asyncio.Task | None = None
         self._sender_stop = False
         self._sender_poll_s = 0.004
-        self._prefetch = int(prefetch_per_shard)
-        self._ratio = max_replay_ratio
+        self._pending: set[asyncio.Task] = set()
         self._timeout = float(call_timeout_s)
         self._hook = before_learn_on_batch
-        self._idle_poll_s = float(idle_poll_s)
         self._model_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._snap_pool = ThreadPoolExecutor(1, thread_name_prefix="apex-weights")
@@ -135,21 +138,6 @@ class LearnerActor:
         self._window: deque[tuple[float, float, float]] = deque(maxlen=50)
         self.batches_trained = 0
         self.hook_calls = 0
-        # prefetcher state (event-loop only)
-        self._stopping = False
-        self._slots: list[asyncio.Task] = []
-        self._sender: asyncio.Task | None = None
-        self._pending: set[asyncio.Task] = set()
-        self._space_waiters: deque[asyncio.Future] = deque()
-        self._wake_pending = False
-        self._low_water = int(inqueue_size) // 2
-        self._in_flight = 0
-        self._added = [0] * len(self._shards)
-        self._added_checked = [0.0] * len(self._shards)
-        self.batches_received = 0
-        self.batches_lost = 0
-        self.enqueue_blocked_s = 0.0
-        self.ratio_wait_s = 0.0
         self.priority_updates_sent = 0
         self.priority_updates_failed = 0
         self.errors: deque[str] = deque(maxlen=10)
@@ -160,31 +148,20 @@ class LearnerActor:
         """Start the learner thread, the prefetcher and the priority sender (idempotent)."""
         if self._thread is not None and self._thread.is_alive():
             return
-        self._stopping = False
         self._stop_thread = False
         self._sender_stop = False
-        self._wake_pending = False
         self._snap_lock = asyncio.Lock()
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
         self._thread.start()
         self._sender = asyncio.create_task(self._send_priorities())
-        self._slots = [
-            asyncio.create_task(self._slot(k))
-            for _ in range(self._prefetch)
-            for k in range(len(self._shards))
-        ]
+        self._prefetcher.start(thread_alive=self._thread.is_alive)
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
         """Stop requesting, queue the batches held, train what is queued, flush priorities.
 
         Returns the final :meth:`stats`.
         """
-        self._stopping = True
-        if self._slots:
-            _, late = await asyncio.wait(self._slots, timeout=timeout_s)
-            for t in late:
-                t.cancel()
-            self._slots = []
+        await self._prefetcher.stop(timeout_s)
         thread = self._thread
         if thread is not None:
             self._stop_thread = True  # the thread trains what is queued, then exits
@@ -203,108 +180,6 @@ class LearnerActor:
         self._snap_pool.shutdown(wait=False)
         self._pub.now(self._metrics)
 
-    # ---------------------------------------------------------------- prefetch
-    async def _slot(self, shard_id: int) -> None:
-        """Keep one sample request going to ``shard_id`` and queue what comes back.
-
-        A remote shard's request is in flight while the previous batch waits for
-        queue space (latency hiding). A shard on this worker answers at once, so
-        its slot first waits for space and then samples: no stale batches held.
-        """
-        shard = self._shards[shard_id]
-        local = shard is not self._handles[shard_id]
-        while not self._stopping:
-            if self._ratio is not None and not await self._ratio_allows(shard_id):
-                continue
-            if local:
-                self._in_flight += 1  # between the ratio gate and the batch count
-                try:
-                    await self._wait_for_space()
-                    if self._stopping:
-                        break
-                    sample = await shard.sample()
-                finally:
-                    self._in_flight -= 1
-            else:
-                self._in_flight += 1
-                try:
-                    sample = await call_with_timeout(shard.sample(), self._timeout)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # dead or slow shard: count and back off
-                    self.batches_lost += 1
-                    self.errors.append(f"sample from shard {shard_id}: {type(exc).__name__}: {exc}")
-                    await asyncio.sleep(min(1.0, self._timeout))
-                    continue
-                finally:
-                    self._in_flight -= 1
-            if sample is None:
-                await asyncio.sleep(self._idle_poll_s)
-                continue
-            self.batches_received += 1
-            self._added[shard_id] = int(sample.get("added", self._added[shard_id]))
-            await self._enqueue((shard_id, sample))
-            if local:  # a local sample never suspends: let the other slots take turns
-                await asyncio.sleep(0)
-
-    async def _ratio_allows(self, shard_id: int) -> bool:
-        """True if one more batch keeps (sampled batches * B) / added <= ratio; else waits a bit."""
-        added = sum(self._added)
-        wanted = (self.batches_received + self._in_flight + 1) * self._batch_size
-        if added == 0 or wanted <= self._ratio * added:
-            return True
-        t0 = time.perf_counter()
-        now = time.monotonic()
-        if now - self._added_checked[shard_id] >= 0.05:  # refresh: no sample may be coming
-            self._added_checked[shard_id] = now
-            try:
-                n = await call_with_timeout(self._shards[shard_id].added(), self._timeout)
-                self._added[shard_id] = max(self._added[shard_id], int(n))
-            except Exception as exc:
-                self.errors.append(f"added() of shard {shard_id}: {type(exc).__name__}: {exc}")
-        await asyncio.sleep(0.005)
-        self.ratio_wait_s += time.perf_counter() - t0
-        return False
-
-    async def _wait_for_space(self) -> None:
-        """Wait (counted in ``enqueue_blocked_s``) while the inqueue is full.
-
-        Each waiter parks on its own future; the learner thread wakes one waiter
-        per batch it takes (no thundering herd). The 50 ms timeout is a safety net.
-        """
-        if not self._inq.full():
-            return
-        t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        while self._inq.full() and not self._thread_gone():
-            fut = loop.create_future()
-            self._space_waiters.append(fut)
-            await asyncio.wait([fut], timeout=0.05)
-        self.enqueue_blocked_s += time.perf_counter() - t0
-
-    def _wake_all(self) -> None:
-        self._wake_pending = False
-        while self._space_waiters:
-            fut = self._space_waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-
-    def _thread_gone(self) -> bool:
-        return self._stopping and not (self._thread is not None and self._thread.is_alive())
-
-    async def _enqueue(self, item: tuple[int, dict[str, Any]]) -> None:
-        """Put a batch in the inqueue, waiting for space; never dropped while the thread lives."""
-        while True:
-            try:
-                self._inq.put_nowait(item)
-                return
-            except queue.Full:
-                pass
-            if self._thread_gone():
-                self.batches_lost += 1  # the learner thread is gone: counted, not hidden
-                return
-            await self._wait_for_space()
-
     # ------------------------------------------------------------ learner thread
     def _take(self) -> tuple[int, dict[str, Any]] | None:
         """The next batch; None once a stop was asked and the queue is empty."""
@@ -322,13 +197,7 @@ class LearnerActor:
                 t0 = time.perf_counter()
                 item = self._take()
                 t1 = time.perf_counter()
-                if (
-                    self._space_waiters
-                    and not self._wake_pending
-                    and self._inq.qsize() <= self._low_water
-                ):  # wake the waiting producers in one go, not once per batch
-                    self._wake_pending = True
-                    loop.call_soon_threadsafe(self._wake_all)
+                self._prefetcher.taken(loop)  # wakes waiting producers at half queue
                 if item is None:
                     break
                 qsize = self._inq.qsize()
@@ -438,13 +307,13 @@ class LearnerActor:
     async def stats(self) -> dict[str, Any]:
         """Metric-named learner stats (``learner/*`` and ``flow/*``); ``errors`` as strings."""
         out: dict[str, Any] = self._metrics()
-        out["errors"] = list(self.errors)
+        out["errors"] = list(self._prefetcher.errors) + list(self.errors)
         out["thread_error"] = self._thread_error
         out["device"] = self._learner.device
         return out
 
     def _metrics(self) -> dict[str, float]:
-        lr = self._learner
+        lr, pf = self._learner, self._prefetcher
         with self._stats_lock:
             q = self._qsize.stats()
             window = list(self._window)
@@ -468,16 +337,16 @@ class LearnerActor:
             "learner/overall_s": overall,
             "learner/grad_total_s": grad_total,
             **window_stat_metrics("learner/queue_size", q),
-            "learner/enqueue_blocked_s": self.enqueue_blocked_s,
-            "learner/ratio_wait_s": self.ratio_wait_s,
+            "learner/enqueue_blocked_s": pf.enqueue_blocked_s,
+            "learner/ratio_wait_s": pf.ratio_wait_s,
             "learner/hook_calls": float(self.hook_calls),
-            "learner/local_shards": float(self.local_shards),
+            "learner/local_shards": float(pf.local_shards),
             "learner/weight_snapshots": float(self.weight_snapshots),
-            "flow/batches_received": float(self.batches_received),
+            "flow/batches_received": float(pf.batches_received),
             "flow/batches_in_queue": float(self._inq.qsize()),
             "flow/batches_trained": float(trained),
             "flow/priority_updates_sent": float(self.priority_updates_sent),
             "flow/priority_updates_failed": float(self.priority_updates_failed),
-            "flow/batches_lost": float(self.batches_lost),
+            "flow/batches_lost": float(pf.batches_lost),
         }
         return out

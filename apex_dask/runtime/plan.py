@@ -129,7 +129,12 @@ class ExecutionPlan:
         if self.t_start is None:
             self.t_start = now
         self._window, self._window_t0 = IterationWindow(), now
-        await call_with_timeout(self.learner.start(), self.timeout)
+        try:
+            await call_with_timeout(self.learner.start(), self.timeout)
+        except Exception as exc:
+            raise ApexRuntimeError(
+                f"cannot start the learner on {self.learner_address}: {type(exc).__name__}: {exc}"
+            ) from None
         for slot in self.slots:
             for _ in range(self.cfg.workers.rollouts_in_flight):
                 self._launch_rollout(slot)

@@ -1,0 +1,205 @@
+"""The learner's replay prefetcher: sample requests kept in flight, feeding a bounded queue.
+
+Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
+
+    pf = ReplayPrefetcher(shards, handles, inqueue, batch_size=512, prefetch_per_shard=4)
+    pf.start(thread_alive)          # one task per slot; prefetch_per_shard slots per shard
+    ...                             # the learner thread: inqueue.get(); pf.taken(loop)
+    await pf.stop()                 # finish requests in flight, queue what they bring
+
+- Each slot keeps one ``sample()`` request going to its shard. A reply of
+  None (the shard holds fewer than its ``learning_starts`` items) makes the
+  slot retry after ``idle_poll_s``.
+- A batch goes into the inqueue; when the inqueue is full the slot **waits**
+  (parked on a future, woken with all other waiters once the learner thread
+  has drained the queue to half) and the wait is added to
+  ``enqueue_blocked_s`` (summed over slots). Nothing is dropped while the
+  learner thread lives.
+- A shard living on the learner's worker is passed as the local object: it is
+  called directly (its async methods run on this loop anyway), and its slot
+  waits for queue space *before* sampling, so it never holds a stale batch.
+- ``max_replay_ratio`` (rho): a slot waits before requesting while
+  (batches received + requests in flight + 1) * batch_size > rho * (items
+  added to all shards), refreshing the shards' ``added`` counts every 50 ms
+  while it waits (``ratio_wait_s``).
+
+Counters: ``batches_received``, ``batches_lost`` (requests that failed or timed
+out, and batches held when a stop found the learner thread dead),
+``enqueue_blocked_s``, ``ratio_wait_s``; ``errors`` keeps the last 10 messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from apex_dask.runtime.calls import call_with_timeout
+
+__all__ = ["ReplayPrefetcher"]
+
+
+class ReplayPrefetcher:
+    """Keeps ``prefetch_per_shard`` sample requests per shard and fills ``inqueue``.
+
+    ``shards[k]`` is what to call (a local shard object or an actor handle),
+    ``handles[k]`` the actor handle (the same object when the shard is remote).
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Any],
+        handles: Sequence[Any],
+        inqueue: queue.Queue,
+        *,
+        batch_size: int,
+        prefetch_per_shard: int = 4,
+        max_replay_ratio: float | None = None,
+        call_timeout_s: float = 60.0,
+        idle_poll_s: float = 0.02,
+    ) -> None:
+        self._shards = list(shards)
+        self._local = [s is not h for s, h in zip(shards, handles, strict=True)]
+        self._inq = inqueue
+        self._batch_size = int(batch_size)
+        self._per_shard = int(prefetch_per_shard)
+        self._ratio = max_replay_ratio
+        self._timeout = float(call_timeout_s)
+        self._idle_poll_s = float(idle_poll_s)
+        self._low_water = inqueue.maxsize // 2
+        self._slots: list[asyncio.Task] = []
+        self._waiters: deque[asyncio.Future] = deque()
+        self._wake_pending = False
+        self._stopping = False
+        self._thread_alive: Callable[[], bool] = lambda: True
+        self._in_flight = 0
+        self._added = [0] * len(self._shards)
+        self._added_checked = [0.0] * len(self._shards)
+        self.batches_received = 0
+        self.batches_lost = 0
+        self.enqueue_blocked_s = 0.0
+        self.ratio_wait_s = 0.0
+        self.errors: deque[str] = deque(maxlen=10)
+
+    @property
+    def local_shards(self) -> int:
+        """How many shards are called as local objects."""
+        return sum(self._local)
+
+    def start(self, thread_alive: Callable[[], bool]) -> None:
+        """Start the slots on the running loop; ``thread_alive()`` tells if the consumer lives."""
+        self._stopping = False
+        self._wake_pending = False
+        self._thread_alive = thread_alive
+        self._slots = [
+            asyncio.create_task(self._slot(k))
+            for _ in range(self._per_shard)
+            for k in range(len(self._shards))
+        ]
+
+    async def stop(self, timeout_s: float) -> None:
+        """No new requests; wait for those in flight and queue their batches."""
+        self._stopping = True
+        if self._slots:
+            _, late = await asyncio.wait(self._slots, timeout=timeout_s)
+            for t in late:
+                t.cancel()
+            self._slots = []
+
+    def taken(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Call from the consumer thread after each ``get``: wakes waiters at half queue."""
+        if self._waiters and not self._wake_pending and self._inq.qsize() <= self._low_water:
+            self._wake_pending = True
+            loop.call_soon_threadsafe(self._wake_all)
+
+    # ------------------------------------------------------------------ slots
+    async def _slot(self, shard_id: int) -> None:
+        shard, local = self._shards[shard_id], self._local[shard_id]
+        while not self._stopping:
+            if self._ratio is not None and not await self._ratio_allows(shard_id):
+                continue
+            self._in_flight += 1  # from the ratio gate until the batch is counted
+            try:
+                if local:
+                    await self._wait_for_space()
+                    if self._stopping:
+                        break
+                    sample = await shard.sample()
+                else:
+                    sample = await call_with_timeout(shard.sample(), self._timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # dead or slow shard: count and back off
+                self.batches_lost += 1
+                self.errors.append(f"sample from shard {shard_id}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(min(1.0, self._timeout))
+                continue
+            finally:
+                self._in_flight -= 1
+            if sample is None:
+                await asyncio.sleep(self._idle_poll_s)
+                continue
+            self.batches_received += 1
+            self._added[shard_id] = int(sample.get("added", self._added[shard_id]))
+            await self._enqueue((shard_id, sample))
+            if local:  # a local sample never suspends: let the other slots take turns
+                await asyncio.sleep(0)
+
+    async def _ratio_allows(self, shard_id: int) -> bool:
+        """True if one more batch keeps the replay ratio; else waits a little and says False."""
+        assert self._ratio is not None
+        added = sum(self._added)
+        wanted = (self.batches_received + self._in_flight + 1) * self._batch_size
+        if added == 0 or wanted <= self._ratio * added:
+            return True
+        t0 = time.perf_counter()
+        now = time.monotonic()
+        if now - self._added_checked[shard_id] >= 0.05:  # no sample may be coming: ask
+            self._added_checked[shard_id] = now
+            try:
+                n = await call_with_timeout(self._shards[shard_id].added(), self._timeout)
+                self._added[shard_id] = max(self._added[shard_id], int(n))
+            except Exception as exc:
+                self.errors.append(f"added() of shard {shard_id}: {type(exc).__name__}: {exc}")
+        await asyncio.sleep(0.005)
+        self.ratio_wait_s += time.perf_counter() - t0
+        return False
+
+    # ---------------------------------------------------------------- the queue
+    def _consumer_gone(self) -> bool:
+        return self._stopping and not self._thread_alive()
+
+    async def _wait_for_space(self) -> None:
+        """Wait while the inqueue is full (counted); a 50 ms timeout is the safety net."""
+        if not self._inq.full():
+            return
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        while self._inq.full() and not self._consumer_gone():
+            fut = loop.create_future()
+            self._waiters.append(fut)
+            await asyncio.wait([fut], timeout=0.05)
+        self.enqueue_blocked_s += time.perf_counter() - t0
+
+    def _wake_all(self) -> None:
+        self._wake_pending = False
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _enqueue(self, item: tuple[int, dict[str, Any]]) -> None:
+        """Put a batch in the inqueue, waiting for space; never dropped while the thread lives."""
+        while True:
+            try:
+                self._inq.put_nowait(item)
+                return
+            except queue.Full:
+                pass
+            if self._consumer_gone():
+                self.batches_lost += 1  # the learner thread is gone: counted, not hidden
+                return
+            await self._wait_for_space()
