@@ -306,7 +306,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
         "eval": {"interval_s": 1.0, "episodes": 10},
-        "report": {"min_iter_time_s": 2.0, "timesteps_per_iteration": 1_000},
+        "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
     },
 }
 

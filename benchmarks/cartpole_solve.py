@@ -1,4 +1,4 @@
-"""Time to solve CartPole-v1: apex_dask's in-process runner vs Stable-Baselines3 DQN.
+"""Time to solve CartPole-v1: apex-dask-submit (Dask), the in-process runner and SB3 DQN.
 
 "Solved" = the first greedy evaluation (epsilon 0, 10 episodes on a separate
 env) with mean return >= 475. Every runner is evaluated the same way:
@@ -10,6 +10,8 @@ spent in evaluations**, so each runner's evaluation speed does not count.
 
 Runners (each a function ``(seed, budget_s) -> record``, see ``RUNNERS``):
 
+* ``dask``: ``apex-dask-submit --preset cartpole`` on its embedded LocalCluster;
+  the clock includes process start, the cluster start and actor creation.
 * ``local``: ``apex_dask.local.LocalApex`` with the ``cartpole`` preset.
 * ``sb3``: Stable-Baselines3 DQN with the rl-zoo CartPole-v1 hyperparameters
   (lr 2.3e-3, batch 64, buffer 100k, learning_starts 1000, gamma 0.99,
@@ -22,7 +24,7 @@ solved), "wall_s" (incl. evaluations), "eval_s", "steps", "evals",
 "best_eval", "last_eval"}``. Runs alternate between runners seed by seed so
 machine load affects them alike; torch uses one thread everywhere.
 
-    python benchmarks/cartpole_solve.py                     # 3 seeds, local + sb3
+    python benchmarks/cartpole_solve.py                     # 3 seeds, dask + local + sb3
     python benchmarks/cartpole_solve.py --runners local --seeds 0 1 2 3 4
 """
 
@@ -140,6 +142,91 @@ def run_apex_local(seed: int, budget_s: float, eval_interval_s: float) -> Record
     }
 
 
+def run_apex_dask(seed: int, budget_s: float, eval_interval_s: float) -> Record:
+    """``apex-dask-submit --preset cartpole`` on its embedded LocalCluster, as a user runs it.
+
+    The clock starts when the command is launched, so interpreter start-up,
+    the LocalCluster start and the workers' imports all count. The driver's
+    greedy evaluations run on their own actor beside training, so no
+    evaluation time is subtracted. A result is seen when the CLI appends it
+    to ``results.jsonl`` (polled every 20 ms).
+    """
+    import subprocess
+    import tempfile
+
+    submit = Path(sys.executable).parent / "apex-dask-submit"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        cmd = [
+            str(submit),
+            "--preset",
+            "cartpole",
+            "--quiet",
+            "--out",
+            str(out),
+            "--stop-reward",
+            str(SOLVED_AT),
+            "--stop-time",
+            str(budget_s),
+            "--set",
+            f"seed={seed}",
+            "--set",
+            f"eval.episodes={EVAL_EPISODES}",
+            "--set",
+            f"eval.interval_s={eval_interval_s}",
+        ]
+        t_start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        results, seen_lines, solved_at, steps, evals, best, last = (
+            out / "results.jsonl",
+            0,
+            None,
+            0,
+            0,
+            -np.inf,
+            None,
+        )
+        while True:
+            done = proc.poll() is not None
+            if results.exists():
+                lines = results.read_text().splitlines()
+                now = time.perf_counter() - t_start
+                for line in lines[seen_lines:]:
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        break  # a line being written; read it next time
+                    seen_lines += 1
+                    steps = int(r.get("timesteps_total", steps))
+                    ev = r.get("eval/return_mean")
+                    if ev is not None and np.isfinite(ev):
+                        evals, best, last = evals + 1, max(best, ev), ev
+                        if ev >= SOLVED_AT and solved_at is None:
+                            solved_at = now
+            if done:
+                break
+            time.sleep(0.02)
+        wall = time.perf_counter() - t_start
+        if proc.returncode != 0:
+            print(
+                f"dask seed {seed}: apex-dask-submit exited {proc.returncode}: "
+                f"{proc.stderr.read()[-500:]}",
+                file=sys.stderr,
+            )
+    return {
+        "runner": "dask",
+        "seed": seed,
+        "solved": solved_at is not None,
+        "time_to_solve_s": solved_at,
+        "wall_s": wall,
+        "eval_s": 0.0,
+        "steps": steps,
+        "evals": evals,
+        "best_eval": float(best) if evals else None,
+        "last_eval": float(last) if evals else None,
+    }
+
+
 def run_sb3(seed: int, budget_s: float, eval_interval_s: float) -> Record:
     """Stable-Baselines3 DQN, rl-zoo CartPole-v1 hyperparameters, 50k steps at most."""
     import gymnasium as gym
@@ -197,6 +284,7 @@ def run_sb3(seed: int, budget_s: float, eval_interval_s: float) -> Record:
 
 
 RUNNERS: dict[str, Callable[[int, float, float], Record]] = {
+    "dask": run_apex_dask,
     "local": run_apex_local,
     "sb3": run_sb3,
 }
