@@ -19,8 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
+from proctrack import MARK, processes_marked
 
 from apex_dask.config import ApexConfig
 from apex_dask.runtime.jobqueue import (
@@ -35,7 +35,6 @@ from apex_dask.runtime.jobqueue import (
 
 SHIMS = Path(__file__).resolve().parent / "shims"
 BIN = Path(sys.executable).parent
-MARK = "APEX_E2E_MARKER"
 SMALL = {"cores": 2, "memory": "2GB", "learner_cores": 1, "learner_memory": "2GB"}
 
 
@@ -134,17 +133,6 @@ def test_cli_reports_missing_sbatch_in_one_line(tmp_path):
 
 
 # --------------------------------------------------------------------------- live, shimmed
-def processes_marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(MARK) == marker:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
 
 
 def kill_shim_jobs(state: Path) -> None:

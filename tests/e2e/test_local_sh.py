@@ -18,13 +18,12 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
+from proctrack import MARK, assert_nothing_left
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SH = ROOT / "cluster" / "local.sh"
 BIN = Path(sys.executable).parent
-MARK = "APEX_E2E_MARKER"
 
 
 def launcher_env(marker: str) -> dict[str, str]:
@@ -34,35 +33,6 @@ def launcher_env(marker: str) -> dict[str, str]:
         APEX_DASHBOARD=":0",
         **{MARK: marker},
     )
-
-
-def processes_marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(MARK) == marker:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
-
-
-def assert_nothing_left(marker: str, grace_s: float = 5.0) -> None:
-    """Fail (after killing them) if processes started under ``marker`` outlive ``grace_s``."""
-    deadline = time.monotonic() + grace_s
-    while (left := processes_marked(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if left:
-        described = []
-        for proc in left:
-            try:
-                described.append(" ".join(proc.cmdline())[:160])
-                proc.kill()
-            except psutil.Error:
-                pass
-        pytest.fail(f"{len(left)} process(es) survived the launcher: {described}")
 
 
 def read_results(run: Path) -> list[dict]:
