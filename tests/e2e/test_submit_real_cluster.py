@@ -133,7 +133,8 @@ def test_submit_trains_cartpole_on_real_scheduler_and_workers(real_cluster):
     assert last["learner/steps_trained"] > 0
     best_eval = max(r["eval/return_mean"] for r in results if "eval/return_mean" in r)
     trace = [
-        (r["timesteps_total"], r["learner/steps_trained"], r.get("eval/return_mean")) for r in results
+        (r["timesteps_total"], r["learner/steps_trained"], r.get("eval/return_mean"))
+        for r in results
     ]
     assert best_eval >= 100, trace  # random play averages ~22
     assert (out / "weights.npz").stat().st_size > 0
