@@ -18,7 +18,9 @@ workers, no evaluation, 2 s iterations) for the same wall time in
 after the warm-up, medians over alternating rounds: env steps/s, learner
 updates/s, busy fraction, dequeue/grad times, replay ratio; for Dask also
 batches lost, flow consistency after the halt, time producers waited on the
-full inqueue, and the CPU cores each process used.
+full inqueue, and the CPU cores each process used. Dask runs twice per round:
+env workers free-running (Ape-X), and held to run_local's replay ratio
+(``min_replay_ratio`` = the preset's ``max_replay_ratio``).
 
 Part ``scaling``: ``ApexSleepy-v0`` (each step sleeps 2 ms, almost no CPU)
 with 1, 2, 4, 8 env workers over two worker processes (the learner has a
@@ -243,8 +245,14 @@ def _one_local(cfg: ApexConfig, duration: float, warmup: float) -> dict[str, Any
     return out
 
 
-def _one_dask(cfg: ApexConfig, client: Any, duration: float, warmup: float) -> dict[str, Any]:
-    with ApexDriver(cfg, client) as driver:
+def _one_dask(
+    cfg: ApexConfig,
+    client: Any,
+    duration: float,
+    warmup: float,
+    min_replay_ratio: float | None = None,
+) -> dict[str, Any]:
+    with ApexDriver(cfg, client, min_replay_ratio=min_replay_ratio) as driver:
         c0, w0, t0 = _cpu_s(), client.run(_worker_cpu_s), time.perf_counter()
         results = driver.run(stop={"time_s": duration})
         wall = time.perf_counter() - t0
@@ -269,15 +277,21 @@ def _one_dask(cfg: ApexConfig, client: Any, duration: float, warmup: float) -> d
 
 
 def dask_vs_local(duration: float, warmup: float, rounds: int) -> dict[str, Any]:
-    """The whole loop, same config, same wall time, rounds alternating; medians."""
+    """The whole loop, same config, same wall time, rounds alternating; medians.
+
+    Three runs per round: run_local; Dask with free-running env workers (Ape-X);
+    Dask with ``min_replay_ratio`` = the preset's ``max_replay_ratio`` (8), i.e.
+    the env workers held to run_local's replay ratio.
+    """
     cfg = throughput_config(workers=2)
-    locals_: list[dict[str, Any]] = []
-    dasks: list[dict[str, Any]] = []
+    rho = cfg.learner.max_replay_ratio
+    runs: dict[str, list[dict[str, Any]]] = {"local": [], "dask": [], "dask_matched": []}
     cluster, client = start_local_cluster(os.cpu_count(), dashboard_address=":0")
     try:
         for _ in range(rounds):
-            locals_.append(_one_local(cfg, duration, warmup))
-            dasks.append(_one_dask(cfg, client, duration, warmup))
+            runs["local"].append(_one_local(cfg, duration, warmup))
+            runs["dask"].append(_one_dask(cfg, client, duration, warmup))
+            runs["dask_matched"].append(_one_dask(cfg, client, duration, warmup, rho))
     finally:
         client.close()
         cluster.close()
@@ -287,24 +301,29 @@ def dask_vs_local(duration: float, warmup: float, rounds: int) -> dict[str, Any]
         out["cores_used"] = {
             k: _median([r["cores_used"][k] for r in rows]) for k in rows[0]["cores_used"]
         }
+        if "flow_consistent" in rows[0]:
+            out["batches_lost"] = max(r["batches_lost"] for r in rows)
+            out["flow_consistent"] = all(r["flow_consistent"] for r in rows)
+            out["enqueue_blocked_s"] = _median([r["enqueue_blocked_s"] for r in rows])
         return out
 
-    loc, d = med(locals_), med(dasks)
-    d["batches_lost"] = max(r["batches_lost"] for r in dasks)
-    d["flow_consistent"] = all(r["flow_consistent"] for r in dasks)
-    d["enqueue_blocked_s"] = _median([r["enqueue_blocked_s"] for r in dasks])
+    summary = {name: med(rows) for name, rows in runs.items()}
+    loc = summary["local"]
     ratios = {
-        m: d[m] / loc[m] if loc[m] else math.nan
-        for m in ("env/steps_per_s", "learner/updates_per_s", "learner/busy_frac")
+        name: {
+            m: summary[name][m] / loc[m] if loc[m] else math.nan
+            for m in ("env/steps_per_s", "learner/updates_per_s", "learner/busy_frac")
+        }
+        for name in ("dask", "dask_matched")
     }
     return {
         "config": "cartpole preset, 2 env workers, no eval",
         "duration_s": duration,
         "warmup_s": warmup,
-        "rounds": {"local": locals_, "dask": dasks},
-        "local": loc,
-        "dask": d,
-        "dask_over_local": ratios,
+        "min_replay_ratio_matched": rho,
+        "rounds": runs,
+        **summary,
+        "over_local": ratios,
     }
 
 
@@ -381,20 +400,27 @@ def _print_learner(r: dict[str, Any]) -> None:
 def _print_pipeline(r: dict[str, Any]) -> None:
     n = len(r["rounds"]["local"])
     print(
-        f"\nWhole loop, Dask vs run_local ({r['config']}; median of {n} x {r['duration_s']:g} s, "
-        f"after {r['warmup_s']:g} s warm-up)"
+        f"\nWhole loop ({r['config']}; median of {n} x {r['duration_s']:g} s, "
+        f"after {r['warmup_s']:g} s warm-up); 'matched': min_replay_ratio="
+        f"{r['min_replay_ratio_matched']:g}"
     )
-    print(f"{'metric':<24}{'run_local':>12}{'dask':>12}{'dask/local':>12}")
-    for m in METRICS:
-        a, b = r["local"][m], r["dask"][m]
-        print(f"{m:<24}{a:>12.4g}{b:>12.4g}{(b / a if a else math.nan):>12.2f}")
-    d = r["dask"]
     print(
-        f"dask: batches lost {d['batches_lost']:g}, flow consistent {d['flow_consistent']}, "
-        f"producers waited {d['enqueue_blocked_s']:.1f} s on a full inqueue"
+        f"{'metric':<24}{'run_local':>12}{'dask':>12}{'matched':>12}{'dask/loc':>10}{'match/loc':>10}"
     )
-    cores = ", ".join(f"{k} {v:.2f}" for k, v in d["cores_used"].items())
-    print(f"cores used: run_local {r['local']['cores_used']['process']:.2f}; dask: {cores}")
+    for m in METRICS:
+        a, b, c = r["local"][m], r["dask"][m], r["dask_matched"][m]
+        print(
+            f"{m:<24}{a:>12.4g}{b:>12.4g}{c:>12.4g}"
+            f"{(b / a if a else math.nan):>10.2f}{(c / a if a else math.nan):>10.2f}"
+        )
+    for name in ("dask", "dask_matched"):
+        d = r[name]
+        cores = ", ".join(f"{k} {v:.2f}" for k, v in d["cores_used"].items())
+        print(
+            f"{name}: batches lost {d['batches_lost']:g}, flow consistent {d['flow_consistent']}, "
+            f"producers waited {d['enqueue_blocked_s']:.1f} s; cores: {cores}"
+        )
+    print(f"run_local cores: {r['local']['cores_used']['process']:.2f}")
 
 
 def _print_scaling(s: dict[str, Any]) -> None:

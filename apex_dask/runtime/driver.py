@@ -69,7 +69,12 @@ class ApexDriver:
 
     ``before_learn_on_batch(batch, shard_id) -> batch`` runs on the learner's
     worker for every replayed batch (``batch`` has ``indices``, ``weights``,
-    ``data``). Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    ``data``). ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
+    when the config has that field): once training has started, env workers
+    wait while transitions trained < rho * env steps sampled, so a learner
+    slower than its env workers keeps the sample efficiency of the in-process
+    runner (which trains at ``learner.max_replay_ratio``). None: env workers
+    run free, as in Ape-X. Raises :class:`ApexRuntimeError` (one line) for an unknown env
     id (checked before anything starts), a cluster without workers or actors
     that cannot be created.
     """
@@ -82,6 +87,7 @@ class ApexDriver:
         before_learn_on_batch: Hook | None = None,
         dashboard_address: str | None = ":8787",
         worker_wait_s: float = 30.0,
+        min_replay_ratio: float | None = None,
     ) -> None:
         self.config = config
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
@@ -97,6 +103,16 @@ class ApexDriver:
         self._results: queue.Queue = queue.Queue()
         self._plan: ExecutionPlan | None = None
         self._timeout = float(config.topology.call_timeout_s)
+        if min_replay_ratio is None:
+            min_replay_ratio = getattr(config.learner, "min_replay_ratio", None)
+        if min_replay_ratio is not None:
+            top = config.learner.max_replay_ratio
+            if not min_replay_ratio > 0 or (top is not None and min_replay_ratio > top):
+                raise ApexRuntimeError(
+                    f"min_replay_ratio={min_replay_ratio!r} must be > 0 and <= "
+                    f"learner.max_replay_ratio ({top})"
+                )
+        self._min_replay_ratio = min_replay_ratio
         if client is None:
             os.environ.setdefault("OMP_NUM_THREADS", "1")
             self._cluster, client = start_local_cluster(
@@ -275,6 +291,7 @@ class ApexDriver:
             results=self._results,
             replace_env_worker=self._replace_env_worker,
             seed=cfg.seed,
+            min_replay_ratio=self._min_replay_ratio,
         )
 
     async def _replace_env_worker(self, slot: EnvSlot, info: Mapping[str, Any]) -> None:

@@ -304,6 +304,10 @@ class LearnerActor:
         await asyncio.get_running_loop().run_in_executor(self._snap_pool, write)
 
     # ------------------------------------------------------------------- stats
+    async def progress(self) -> int:
+        """Transitions trained so far (a cheap call for the driver's replay-ratio gate)."""
+        return int(self._learner.steps_trained)
+
     async def stats(self) -> dict[str, Any]:
         """Metric-named learner stats (``learner/*`` and ``flow/*``); ``errors`` as strings."""
         out: dict[str, Any] = self._metrics()

@@ -172,6 +172,16 @@ def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
     assert max(evals) >= 100, evals
 
 
+def test_min_replay_ratio_holds_env_workers_to_the_learner(gpu_client):
+    cfg = small_config(**{"eval.episodes": 0})  # learner.max_replay_ratio = 8
+    with ApexDriver(cfg, gpu_client, min_replay_ratio=8.0) as driver:
+        results = driver.run(stop={"iterations": 4})
+    # free-running CartPole env workers outpace the learner (ratio ~2-3 here)
+    assert 6.0 <= results[-1]["learner/replay_ratio"] <= 8.0 + 1e-9
+    with pytest.raises(ApexRuntimeError, match="max_replay_ratio"):
+        ApexDriver(cfg, gpu_client, min_replay_ratio=9.0)
+
+
 def test_stop_releases_every_actor(gpu_client):
     cfg = small_config(**{"workers.num_workers": 1, "replay.num_shards": 1, "eval.episodes": 0})
     driver = ApexDriver(cfg, gpu_client)
