@@ -179,7 +179,12 @@ class ExecutionPlan:
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
-        final = await call_with_timeout(self.learner.stop(), timeout_s)
+        try:
+            final = await self._call(lambda: self.learner.stop(), timeout_s)
+        except Exception as exc:
+            raise ApexRuntimeError(
+                f"cannot stop the learner ({type(exc).__name__}: {exc}); was its worker lost?"
+            ) from None
         shards, envs = await self._gather_small_stats()
         self._window.wall_s = time.monotonic() - self._window_t0
         self.final = build_result(
@@ -200,13 +205,26 @@ class ExecutionPlan:
         )
 
     # ---------------------------------------------------------------- launches
-    def _spawn(self, kind: str, info: Any, aw: Any) -> None:
-        self._tasks[asyncio.ensure_future(call_with_timeout(aw, self.timeout))] = (kind, info)
+    async def _call(self, make: Callable[[], Any], timeout_s: float | None = None) -> Any:
+        """Make an actor call *inside* the task and await it with a timeout.
+
+        A handle whose worker was lost raises on attribute access; made here,
+        that error becomes the task's, handled like any failed call.
+        """
+        fut = make()
+        if timeout_s is None:
+            return await fut
+        return await call_with_timeout(fut, timeout_s)
+
+    def _spawn(self, kind: str, info: Any, make: Callable[[], Any], timeout: bool = True) -> None:
+        coro = self._call(make, self.timeout if timeout else None)
+        self._tasks[asyncio.ensure_future(coro)] = (kind, info)
 
     def _launch_rollout(self, slot: EnvSlot) -> None:
         k = int(self.rng.integers(len(self.shards)))
         slot.in_flight += 1
-        self._spawn("rollout", slot, slot.handle.sample_into(k))
+        handle = slot.handle
+        self._spawn("rollout", slot, lambda: handle.sample_into(k))
 
     def _maybe_launch_sync(self, slot: EnvSlot) -> None:
         delay = self.cfg.workers.max_weight_sync_delay
@@ -215,7 +233,8 @@ class ExecutionPlan:
         if time.monotonic() < slot.retry_sync_at:
             return
         slot.syncing = True
-        self._spawn("sync", slot, slot.handle.sync_weights())
+        handle = slot.handle
+        self._spawn("sync", slot, lambda: handle.sync_weights())
 
     def _maybe_launch_eval(self) -> None:
         ev = self.cfg.eval
@@ -229,10 +248,8 @@ class ExecutionPlan:
         self._eval_t0 = now
         self._eval_pending = True
         seed = int(self.rng.integers(2**31))
-        self._tasks[asyncio.ensure_future(slot.handle.evaluate(ev.episodes, seed))] = (
-            "eval",
-            slot,
-        )
+        handle = slot.handle  # no timeout: evaluation may take long; it never blocks the loop
+        self._spawn("eval", slot, lambda: handle.evaluate(ev.episodes, seed), timeout=False)
 
     def _maybe_launch_report(self) -> None:
         rep = self.cfg.report
@@ -402,9 +419,10 @@ class ExecutionPlan:
 
     # ------------------------------------------------------------------ report
     async def _gather_small_stats(self) -> tuple[list[dict], list[dict]]:
-        calls = [s.stats() for s in self.shards] + [s.handle.stats() for s in self.slots]
+        handles = [*self.shards, *(s.handle for s in self.slots)]
         got = await asyncio.gather(
-            *(call_with_timeout(c, self.timeout) for c in calls), return_exceptions=True
+            *(self._call(lambda h=h: h.stats(), self.timeout) for h in handles),
+            return_exceptions=True,
         )
         n = len(self.shards)
         shards = [g if isinstance(g, dict) else {} for g in got[:n]]
