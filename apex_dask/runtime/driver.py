@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import queue
 import secrets
 import time
@@ -71,7 +70,8 @@ class ApexDriver:
     worker for every replayed batch (``batch`` has ``indices``, ``weights``,
     ``data``). ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
     when the config has that field): once training has started, env workers
-    wait while transitions trained < rho * env steps sampled, so a learner
+    wait while transitions trained < rho * (env steps sampled - a few
+    fragments of slack), so a learner
     slower than its env workers keeps the sample efficiency of the in-process
     runner (which trains at ``learner.max_replay_ratio``). None: env workers
     run free, as in Ape-X. Raises :class:`ApexRuntimeError` (one line) for an unknown env
@@ -114,7 +114,6 @@ class ApexDriver:
                 )
         self._min_replay_ratio = min_replay_ratio
         if client is None:
-            os.environ.setdefault("OMP_NUM_THREADS", "1")
             self._cluster, client = start_local_cluster(
                 config.topology.local_workers, dashboard_address=dashboard_address
             )
