@@ -274,7 +274,10 @@ def test_a_lost_env_worker_is_replaced_and_the_run_goes_on(gpu_client):
             os._exit(1)
 
         gpu_client.run(die, workers=[env_addr], wait=False)
-        after = [next(results) for _ in range(3)]
+        after = [next(results)]
+        while after[-1]["faults/env_workers_replaced"] < 2 and len(after) < 60:
+            after.append(next(results))  # replacements may finish an iteration apart
+        after += [next(results), next(results)]
         driver.halt()
         moved = {w["address"] for w in driver.placement["env_workers"]}
     assert after[-1]["faults/env_workers_replaced"] == 2
