@@ -113,6 +113,10 @@ class LearnerConfig:
     max_replay_ratio: float | None = None
     """If set, the learner waits while transitions trained / transitions sampled
     exceeds this ratio (bounds over-training on a slow sampler). None: unbounded."""
+    min_replay_ratio: float | None = None
+    """If set, env workers wait while transitions trained / transitions sampled is
+    below this ratio (holds fast samplers to the learner's pace, as the
+    in-process runner does). Must be <= ``max_replay_ratio``. None: free-running."""
     device: str = "auto"
     """``auto`` (cuda if torch sees one, else cpu), ``cpu`` or ``cuda[:N]``."""
     num_threads: int = 1
@@ -303,6 +307,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "hiddens": (128, 128),
             "target_update_freq": 2_000,
             "max_replay_ratio": 8.0,
+            "min_replay_ratio": 8.0,
         },
         "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
         "eval": {"interval_s": 1.0, "episodes": 10},
@@ -370,6 +375,15 @@ def _validate(cfg: ApexConfig) -> None:
     positive("learner.prefetch_per_shard", lr.prefetch_per_shard)
     if lr.max_replay_ratio is not None:
         positive("learner.max_replay_ratio", lr.max_replay_ratio)
+    if lr.min_replay_ratio is not None:
+        positive("learner.min_replay_ratio", lr.min_replay_ratio)
+        if lr.max_replay_ratio is not None and lr.min_replay_ratio > lr.max_replay_ratio:
+            raise bad(
+                "learner.min_replay_ratio",
+                lr.min_replay_ratio,
+                f"must be <= learner.max_replay_ratio ({lr.max_replay_ratio}); "
+                "lower it or unset it with learner.min_replay_ratio=null",
+            )
     if not (lr.device in ("auto", "cpu", "cuda") or lr.device.startswith("cuda:")):
         raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     positive("learner.num_threads", lr.num_threads)

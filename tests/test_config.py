@@ -112,6 +112,17 @@ def test_bad_values_raise_one_config_error_naming_field_value_and_rule(overrides
         assert part in message, (part, message)
 
 
+def test_min_replay_ratio_above_max_names_both_and_the_way_out():
+    cfg = ApexConfig.preset("cartpole")
+    assert cfg.learner.min_replay_ratio == cfg.learner.max_replay_ratio == 8.0
+    with pytest.raises(ConfigError) as info:
+        cfg.override({"learner.max_replay_ratio": 2})
+    for part in ("learner.min_replay_ratio", "max_replay_ratio (2.0)", "min_replay_ratio=null"):
+        assert part in str(info.value)
+    relaxed = cfg.override({"learner.max_replay_ratio": 2, "learner.min_replay_ratio": None})
+    assert relaxed.learner.min_replay_ratio is None
+
+
 def test_unknown_preset_lists_the_presets():
     with pytest.raises(ConfigError, match="cartpole"):
         ApexConfig.preset("pong")

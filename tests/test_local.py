@@ -102,7 +102,7 @@ def test_no_updates_until_each_shard_holds_its_share_of_learning_starts():
 
 
 def test_replay_ratio_bound_is_kept():
-    apex = LocalApex(tiny(**{"learner.max_replay_ratio": 2.0}))
+    apex = LocalApex(tiny(**{"learner.max_replay_ratio": 2.0, "learner.min_replay_ratio": None}))
     for _ in range(40):
         apex.step()
         assert apex.learner.steps_trained <= 2.0 * apex.steps_sampled
@@ -111,7 +111,15 @@ def test_replay_ratio_bound_is_kept():
 
 
 def test_without_ratio_bound_one_update_per_fragment_after_learning_starts():
-    apex = LocalApex(tiny(**{"learner.max_replay_ratio": None, "replay.learning_starts": 0}))
+    apex = LocalApex(
+        tiny(
+            **{
+                "learner.max_replay_ratio": None,
+                "learner.min_replay_ratio": None,
+                "replay.learning_starts": 0,
+            }
+        )
+    )
     for _ in range(10):
         apex.step()
     assert apex.learner.num_updates == 10 * 3
