@@ -380,6 +380,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"apex-dask-submit: training {cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"apex-dask-submit: dashboard {link}", flush=True)
+        if not (link or "").rstrip("/").endswith("/apex"):
+            print(
+                "apex-dask-submit: no Ape-X page on this scheduler (metrics still go to "
+                "/apex/metrics.json and /metrics); start it with "
+                "`dask scheduler --preload apex_dask.runtime.preload` to get /apex",
+                flush=True,
+            )
         placement = getattr(driver, "placement", None)
         if placement and not args.quiet:
             learner = placement.get("learner", {})

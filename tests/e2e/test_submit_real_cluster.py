@@ -120,6 +120,7 @@ def test_submit_trains_cartpole_on_real_scheduler_and_workers(real_cluster):
         timeout=240,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "/apex" in proc.stdout and "no Ape-X page" not in proc.stdout  # the preload ran
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert results, proc.stdout
     last = results[-1]
