@@ -187,22 +187,7 @@ class ExecutionPlan:
             ) from None
         shards, envs = await self._gather_small_stats()
         self._window.wall_s = time.monotonic() - self._window_t0
-        self.final = build_result(
-            iteration=self.iteration,
-            time_s=time.monotonic() - (self.t_start or 0.0),
-            window=self._window,
-            steps_total=self.steps_total,
-            learner=final,
-            prev_learner=self.prev_learner,
-            shards=shards,
-            envs=envs,
-            epsilons=[s.epsilon for s in self.slots],
-            acting_versions=[s.version for s in self.slots],
-            weight_syncs=self.weight_syncs,
-            eval_result=self.last_eval,
-            eval_time_s=self.eval_time_s,
-            extra=self._extra(),
-        )
+        self.final = self._result(self._window, final, shards, envs, self.last_eval)
 
     # ---------------------------------------------------------------- launches
     async def _call(self, make: Callable[[], Any], timeout_s: float | None = None) -> Any:
@@ -448,10 +433,16 @@ class ExecutionPlan:
             "faults/rollouts_failed": float(self.rollouts_failed),
         }
 
-    async def _emit(
-        self, window: IterationWindow, learner: dict, shards: list[dict], envs: list[dict]
-    ) -> None:
-        result = build_result(
+    def _result(
+        self,
+        window: IterationWindow,
+        learner: dict,
+        shards: list[dict],
+        envs: list[dict],
+        eval_result: Any,
+    ) -> dict[str, float]:
+        """One flat result dict from this window's stats (names: docs/metrics.md)."""
+        return build_result(
             iteration=self.iteration,
             time_s=time.monotonic() - (self.t_start or 0.0),
             window=window,
@@ -463,10 +454,15 @@ class ExecutionPlan:
             epsilons=[s.epsilon for s in self.slots],
             acting_versions=[s.version for s in self.slots],
             weight_syncs=self.weight_syncs,
-            eval_result=self.eval_result,
+            eval_result=eval_result,
             eval_time_s=self.eval_time_s,
             extra=self._extra(),
         )
+
+    async def _emit(
+        self, window: IterationWindow, learner: dict, shards: list[dict], envs: list[dict]
+    ) -> None:
+        result = self._result(window, learner, shards, envs, self.eval_result)
         self.eval_result = None
         self.prev_learner = learner
         self._trained = max(self._trained, int(learner["learner/steps_trained"]))
