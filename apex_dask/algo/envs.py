@@ -28,7 +28,11 @@ __all__ = ["EnvFactory", "UnknownEnvError", "check_env_id", "make_env_factory"]
 
 LIST_IDS_HINT = 'list valid ids with: python -c "import gymnasium; gymnasium.pprint_registry()"'
 
-_NAMESPACE_MODULES = {"ALE": "ale_py", "MinAtar": "minatar"}
+_NAMESPACE_MODULES = {"ALE": "ale_py", "MinAtar": "minatar.gym"}
+_INSTALL_HINTS = {
+    "ale_py": "pip install 'apex_dask[atari]'",
+    "minatar.gym": "pip install 'apex_dask[minatar]'",
+}
 
 
 class UnknownEnvError(ValueError):
@@ -53,12 +57,15 @@ def _import_registering_module(env_id: str) -> None:
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
+        how = _INSTALL_HINTS.get(module, "install it")
         raise UnknownEnvError(
             f"environment id {env_id!r} needs module {module!r}, which cannot be imported "
-            f"({exc.__class__.__name__}: {exc}); install it, or {LIST_IDS_HINT}"
+            f"({exc.__class__.__name__}: {exc}); {how}, or {LIST_IDS_HINT}"
         ) from None
     if module == "ale_py" and hasattr(gym, "register_envs"):
         gym.register_envs(mod)
+    elif module == "minatar.gym" and name not in gym.registry:
+        mod.register_envs()  # MinAtar registers its ids only when asked
 
 
 def check_env_id(env_id: str) -> None:

@@ -206,3 +206,17 @@ def test_atari_ids_get_dqn_preprocessing():
     out = worker.sample()
     assert out["batch"]["obs"].shape == (6, 4, 84, 84)  # 8 steps, n - 1 = 2 pending
     assert out["batch"]["obs"].dtype == np.uint8
+
+
+def test_minatar_ids_register_on_demand_or_say_what_to_install():
+    import importlib.util
+
+    from apex_dask.algo.envs import UnknownEnvError, check_env_id, make_env_factory
+
+    if importlib.util.find_spec("minatar") is None:
+        with pytest.raises(UnknownEnvError, match="minatar") as info:
+            check_env_id("MinAtar/Breakout-v1")
+        assert "\n" not in str(info.value)
+        return
+    obs_space, act_space = probe_spaces(make_env_factory("MinAtar/Breakout-v1"))
+    assert obs_space.shape == (10, 10, 4) and act_space.n == 3
