@@ -53,6 +53,7 @@ from apex_dask.algo.learner import Learner
 from apex_dask.algo.replay import ReplayShard
 from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
+from apex_dask.builder import env_worker_kwargs, learner_kwargs
 from apex_dask.config import ApexConfig, StopConfig
 from apex_dask.local_results import local_result
 
@@ -87,31 +88,12 @@ class LocalApex:
     def __init__(self, config: ApexConfig) -> None:
         torch.set_num_threads(1)
         self.config = cfg = config
-        lc, wc, rc = cfg.learner, cfg.workers, cfg.replay
+        wc, rc = cfg.workers, cfg.replay
         self.env_factory = make_env_factory(cfg.env.env_id, cfg.env.env_kwargs)
         obs_space, act_space = probe_spaces(self.env_factory)
-        self.learner = Learner(
-            obs_space,
-            act_space,
-            hiddens=lc.hiddens,
-            dueling=lc.dueling,
-            double_q=lc.double_q,
-            lr=lc.lr,
-            adam_eps=lc.adam_eps,
-            grad_clip=lc.grad_clip,
-            target_update_freq=lc.target_update_freq,
-            device=lc.device,
-            seed=derive_seed(cfg.seed, "learner"),
-        )
+        self.learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
         self.epsilons = apex_epsilons(wc.num_workers, wc.epsilon_base, wc.epsilon_alpha)
-        worker_kwargs = dict(
-            n_step=lc.n_step,
-            gamma=lc.gamma,
-            fragment_length=wc.rollout_fragment_length,
-            hiddens=lc.hiddens,
-            dueling=lc.dueling,
-            double_q=lc.double_q,
-        )
+        worker_kwargs = env_worker_kwargs(cfg)
         self.workers = [
             EnvWorker(
                 self.env_factory,

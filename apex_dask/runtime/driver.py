@@ -37,6 +37,7 @@ from apex_dask.algo.env_worker import probe_spaces
 from apex_dask.algo.envs import UnknownEnvError, make_env_factory
 from apex_dask.algo.exploration import apex_epsilons
 from apex_dask.algo.results import derive_seed
+from apex_dask.builder import env_worker_kwargs, learner_kwargs
 from apex_dask.config import ApexConfig, StopConfig
 from apex_dask.local import resolve_stop
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
@@ -154,12 +155,7 @@ class ApexDriver:
         return {
             "epsilon": float(epsilon),
             "seed": int(seed),
-            "n_step": cfg.learner.n_step,
-            "gamma": cfg.learner.gamma,
-            "fragment_length": cfg.workers.rollout_fragment_length,
-            "hiddens": cfg.learner.hiddens,
-            "dueling": cfg.learner.dueling,
-            "double_q": cfg.learner.double_q,
+            **env_worker_kwargs(cfg),
             "call_timeout_s": self._timeout,
             "run": self.run_id,
         }
@@ -206,18 +202,7 @@ class ApexDriver:
             obs_space,
             act_space,
             shard_futs,
-            learner_kwargs={
-                "hiddens": lr.hiddens,
-                "dueling": lr.dueling,
-                "double_q": lr.double_q,
-                "lr": lr.lr,
-                "adam_eps": lr.adam_eps,
-                "grad_clip": lr.grad_clip,
-                "target_update_freq": lr.target_update_freq,
-                "device": lr.device,
-                "num_threads": lr.num_threads,
-                "seed": derive_seed(cfg.seed, "learner"),
-            },
+            learner_kwargs=learner_kwargs(cfg),
             batch_size=lr.batch_size,
             inqueue_size=lr.inqueue_size,
             prefetch_per_shard=lr.prefetch_per_shard,
