@@ -17,10 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from apex_dask.config_tree import (
+    ConfigError,
+    build,
+    collect_docs,
+    flatten,
+    plain,
+    set_dotted,
+)
 
 __all__ = [
     "ApexConfig",
@@ -35,10 +44,6 @@ __all__ = [
     "TopologyConfig",
     "PRESETS",
 ]
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +240,7 @@ class ApexConfig:
         data = dict(data)
         preset = data.pop("preset", None)
         base = cls.preset(preset) if preset is not None else cls()
-        return base.override(_flatten(data))
+        return base.override(flatten(ApexConfig, data))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ApexConfig:
@@ -262,13 +267,13 @@ class ApexConfig:
         """
         tree = self.to_dict()
         for key, value in overrides.items():
-            _set_dotted(tree, key, value)
-        return _build(ApexConfig, tree, "")
+            set_dotted(tree, key, value, list(_FIELD_DOCS))
+        return build(ApexConfig, tree, "", list(_FIELD_DOCS))
 
     def to_dict(self) -> dict[str, Any]:
         """A nested dict of plain values (YAML/JSON friendly)."""
         out = dataclasses.asdict(self)
-        return _plain(out)
+        return plain(out)
 
     def to_yaml(self) -> str:
         import yaml
@@ -407,176 +412,4 @@ def _validate(cfg: ApexConfig) -> None:
     nonneg("seed", cfg.seed)
 
 
-# ---------------------------------------------------------------------------
-# Dict <-> dataclass plumbing with typed, named errors
-# ---------------------------------------------------------------------------
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, tuple | list):
-        return [_plain(v) for v in obj]
-    return obj
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"config key {key!r} must be a string")
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and name != "env.env_kwargs" and _is_section(name):
-            flat.update(_flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def _is_section(dotted: str) -> bool:
-    cls: Any = ApexConfig
-    for part in dotted.split("."):
-        hints = typing.get_type_hints(cls)
-        if part not in hints:
-            return False
-        cls = hints[part]
-    return dataclasses.is_dataclass(cls)
-
-
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    if key.startswith("env.env_kwargs."):
-        if isinstance(value, str):
-            import yaml
-
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError:
-                pass
-        tree["env"]["env_kwargs"][key[len("env.env_kwargs.") :]] = value
-        return
-    parts = key.split(".")
-    node: Any = tree
-    for part in parts[:-1]:
-        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
-            raise ConfigError(_unknown_key(key))
-        node = node[part]
-    leaf = parts[-1]
-    if not isinstance(node, dict) or leaf not in node:
-        raise ConfigError(_unknown_key(key))
-    if isinstance(node[leaf], dict) and key != "env.env_kwargs":
-        raise ConfigError(
-            f"{key} is a section, not a value; set one of its fields, e.g. {key}.<field>"
-        )
-    node[leaf] = value
-
-
-def _unknown_key(key: str) -> str:
-    import difflib
-
-    names = list(_FIELD_DOCS)
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else "; see `apex-dask-submit --list-keys`"
-    return f"unknown config key {key!r}{hint}"
-
-
-def _build(cls: Any, data: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        name = f"{prefix}{f.name}"
-        if f.name not in data:
-            continue
-        tp = hints[f.name]
-        value = data[f.name]
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{name} must be a section (mapping), got {value!r}")
-            kwargs[f.name] = _build(tp, value, name + ".")
-        else:
-            kwargs[f.name] = _coerce(name, value, tp)
-    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-        raise ConfigError(_unknown_key(prefix + sorted(unknown)[0]))
-    return cls(**kwargs)
-
-
-def _coerce(name: str, value: Any, tp: Any) -> Any:
-    """Parse strings as YAML scalars, then check/convert against the annotation."""
-    if isinstance(value, str) and tp is not str and tp != (str | None):
-        import yaml
-
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError:
-            pass
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(name, value, inner[0])
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{name}={value!r} is invalid: must be true or false")
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
-        if isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
-        return int(value)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a number")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a string")
-        return value
-    if origin is tuple:
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, list | tuple):
-            raise ConfigError(
-                f"{name}={value!r} is invalid: must be a list of integers, e.g. [256, 256]"
-            )
-        return tuple(_coerce(name, v, args[0]) for v in value)
-    if tp is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a mapping")
-        return dict(value)
-    return value
-
-
-def _collect_docs() -> dict[str, str]:
-    """Field docstrings, read from this module's source (attribute docstrings)."""
-    import ast
-    import inspect
-
-    docs: dict[str, str] = {}
-    tree = ast.parse(inspect.getsource(__import__(__name__, fromlist=["_"])))
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-
-    def walk(cls_name: str, prefix: str) -> None:
-        node = classes[cls_name]
-        body = node.body
-        for i, stmt in enumerate(body):
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                fname = stmt.target.id
-                doc = ""
-                if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr):
-                    val = body[i + 1].value
-                    if isinstance(val, ast.Constant) and isinstance(val.value, str):
-                        doc = " ".join(val.value.split())
-                ann = ast.unparse(stmt.annotation)
-                if ann in classes:
-                    walk(ann, f"{prefix}{fname}.")
-                else:
-                    docs[f"{prefix}{fname}"] = doc
-
-    walk("ApexConfig", "")
-    return docs
-
-
-_FIELD_DOCS = _collect_docs()
+_FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig")

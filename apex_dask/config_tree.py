@@ -1,0 +1,187 @@
+"""Dict <-> frozen-dataclass plumbing for the config tree, with typed, named errors.
+
+Used by :mod:`apex_dask.config`: flattening nested YAML sections into dotted
+keys, setting dotted keys, rebuilding the dataclass tree with every value
+checked against its annotation, and reading field docstrings from source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field and the fix."""
+
+
+def plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, tuple | list):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def flatten(root: Any, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested sections of ``root`` (a dataclass) -> dotted keys; other mappings stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"config key {key!r} must be a string")
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
+            flat.update(flatten(root, value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def is_section(root: Any, dotted: str) -> bool:
+    """Whether ``dotted`` names a nested dataclass section of ``root``."""
+    cls: Any = root
+    for part in dotted.split("."):
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return False
+        cls = hints[part]
+    return dataclasses.is_dataclass(cls)
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> None:
+    """Set ``key`` (dotted) in the nested ``tree``; unknown keys name a close match in ``names``."""
+    if key.startswith("env.env_kwargs."):
+        if isinstance(value, str):
+            import yaml
+
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass
+        tree["env"]["env_kwargs"][key[len("env.env_kwargs.") :]] = value
+        return
+    parts = key.split(".")
+    node: Any = tree
+    for part in parts[:-1]:
+        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
+            raise ConfigError(unknown_key(key, names))
+        node = node[part]
+    leaf = parts[-1]
+    if not isinstance(node, dict) or leaf not in node:
+        raise ConfigError(unknown_key(key, names))
+    if isinstance(node[leaf], dict) and key != "env.env_kwargs":
+        raise ConfigError(
+            f"{key} is a section, not a value; set one of its fields, e.g. {key}.<field>"
+        )
+    node[leaf] = value
+
+
+def unknown_key(key: str, names: list[str]) -> str:
+    """The one-line message for an unknown key, with the closest known one."""
+    import difflib
+
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "; see `apex-dask-submit --list-keys`"
+    return f"unknown config key {key!r}{hint}"
+
+
+def build(cls: Any, data: dict[str, Any], prefix: str, names: list[str]) -> Any:
+    """The dataclass tree ``cls`` from nested ``data``, each value checked by its annotation."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        if f.name not in data:
+            continue
+        tp = hints[f.name]
+        value = data[f.name]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name} must be a section (mapping), got {value!r}")
+            kwargs[f.name] = build(tp, value, name + ".", names)
+        else:
+            kwargs[f.name] = coerce(name, value, tp)
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ConfigError(unknown_key(prefix + sorted(unknown)[0], names))
+    return cls(**kwargs)
+
+
+def coerce(name: str, value: Any, tp: Any) -> Any:
+    """Parse strings as YAML scalars, then check/convert against the annotation."""
+    if isinstance(value, str) and tp is not str and tp != (str | None):
+        import yaml
+
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return coerce(name, value, inner[0])
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name}={value!r} is invalid: must be true or false")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a string")
+        return value
+    if origin is tuple:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(
+                f"{name}={value!r} is invalid: must be a list of integers, e.g. [256, 256]"
+            )
+        return tuple(coerce(name, v, args[0]) for v in value)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a mapping")
+        return dict(value)
+    return value
+
+
+def collect_docs(module: Any, root_name: str) -> dict[str, str]:
+    """Dotted field name -> its attribute docstring, read from ``module``'s source."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    tree = ast.parse(inspect.getsource(module))
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def walk(cls_name: str, prefix: str) -> None:
+        node = classes[cls_name]
+        body = node.body
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                fname = stmt.target.id
+                doc = ""
+                if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr):
+                    val = body[i + 1].value
+                    if isinstance(val, ast.Constant) and isinstance(val.value, str):
+                        doc = " ".join(val.value.split())
+                ann = ast.unparse(stmt.annotation)
+                if ann in classes:
+                    walk(ann, f"{prefix}{fname}.")
+                else:
+                    docs[f"{prefix}{fname}"] = doc
+
+    walk(root_name, "")
+    return docs
