@@ -20,6 +20,13 @@ transitions *completed* during its steps (about ``fragment_length``, not
 exactly). Initial priorities are |td| from the worker's own (possibly stale)
 weights with the double-DQN target, online = target = the synced weights:
 ``|R + discount * Q(s', argmax_b Q(s', b)) - Q(s, a)|``.
+
+Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
+gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
+in the compact form of :mod:`apex_dask.algo.frame_codec`: ``frames`` (each
+frame of the fragment once) with ``obs_refs`` and ``next_obs_refs`` in place
+of ``obs`` and ``next_obs``; a shard built with the same ``frame_stack``
+stores it as it is. Priorities are computed on the full stacks first.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
@@ -69,6 +77,7 @@ class EnvWorker:
         hiddens: Sequence[int] = (256,),
         dueling: bool = True,
         double_q: bool = True,
+        frame_stack: int | None = None,
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
@@ -93,6 +102,12 @@ class EnvWorker:
         self._action_offset = int(self.action_space.start)
         self._obs_shape = tuple(self.observation_space.shape)
         self._obs_dtype = self.observation_space.dtype
+        if frame_stack is not None and self._obs_shape[:1] != (frame_stack,):
+            raise ValueError(
+                f"frame_stack={frame_stack} needs observations [{frame_stack}, ...] "
+                f"(first axis the stack), the env gives {list(self._obs_shape)}"
+            )
+        self.frame_stack = frame_stack
         self.rng = np.random.default_rng(seed)
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
@@ -135,8 +150,9 @@ class EnvWorker:
     def sample(self) -> dict[str, Any]:
         """Run ``fragment_length`` env steps; return the completed transitions and stats.
 
-        Keys: ``batch`` (``obs, action, reward, next_obs, done, discount`` arrays),
-        ``priorities`` (float32 |td|), ``steps``, ``episode_returns``,
+        Keys: ``batch`` (``obs, action, reward, next_obs, done, discount`` arrays;
+        with ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs,
+        done, discount``), ``priorities`` (float32 |td|), ``steps``, ``episode_returns``,
         ``episode_lengths``, ``weights_version``, ``epsilon``.
         """
         env, adder = self.env, self.adder
@@ -162,9 +178,12 @@ class EnvWorker:
         self._obs = obs
         self.steps_sampled += self.fragment_length
         batch = stack_transitions(transitions, self._obs_shape, self._obs_dtype)
+        priorities = self.td_errors(batch)
+        if self.frame_stack is not None:
+            batch = encode_batch(batch, self.frame_stack)
         return {
             "batch": batch,
-            "priorities": self.td_errors(batch),
+            "priorities": priorities,
             "steps": self.fragment_length,
             "episode_returns": returns,
             "episode_lengths": lengths,

@@ -1,18 +1,24 @@
 """One prioritized replay shard: a ring of transitions plus a sum/min tree.
 
-Pure numpy (+ numba kernels in :mod:`apex_dask.algo.sumtree`); no Dask here.
-The runtime wraps it in an actor; the in-process runner uses it directly.
+Pure numpy (+ numba kernels); no Dask here. The runtime wraps it in an actor;
+the in-process runner uses it directly. The items live in
+:mod:`apex_dask.algo.replay_storage`, the frames of frame-stacked
+observations in :mod:`apex_dask.algo.frame_storage`; this module holds the
+priorities and the sampling.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from apex_dask.algo.frame_codec import decode_batch, is_compact
+from apex_dask.algo.frame_storage import REF_KEYS, FrameStore, split_stacked, stacked_schema
+from apex_dask.algo.replay_checkpoint import load_shard_state, shard_state
+from apex_dask.algo.replay_storage import ItemStorage, Schema, schema_of
 from apex_dask.algo.sumtree import SumMinTree
 
 __all__ = ["REQUIRED_KEYS", "ReplayShard", "ReplaySample"]
@@ -20,8 +26,6 @@ __all__ = ["REQUIRED_KEYS", "ReplayShard", "ReplaySample"]
 REQUIRED_KEYS: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done")
 _COUNTERS = ("added", "sampled", "updated")
 _TIMERS = ("add_s", "sample_s", "update_s")
-_MASK64 = (1 << 64) - 1
-_PACK_BYTES = 128  # keys up to this many bytes per item are stored in one record array
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,21 @@ class ReplayShard:
 
     The schema (keys, dtypes, per-item shapes) is fixed by the first ``add``;
     ``obs, action, reward, next_obs, done`` are required, extra keys (e.g.
-    ``discount``) are stored too. Keys of at most 128 bytes per item share
-    one record array (one sampled item costs a cache line or two, not one per
-    key); larger keys, such as image observations, get their own array. When
-    the ring is full the oldest items are overwritten. Indices are slots: an
-    index refers to whatever item sits in that slot now.
+    ``discount``) are stored too (see
+    :class:`~apex_dask.algo.replay_storage.ItemStorage`). When the ring is
+    full the oldest items are overwritten. Indices are slots: an index refers
+    to whatever item sits in that slot now.
+
+    **Frame stacks.** With ``frame_stack=k``, ``obs`` and ``next_obs`` items
+    are stacks ``[k, *frame_shape]`` (first axis the stack, as gymnasium's
+    ``FrameStackObservation`` gives) and each frame is kept once
+    (:mod:`apex_dask.algo.frame_storage`): about 1.12 frames per transition
+    instead of ``2k``. ``add`` takes full stacks or the compact form of
+    :mod:`apex_dask.algo.frame_codec` (what env workers send); ``sample``
+    returns the stacks that were added, bit for bit. Items whose frames had to
+    be overwritten are evicted early, oldest first; ``update_priorities``
+    skips such slots. Without ``frame_stack`` a compact batch is decoded and
+    stored whole.
 
     Usage::
 
@@ -88,6 +102,7 @@ class ReplayShard:
         alpha: float = 0.6,
         eps: float = 1e-6,
         seed: int | None = None,
+        frame_stack: int | None = None,
         *,
         backend: str = "auto",
     ) -> None:
@@ -101,16 +116,16 @@ class ReplayShard:
         self.capacity = capacity
         self.alpha = float(alpha)
         self.eps = float(eps)
+        self.frame_stack = None if frame_stack is None else int(frame_stack)
+        self._frames = None if frame_stack is None else FrameStore(capacity, frame_stack)
         self._tree = SumMinTree(capacity, backend=backend)
         self._rng = np.random.default_rng(seed)
         self._priority = np.zeros(capacity, np.float64)
-        self._storage: dict[str, np.ndarray] | None = None  # per key, [capacity, *shape]
-        self._records: np.ndarray | None = None  # small keys' fields, one record per slot
-        self._packed: tuple[str, ...] = ()
-        self._schema: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        self._keys: frozenset[str] = frozenset()
-        self._size = 0
+        self._store: ItemStorage | None = None
+        self._schema: Schema = {}  # the keys add() takes and sample() returns
+        self._size = 0  # items stored: the newest `size` slots before `pos`
         self._pos = 0
+        self._filled = 0  # slots ever written (== size unless frames evicted items early)
         self._max_priority = 1.0
         self._max_mass = self._mass(np.ones(1))[0]
         self._counts = dict.fromkeys(_COUNTERS, 0)
@@ -123,7 +138,7 @@ class ReplayShard:
     def __reduce__(self) -> tuple:
         # Pickle through state_dict: compact (stored items only), and the
         # per-key views into the record array are rebuilt, not copied apart.
-        args = (self.capacity, self.alpha, self.eps, None)
+        args = (self.capacity, self.alpha, self.eps, None, self.frame_stack)
         return (_restore, (args, self.backend, self.state_dict()))
 
     @property
@@ -154,64 +169,6 @@ class ReplayShard:
         return p, float(top)
 
     # --------------------------------------------------------------------- add
-    def _set_schema(self, batch: Mapping[str, np.ndarray]) -> None:
-        missing = [k for k in REQUIRED_KEYS if k not in batch]
-        if missing:
-            raise ValueError(f"batch lacks required key(s) {missing}; it has {sorted(batch)}")
-        arrays = {k: np.asarray(v) for k, v in batch.items()}
-        for k, a in arrays.items():
-            if a.ndim == 0:
-                raise ValueError(f"batch[{k!r}] must have a first (batch) dimension")
-        self._schema = {k: (a.dtype, a.shape[1:]) for k, a in arrays.items()}
-        self._keys = frozenset(arrays)
-
-    def _allocate(self) -> None:
-        # Keys of at most _PACK_BYTES per item share one record array, so that a
-        # sampled item costs one or two cache lines instead of one per key;
-        # larger keys (images) get an array of their own.
-        small = [
-            (k, dtype, shape)
-            for k, (dtype, shape) in self._schema.items()
-            if dtype.itemsize * math.prod(shape) <= _PACK_BYTES and not dtype.hasobject
-        ]
-        self._records = np.empty(self.capacity, np.dtype(small, align=True)) if small else None
-        self._packed = tuple(k for k, _, _ in small)
-        self._storage = {
-            k: self._records[k] if k in self._packed else np.empty((self.capacity, *shape), dtype)
-            for k, (dtype, shape) in self._schema.items()
-        }
-
-    def _check_batch(self, batch: Mapping[str, np.ndarray]) -> tuple[int, Mapping[str, np.ndarray]]:
-        """Number of items in ``batch`` and its arrays, or ``ValueError`` naming a bad key."""
-        if batch.keys() != self._keys:
-            extra = sorted(set(batch) - self._keys)
-            missing = sorted(self._keys - set(batch))
-            key = (missing or extra)[0]
-            raise ValueError(
-                f"batch key {key!r} does not match the schema (missing {missing}, extra {extra})"
-            )
-        schema = self._schema
-        n = -1
-        converted = None
-        for k, a in batch.items():
-            if type(a) is not np.ndarray:
-                a = np.asarray(a)
-                converted = {} if converted is None else converted
-                converted[k] = a
-            dtype, shape = schema[k]
-            if a.dtype != dtype or a.shape[1:] != shape or a.ndim == 0:
-                raise ValueError(
-                    f"batch[{k!r}] is {a.dtype}{list(a.shape[1:])} per item, "
-                    f"the schema says {dtype}{list(shape)}"
-                )
-            if a.shape[0] != n:
-                if n >= 0:
-                    raise ValueError(f"batch[{k!r}] has {a.shape[0]} items, other keys have {n}")
-                n = a.shape[0]
-        if converted is not None:
-            return n, {**batch, **converted}
-        return n, batch
-
     def add(
         self, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None = None
     ) -> np.ndarray:
@@ -220,58 +177,91 @@ class ReplayShard:
         Item ``k`` goes to slot ``(pos + k) % capacity`` with priority
         ``priorities[k]``, or the largest priority seen so far when None.
         Returns those slots (int64 [n]). If ``n > capacity`` only the last
-        ``capacity`` items remain stored.
+        ``capacity`` items remain stored (with ``frame_stack``: their slots
+        are -1 for the items not stored).
         """
         t0 = time.perf_counter()
-        first = self._storage is None
+        if self._frames is not None:
+            return self._add_stacked(batch, priorities, t0)
+        if is_compact(batch):
+            batch = decode_batch(batch)
+        if self._store is None:
+            _check_required(batch)
+        store = self._store or ItemStorage(self.capacity, schema_of(batch))
+        n, arrays = store.check(batch)
+        p, top = (None, 0.0) if priorities is None else self._check_priorities(priorities, n, "add")
+        if self._store is None:  # a rejected first batch fixes no schema
+            self._store, self._schema = store, store.schema
+        slots = self._write(arrays, p, n)
+        self._finish_add(n, p, top, t0)
+        return slots
+
+    def _add_stacked(self, batch: Mapping[str, np.ndarray], priorities, t0: float) -> np.ndarray:
+        k, fs = self.frame_stack, self._frames
+        frames, orefs, nrefs, items = split_stacked(batch, k)
+        stacked = (frames.dtype, (k, *frames.shape[1:]))
+        if self._store is None:
+            _check_required(REF_KEYS.get(key, key) for key in items)
+            store = ItemStorage(self.capacity, schema_of(items))
+        else:
+            store = self._store
+            if stacked != self._schema["obs"]:
+                raise ValueError(
+                    f"frames make stacks {stacked[0]}{list(stacked[1])}, "
+                    f"the schema says {self._schema['obs'][0]}{list(self._schema['obs'][1])}"
+                )
+        n, arrays = store.check(items)
+        p, top = (None, 0.0) if priorities is None else self._check_priorities(priorities, n, "add")
+        if self._store is None:
+            self._store = store
+            self._schema = stacked_schema(store.schema, stacked)
+            fs.allocate(frames.shape[1:], frames.dtype)
+        if n == 0:
+            self._finish_add(0, p, top, t0)
+            return np.zeros(0, np.int64)
+        frames, orefs, nrefs, first = fs.fit(frames, orefs, nrefs, self.capacity)
         if first:
-            self._set_schema(batch)
-        try:
-            n, arrays = self._check_batch(batch)
-            if priorities is None:
-                p = None
-            else:
-                p, top = self._check_priorities(priorities, n, "add")
-        except ValueError:
-            if first:  # a rejected first batch fixes no schema
-                self._schema, self._keys = {}, frozenset()
-            raise
-        if first:
-            self._allocate()
+            arrays = {key: v[first:] for key, v in arrays.items()}
+            p = None if p is None else p[first:]
+        arrays = dict(arrays)
+        arrays["obs_refs"], arrays["next_obs_refs"] = fs.write(frames, orefs, nrefs)
+        slots = self._write(arrays, p, n - first)
+        live = fs.commit(n - first, self._size)
+        if live < self._size:
+            self._clear((self._pos - self._size) % self.capacity, self._size - live)
+            self._size = live
+        self._finish_add(n, p, top, t0)
+        return np.concatenate([np.full(first, -1, np.int64), slots]) if first else slots
+
+    def _finish_add(self, n: int, p: np.ndarray | None, top: float, t0: float) -> None:
+        if p is not None:
+            self._raise_max(top)
+        self._counts["added"] += n
+        self._times["add_s"] += time.perf_counter() - t0
+
+    def _write(self, arrays: Mapping[str, np.ndarray], p: np.ndarray | None, n: int) -> np.ndarray:
+        """Items and priorities to the next ``n`` slots; returns the slots."""
         cap, pos = self.capacity, self._pos
         end = pos + n
         slots = np.arange(pos, end, dtype=np.int64)
-        if end <= cap:  # the common case: one slice per key
-            for k, a in arrays.items():
-                self._storage[k][pos:end] = a
+        self._store.write(pos, arrays, n)
+        if end <= cap:  # the common case: one range
             self._set_priorities_range(pos, p, n)
-        else:
+        else:  # only the last `cap` items survive: [start, cap) and [0, n - skip - n1)
             slots %= cap
-            self._add_wrapping(arrays, p, n)
-        if p is not None:
-            self._raise_max(top)
+            skip = max(0, n - cap)
+            start = (pos + skip) % cap
+            n1 = min(n - skip, cap - start)
+            if p is None:
+                self._set_priorities_range(start, None, n1)
+                self._set_priorities_range(0, None, n - skip - n1)
+            else:
+                self._set_priorities_range(start, p[skip : skip + n1])
+                self._set_priorities_range(0, p[skip + n1 :])
         self._pos = end % cap
         self._size = min(cap, self._size + n)
-        self._counts["added"] += n
-        self._times["add_s"] += time.perf_counter() - t0
+        self._filled = min(cap, self._filled + n)
         return slots
-
-    def _add_wrapping(self, arrays: Mapping[str, np.ndarray], p: np.ndarray | None, n: int) -> None:
-        # Only the last `cap` items survive; write them as two slices: [start, cap) and [0, n2).
-        cap = self.capacity
-        skip = max(0, n - cap)
-        start = (self._pos + skip) % cap
-        n1 = min(n - skip, cap - start)
-        for k, a in arrays.items():
-            dst = self._storage[k]
-            dst[start : start + n1] = a[skip : skip + n1]
-            dst[: n - skip - n1] = a[skip + n1 :]
-        if p is None:
-            self._set_priorities_range(start, None, n1)
-            self._set_priorities_range(0, None, n - skip - n1)
-        else:
-            self._set_priorities_range(start, p[skip : skip + n1])
-            self._set_priorities_range(0, p[skip + n1 :])
 
     def _set_priorities_range(self, start: int, p: np.ndarray | None, count: int = -1) -> None:
         """Priorities of the slots from ``start``: ``p``, or the max priority for ``count``."""
@@ -281,6 +271,13 @@ class ReplayShard:
         else:
             self._tree.set_range(start, self._mass(p))
             self._priority[start : start + p.shape[0]] = p
+
+    def _clear(self, start: int, count: int) -> None:
+        """Empty ``count`` slots from ``start`` (wrapping): never sampled again."""
+        n1 = min(count, self.capacity - start)
+        for a, c in ((start, n1), (0, count - n1)):
+            self._tree.clear_range(a, c)
+            self._priority[a : a + c] = 0.0
 
     def _raise_max(self, top: float) -> None:
         if top > self._max_priority:
@@ -303,11 +300,12 @@ class ReplayShard:
                 "all stored items have mass 0 (priority 0 with eps=0): nothing to sample"
             )
         indices, weights = self._tree.sample(self._rng.random(batch_size), beta)
-        records = None if self._records is None else self._records.take(indices)
-        data = {
-            k: np.ascontiguousarray(records[k]) if k in self._packed else v.take(indices, axis=0)
-            for k, v in self._storage.items()
-        }
+        data = self._store.gather(indices)
+        if self._frames is not None:
+            data = {
+                REF_KEYS[k] if k in REF_KEYS else k: self._frames.gather(v) if k in REF_KEYS else v
+                for k, v in data.items()
+            }
         self._counts["sampled"] += batch_size
         self._times["sample_s"] += time.perf_counter() - t0
         return ReplaySample(indices=indices, weights=weights, data=data)
@@ -316,8 +314,9 @@ class ReplayShard:
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set ``p_indices[k] = priorities[k]`` (last one wins for repeated indices).
 
-        Indices must be stored slots (``0 <= i < len(self)``); priorities
-        finite and >= 0. Raises the max priority seen.
+        Indices must be written slots (``0 <= i < len(self)`` unless items were
+        evicted early, which are skipped); priorities finite and >= 0. Raises
+        the max priority seen.
         """
         t0 = time.perf_counter()
         idx = np.asarray(indices)
@@ -331,10 +330,13 @@ class ReplayShard:
             self._times["update_s"] += time.perf_counter() - t0
             return
         idx = idx.astype(np.int64, copy=False)
-        if idx.min() < 0 or idx.max() >= self._size:
+        if idx.min() < 0 or idx.max() >= self._filled:
             raise ValueError(
-                f"indices must lie in [0, {self._size}), got [{idx.min()}, {idx.max()}]"
+                f"indices must lie in [0, {self._filled}), got [{idx.min()}, {idx.max()}]"
             )
+        if self._size < self._filled:  # slots evicted early: leave them empty
+            live = (self._pos - 1 - idx) % self.capacity < self._size
+            idx, p = idx[live], p[live]
         self._priority[idx] = p  # repeated indices: numpy assigns in order, the last stays
         self._tree.set(idx, self._mass(p))
         self._raise_max(top)
@@ -346,9 +348,14 @@ class ReplayShard:
         """Counters and cumulative seconds per operation.
 
         ``size, capacity, added, sampled`` (items drawn), ``evicted`` (items
-        overwritten, ``added - size``), ``updated`` (priorities set),
-        ``add_s, sample_s, update_s``, and ``max_priority``.
+        overwritten or evicted early, ``added - size``), ``updated``
+        (priorities set), ``add_s, sample_s, update_s``, ``max_priority``, and
+        ``bytes``: the bytes of every array the shard allocated (items, frames,
+        priorities, trees).
         """
+        nbytes = self._priority.nbytes + self._tree.nbytes
+        nbytes += self._store.nbytes if self._store is not None else 0
+        nbytes += self._frames.nbytes if self._frames is not None else 0
         return {
             "size": self._size,
             "capacity": self.capacity,
@@ -358,6 +365,7 @@ class ReplayShard:
             "updated": self._counts["updated"],
             **self._times,
             "max_priority": self._max_priority,
+            "bytes": int(nbytes),
         }
 
     # -------------------------------------------------------------- checkpoint
@@ -367,92 +375,28 @@ class ReplayShard:
         Keys: ``capacity, alpha, eps, size, pos, max_priority``, the counters
         and timers of :meth:`stats`, ``priority`` and ``mass`` (float64 [size]),
         ``rng_state`` (uint64 [6], the PCG64 state) and ``data/<key>`` (copies
-        of the stored items). Suitable for ``np.savez``.
+        of the stored items). Suitable for ``np.savez``. A frame-stacked shard
+        saves its frames once each (see :mod:`apex_dask.algo.replay_checkpoint`).
         """
-        size = self._size
-        state: dict[str, np.ndarray | int | float] = {
-            "capacity": self.capacity,
-            "alpha": self.alpha,
-            "eps": self.eps,
-            "size": size,
-            "pos": self._pos,
-            "max_priority": self._max_priority,
-            **self._counts,
-            **self._times,
-            "priority": self._priority[:size].copy(),
-            "mass": self._tree.masses(np.arange(size)),
-            "rng_state": _pcg64_to_array(self._rng.bit_generator.state),
-        }
-        if self._storage is not None:
-            for k, v in self._storage.items():
-                state[f"data/{k}"] = v[:size].copy()
-        return state
+        return shard_state(self)
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore a :meth:`state_dict` (also as loaded back from ``np.load``).
 
-        The capacity, alpha and eps must equal this shard's (``ValueError``).
+        The capacity, alpha, eps and frame_stack must equal this shard's
+        (``ValueError``).
         """
-        for key, mine in (("capacity", self.capacity), ("alpha", self.alpha), ("eps", self.eps)):
-            theirs = np.asarray(state[key]).item()
-            if theirs != mine:
-                raise ValueError(f"state has {key}={theirs}, this shard has {key}={mine}")
-        size = int(np.asarray(state["size"]).item())
-        pos = int(np.asarray(state["pos"]).item())
-        if not (0 <= size <= self.capacity and 0 <= pos < self.capacity):
-            raise ValueError(f"state has size={size}, pos={pos} for capacity {self.capacity}")
-        priority = np.asarray(state["priority"], dtype=np.float64)
-        mass = np.asarray(state["mass"], dtype=np.float64)
-        if priority.shape != (size,) or mass.shape != (size,):
-            raise ValueError(f"state priority/mass arrays do not have {size} items")
-        data = {k[len("data/") :]: np.asarray(v) for k, v in state.items() if k.startswith("data/")}
-        if data:
-            for k, v in data.items():
-                if v.ndim == 0 or v.shape[0] != size:
-                    raise ValueError(f"state data/{k} does not have {size} items")
-            self._set_schema(data)
-            self._allocate()
-            for k, v in data.items():
-                self._storage[k][:size] = v
-        elif size:
-            raise ValueError("state has items but no data/<key> arrays")
-        else:
-            self._storage, self._schema, self._keys = None, {}, frozenset()
-            self._records, self._packed = None, ()
-        self._priority[:] = 0.0
-        self._priority[:size] = priority
-        self._tree.load_masses(mass)
-        self._size, self._pos = size, pos
-        self._max_priority = float(np.asarray(state["max_priority"]).item())
-        self._max_mass = self._mass(np.array([self._max_priority]))[0]
-        for k in _COUNTERS:
-            self._counts[k] = int(np.asarray(state[k]).item())
-        for k in _TIMERS:
-            self._times[k] = float(np.asarray(state[k]).item())
-        self._rng.bit_generator.state = _pcg64_from_array(np.asarray(state["rng_state"]))
+        load_shard_state(self, state)
+
+
+def _check_required(keys: Iterable[str]) -> None:
+    keys = set(keys)
+    missing = [k for k in REQUIRED_KEYS if k not in keys]
+    if missing:
+        raise ValueError(f"batch lacks required key(s) {missing}; it has {sorted(keys)}")
 
 
 def _restore(args: tuple, backend: str, state: dict) -> ReplayShard:
     shard = ReplayShard(*args, backend=backend)
     shard.load_state_dict(state)
     return shard
-
-
-def _pcg64_to_array(state: dict) -> np.ndarray:
-    if state["bit_generator"] != "PCG64":
-        raise ValueError(f"only PCG64 generators are supported, got {state['bit_generator']}")
-    s, inc = state["state"]["state"], state["state"]["inc"]
-    return np.array(
-        [s >> 64, s & _MASK64, inc >> 64, inc & _MASK64, state["has_uint32"], state["uinteger"]],
-        dtype=np.uint64,
-    )
-
-
-def _pcg64_from_array(a: np.ndarray) -> dict:
-    v = [int(x) for x in a]
-    return {
-        "bit_generator": "PCG64",
-        "state": {"state": (v[0] << 64) | v[1], "inc": (v[2] << 64) | v[3]},
-        "has_uint32": v[4],
-        "uinteger": v[5],
-    }
