@@ -22,8 +22,8 @@ __version__ = "0.1.0"
 __all__ = ["ApexConfig", "ApexDriver", "ConfigError", "run_local", "train", "__version__"]
 
 _LAZY = {
-    "ApexDriver": "apex_dask.runtime.driver",
-    "train": "apex_dask.api",
+    "ApexDriver": "apex_dask.runtime.orchestration.driver",
+    "train": "apex_dask.runtime.orchestration.driver",
     "run_local": "apex_dask.local",
 }
 

@@ -44,7 +44,7 @@ class PublishBench:
     """Actor timing its own MetricsPublisher (created here, as real actors do)."""
 
     def __init__(self) -> None:
-        from apex_dask.runtime.metrics import MetricsPublisher
+        from apex_dask.runtime.observability.metrics import MetricsPublisher
 
         self.pub = MetricsPublisher("learner", "bench", min_interval_s=3600.0)
 
@@ -66,7 +66,7 @@ class PublishBench:
 
 
 def scheduler_ingest_us(calls: int) -> float:
-    from apex_dask.runtime.metrics import TOPIC, ApexMetricsPlugin, make_message
+    from apex_dask.runtime.observability.metrics import TOPIC, ApexMetricsPlugin, make_message
 
     plugin = ApexMetricsPlugin()
     msgs = [make_message("bench", "learner", LEARNER_METRICS) for _ in range(calls)]

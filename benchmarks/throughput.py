@@ -52,6 +52,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
+from apex_dask.algo.benchmark_envs import SLEEPY_ID  # noqa: E402
 from apex_dask.algo.env_worker import probe_spaces  # noqa: E402
 from apex_dask.algo.envs import make_env_factory  # noqa: E402
 from apex_dask.algo.learner import Learner  # noqa: E402
@@ -59,9 +60,8 @@ from apex_dask.algo.replay import ReplayShard  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
 from apex_dask.local import run_local  # noqa: E402
 from apex_dask.runtime.actors import LearnerActor, ReplayShardActor  # noqa: E402
-from apex_dask.runtime.cluster import start_local_cluster  # noqa: E402
-from apex_dask.runtime.driver import ApexDriver  # noqa: E402
-from apex_dask.runtime.testing_envs import SLEEPY_ID  # noqa: E402
+from apex_dask.runtime.orchestration.cluster import start_local_cluster  # noqa: E402
+from apex_dask.runtime.orchestration.driver import ApexDriver  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "throughput.json"
 METRICS = (

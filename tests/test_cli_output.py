@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from apex_dask.cli import format_progress, format_summary, merge_final
+from apex_dask.cli.output import format_progress, format_summary, merge_final
 
 
 def test_final_counters_replace_the_last_result_but_window_means_do_not():

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from apex_dask.config import ApexConfig
-from apex_dask.local import LocalApex, resolve_stop, run_local
+from apex_dask.experiment.stop import resolve_stop
+from apex_dask.local import LocalApex, run_local
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 

@@ -42,11 +42,12 @@ def apex_epsilons(num_workers: int, base: float = 0.4, alpha: float = 7.0) -> np
 def lowest_epsilon_workers(num_workers: int) -> list[int]:
     """Indices of the third of workers with the lowest epsilons (the highest indices).
 
-    As RLlib's Ape-X: the last ``N // 3`` workers, or all of them when ``N < 3``.
+    As RLlib's Ape-X, which reports from ``workers[-N // 3:]``: the last
+    ``ceil(N / 3)`` workers (11 of 32, 1 of 2, 1 of 1).
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    k = num_workers // 3 or num_workers
+    k = -(-num_workers // 3)
     return list(range(num_workers - k, num_workers))
 
 

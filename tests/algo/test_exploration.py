@@ -39,10 +39,17 @@ def test_bad_base_or_alpha_raises(kwargs):
 
 
 @pytest.mark.parametrize(
-    "n,expected", [(1, [0]), (2, [0, 1]), (3, [2]), (6, [4, 5]), (32, list(range(22, 32)))]
+    "n,expected",
+    [(1, [0]), (2, [1]), (3, [2]), (4, [2, 3]), (6, [4, 5]), (32, list(range(21, 32)))],
 )
 def test_lowest_epsilon_third_is_highest_indices(n, expected):
     assert lowest_epsilon_workers(n) == expected
+
+
+@pytest.mark.parametrize("n", range(1, 70))
+def test_lowest_epsilon_third_matches_rllib_slice(n):
+    """RLlib reports from ``workers[-N // 3:]``: ceil(N / 3) workers, never N // 3."""
+    assert lowest_epsilon_workers(n) == list(range(n))[-n // 3 :]
 
 
 def test_epsilon_greedy_zero_is_argmax_and_one_is_uniform():

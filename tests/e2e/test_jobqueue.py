@@ -1,4 +1,4 @@
-"""``--cluster slurm|pbs``: the dask-jobqueue glue in apex_dask.runtime.jobqueue.
+"""``--cluster slurm|pbs``: the dask-jobqueue glue in apex_dask.cli.jobqueue.
 
 Offline: the rendered job scripts (GPU request and GPU resource on the learner
 job only), option parsing and the one-line error without ``sbatch``/``qsub``.
@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 from proctrack import MARK, processes_marked
 
-from apex_dask.config import ApexConfig
-from apex_dask.runtime.jobqueue import (
+from apex_dask.cli.jobqueue import (
     LEARNER_JOB_NAME,
     PRELOAD_MODULE,
     JobqueueError,
@@ -32,6 +31,7 @@ from apex_dask.runtime.jobqueue import (
     parse_jobqueue_opts,
     wait_for_jobqueue_workers,
 )
+from apex_dask.config import ApexConfig
 
 SHIMS = Path(__file__).resolve().parent / "shims"
 BIN = Path(sys.executable).parent

@@ -66,10 +66,10 @@ def test_shard_returns_none_until_it_holds_learning_starts_items(client, worker_
     assert shard.sample().result() is None
     assert shard.add(rollout(64, rng), np.ones(64, np.float32)).result() == 128
     out = shard.sample().result()
-    assert out["shard_id"] == 3 and out["added"] == 128
-    assert out["indices"].shape == (8,) and out["indices"].dtype == np.int64
-    assert out["weights"].dtype == np.float32 and np.all(out["weights"] <= 1.0)
-    assert out["data"]["obs"].shape == (8, OBS)
+    assert out.shard_id == 3 and out.added == 128
+    assert out.indices.shape == (8,) and out.indices.dtype == np.int64
+    assert out.weights.dtype == np.float32 and np.all(out.weights <= 1.0)
+    assert out.data["obs"].shape == (8, OBS)
     stats = shard.stats().result()
     assert stats["replay/3/size"] == 128
     assert stats["replay/3/rollouts_stored"] == 2
@@ -192,10 +192,10 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
     s1 = shard_futs[1].result().stats().result()
     assert s0["replay/0/size"] == 0
     assert s1["replay/1/rollouts_stored"] == 3
-    steps = sum(s["steps"] for s in summaries)
+    steps = sum(s.steps for s in summaries)
     assert steps - 2 <= s1["replay/1/size"] <= steps  # up to n-1 steps still pending
-    assert [s["rollouts_sent"] for s in summaries] == [1, 2, 3]
-    assert summaries[0]["weights_version"] == -1 and summaries[0]["epsilon"] == 0.3
+    assert [s.rollouts_sent for s in summaries] == [1, 2, 3]
+    assert summaries[0].weights_version == -1 and summaries[0].epsilon == 0.3
 
     learner = learner_fut.result()
     blobs = [learner.weights_if_newer(-1) for _ in range(3)]  # three asks, one version
@@ -203,7 +203,7 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
     assert learner.stats().result()["learner/weight_snapshots"] == 1  # serialized once
     assert env.sync_weights().result() == 0  # the learner's initial weights
     assert env.sync_weights().result() is None  # nothing newer
-    assert env.sample_into(0).result()["weights_version"] == 0
+    assert env.sample_into(0).result().weights_version == 0
     stats = env.stats().result()
     assert stats["env/epsilon/5"] == 0.3
     assert stats["env/5/rollouts_sent"] == 4

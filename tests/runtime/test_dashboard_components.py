@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apex_dask.runtime.dashboard import (
+from apex_dask.runtime.observability.dashboard import (
     EMPTY_TEXT,
     ApexDashboard,
     Line,
@@ -13,7 +13,7 @@ from apex_dask.runtime.dashboard import (
     RunStatus,
     TimeSeriesFigure,
 )
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
 
 def ingest(store: MetricsStore, now: float, run: str = "r1", source: str = "learner", **m):

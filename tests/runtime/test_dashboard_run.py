@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from browser import find_chromium, screenshot
 
 from apex_dask.config import ApexConfig
 from apex_dask.runtime import preload
-from apex_dask.runtime.browser import find_chromium, screenshot
-from apex_dask.runtime.dashboard import ApexDashboard
-from apex_dask.runtime.driver import ApexDriver
-from apex_dask.runtime.metrics import PLUGIN_NAME, ApexMetricsPlugin
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.dashboard import ApexDashboard
+from apex_dask.runtime.observability.metrics import PLUGIN_NAME, ApexMetricsPlugin
+from apex_dask.runtime.observability.metrics_store import MetricsStore
+from apex_dask.runtime.orchestration.driver import ApexDriver
 from apex_dask.runtime.preload import PRELOAD, dashboard_url, ensure_plugin
 
 RUN_BUDGET_S = 150.0  # the consumer halts the run after this, whatever the tests do

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from apex_dask.config import ApexConfig
-from apex_dask.runtime.cluster import connect
-from apex_dask.runtime.driver import ApexDriver, ApexRuntimeError
+from apex_dask.runtime.orchestration.cluster import connect
+from apex_dask.runtime.orchestration.driver import ApexDriver, ApexRuntimeError
 
 
 def small_config(**overrides) -> ApexConfig:
@@ -185,7 +185,7 @@ def test_min_replay_ratio_holds_env_workers_to_the_learner(gpu_client):
 def test_stop_releases_every_actor(gpu_client):
     cfg = small_config(**{"workers.num_workers": 1, "replay.num_shards": 1, "eval.episodes": 0})
     driver = ApexDriver(cfg, gpu_client)
-    keys = {f.key for f in driver._futures}
+    keys = {f.key for f in driver._actors.futures}
     assert len(keys) == 3
 
     def live(keys, dask_worker=None):

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from typing import Any
 
-from apex_dask.runtime.metrics import PLUGIN_NAME, publish_from_client
+from apex_dask.runtime.observability.metrics import PLUGIN_NAME, publish_from_client
 from apex_dask.runtime.preload import dashboard_url, ensure_plugin
 
 

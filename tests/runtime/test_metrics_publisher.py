@@ -6,14 +6,14 @@ import threading
 
 import pytest
 
-from apex_dask.runtime.http import ApexCollector, prometheus_name
-from apex_dask.runtime.metrics import (
+from apex_dask.runtime.observability.http import ApexCollector, prometheus_name
+from apex_dask.runtime.observability.metrics import (
     TOPIC,
     ApexMetricsPlugin,
     MetricsPublisher,
     make_message,
 )
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
 
 class Clock:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
 
 def msg(run: str = "r1", source: str = "learner", **metrics: float) -> dict:

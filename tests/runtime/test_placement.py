@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.placement import WorkerInfo, plan_placement, workers_from_scheduler_info
+from apex_dask.runtime.orchestration.placement import (
+    WorkerInfo,
+    plan_placement,
+    workers_from_scheduler_info,
+)
 
 
 def w(name: str, port: int, host: str = "10.0.0.1", **resources: float) -> WorkerInfo:

@@ -22,7 +22,7 @@ placement only at creation and unpinned actors land unpredictably.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from apex_dask.runtime.errors import ApexRuntimeError
@@ -63,6 +63,14 @@ class Placement:
             "env_workers": [w.as_dict() for w in self.env_workers],
             "evaluator": self.evaluator.as_dict(),
         }
+
+    def moved(self, env_index: int, where: WorkerInfo) -> Placement:
+        """This placement with env worker ``env_index`` (-1: the evaluator) on ``where``."""
+        if env_index < 0:
+            return replace(self, evaluator=where)
+        env_workers = list(self.env_workers)
+        env_workers[env_index] = where
+        return replace(self, env_workers=env_workers)
 
 
 def workers_from_scheduler_info(info: Mapping[str, Any]) -> list[WorkerInfo]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.placement import WorkerInfo, workers_from_scheduler_info
+from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -113,7 +113,7 @@ def start_local_cluster(
     n = int(n_workers or os.cpu_count() or 1)
     scheduler_kwargs: dict[str, Any] = dict(kwargs.pop("scheduler_kwargs", {}) or {})
     if preload:
-        from apex_dask.runtime.preload import PRELOAD
+        from apex_dask.runtime.observability.preload import PRELOAD
 
         scheduler_kwargs.setdefault("preload", [PRELOAD])
     try:

@@ -6,16 +6,16 @@
         --> inqueue (bounded, learner.inqueue_size) --> learner thread: update()
         --> outqueue --> priority sender --> update_priorities on the source shard
 
-- The **prefetcher** (:class:`~apex_dask.runtime.prefetch.ReplayPrefetcher`,
+- The **prefetcher** (:class:`~apex_dask.runtime.actors.prefetch.ReplayPrefetcher`,
   asyncio tasks on the learner's Dask worker loop) keeps
   ``prefetch_per_shard`` sample requests per shard and fills the inqueue;
   a full inqueue makes it wait (``learner/enqueue_blocked_s``), never drop.
   Shards on the learner's own worker (the default placement) are called as
   local objects: no serialization, no loopback round trip.
-- The **learner thread** takes batches (``learner/dequeue_s`` times that
-  wait: high means starved), runs the user's ``before_learn_on_batch(batch,
-  shard_id)`` hook, then one ``Learner.update`` (``learner/grad_s``), and
-  hands ``(shard_id, indices, |td|)`` to the outqueue. ``learner/overall_s``
+- The **learner thread** takes :class:`ReplayedBatch` es (``learner/dequeue_s``
+  times that wait: high means starved), runs the user's
+  ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update``
+  (``learner/grad_s``), and hands a :class:`PriorityUpdate` to the outqueue. ``learner/overall_s``
   times the whole step; ``learner/queue_size`` is a window of inqueue sizes.
 - The **priority sender** (an asyncio task) drains the outqueue every 4 ms,
   sending each update to its source shard (inline for a local shard, a task
@@ -38,26 +38,25 @@ learner thread dead). At any quiescent point
 from __future__ import annotations
 
 import asyncio
-import math
 import pickle
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.results import window_stat_metrics
 from apex_dask.algo.timers import Timer, WindowStat
-from apex_dask.runtime.calls import Throttled, call_with_timeout
-from apex_dask.runtime.prefetch import ReplayPrefetcher
+from apex_dask.experiment.builder import Hook
+from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
+from apex_dask.experiment.results import learner_metrics
+from apex_dask.runtime.actors.calls import Throttled, call_with_timeout
+from apex_dask.runtime.actors.prefetch import ReplayPrefetcher
 
 __all__ = ["LearnerActor"]
-
-Hook = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
 def _is_local(handle: Any, worker: Any) -> bool:
@@ -113,8 +112,8 @@ class LearnerActor:
             call_timeout_s=call_timeout_s,
             idle_poll_s=idle_poll_s,
         )
-        # outqueue: the learner thread appends (shard_id, indices, |td|); the sender drains
-        self._outbox: deque[tuple[int, np.ndarray, np.ndarray]] = deque()
+        # outqueue: the learner thread appends PriorityUpdates; the sender drains it
+        self._outbox: deque[PriorityUpdate] = deque()
         self._sender: asyncio.Task | None = None
         self._sender_stop = False
         self._sender_poll_s = 0.004
@@ -181,7 +180,7 @@ class LearnerActor:
         self._pub.now(self._metrics)
 
     # ------------------------------------------------------------ learner thread
-    def _take(self) -> tuple[int, dict[str, Any]] | None:
+    def _take(self) -> ReplayedBatch | None:
         """The next batch; None once a stop was asked and the queue is empty."""
         while True:
             try:
@@ -201,15 +200,15 @@ class LearnerActor:
                 if item is None:
                     break
                 qsize = self._inq.qsize()
-                shard_id, batch = item
+                batch = item
                 if self._hook is not None:
-                    batch = self._hook(batch, shard_id)
+                    batch = batch.with_hook_batch(self._hook(batch.as_hook_batch(), batch.shard_id))
                     self.hook_calls += 1
                 t2 = time.perf_counter()
                 with self._model_lock:
-                    td, m = self._learner.update(batch["data"], batch["weights"])
+                    td, m = self._learner.update(batch.data, batch.weights)
                 t3 = time.perf_counter()
-                self._outbox.append((shard_id, batch["indices"], td))  # the sender polls it
+                self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
@@ -233,27 +232,29 @@ class LearnerActor:
         """
         while True:
             while self._outbox:
-                shard_id, indices, td = self._outbox.popleft()
+                update = self._outbox.popleft()
                 self.priority_updates_sent += 1
-                shard = self._shards[shard_id]
-                if shard is not self._handles[shard_id]:
-                    await shard.update_priorities(indices, td)
+                shard = self._shards[update.shard_id]
+                if shard is not self._handles[update.shard_id]:
+                    await shard.update_priorities(update.indices, update.priorities)
                     continue
-                task = asyncio.create_task(self._send_one(shard_id, indices, td))
+                task = asyncio.create_task(self._send_one(update))
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
             if self._sender_stop:
                 return
             await asyncio.sleep(self._sender_poll_s)
 
-    async def _send_one(self, shard_id: int, indices: np.ndarray, td: np.ndarray) -> None:
+    async def _send_one(self, update: PriorityUpdate) -> None:
+        k = update.shard_id
         try:
             await call_with_timeout(
-                self._shards[shard_id].update_priorities(indices, td), self._timeout
+                self._shards[k].update_priorities(update.indices, update.priorities),
+                self._timeout,
             )
         except Exception as exc:
             self.priority_updates_failed += 1
-            self.errors.append(f"priorities to shard {shard_id}: {type(exc).__name__}: {exc}")
+            self.errors.append(f"priorities to shard {k}: {type(exc).__name__}: {exc}")
 
     # ----------------------------------------------------------------- weights
     def _snapshot(self) -> tuple[int, bytes]:
@@ -317,40 +318,26 @@ class LearnerActor:
         return out
 
     def _metrics(self) -> dict[str, float]:
-        lr, pf = self._learner, self._prefetcher
+        pf = self._prefetcher
         with self._stats_lock:
-            q = self._qsize.stats()
-            window = list(self._window)
-            dequeue, grad, overall = self._dequeue.mean, self._grad.mean, self._overall.mean
-            grad_total, trained = self._grad.total_s, self.batches_trained
-        loss, mean_q, norm = (
-            (float(np.mean([w[i] for w in window])) for i in range(3))
-            if window
-            else (math.nan,) * 3
-        )
-        out = {
-            "learner/steps_trained": float(lr.steps_trained),
-            "learner/updates": float(lr.num_updates),
-            "learner/target_updates": float(lr.num_target_updates),
-            "learner/version": float(lr.version),
-            "learner/loss": loss,
-            "learner/mean_q": mean_q,
-            "learner/grad_norm": norm,
-            "learner/dequeue_s": dequeue,
-            "learner/grad_s": grad,
-            "learner/overall_s": overall,
-            "learner/grad_total_s": grad_total,
-            **window_stat_metrics("learner/queue_size", q),
-            "learner/enqueue_blocked_s": pf.enqueue_blocked_s,
-            "learner/ratio_wait_s": pf.ratio_wait_s,
-            "learner/hook_calls": float(self.hook_calls),
-            "learner/local_shards": float(pf.local_shards),
-            "learner/weight_snapshots": float(self.weight_snapshots),
-            "flow/batches_received": float(pf.batches_received),
-            "flow/batches_in_queue": float(self._inq.qsize()),
-            "flow/batches_trained": float(trained),
-            "flow/priority_updates_sent": float(self.priority_updates_sent),
-            "flow/priority_updates_failed": float(self.priority_updates_failed),
-            "flow/batches_lost": float(pf.batches_lost),
-        }
-        return out
+            return learner_metrics(
+                self._learner,
+                dequeue=self._dequeue,
+                grad=self._grad,
+                overall=self._overall,
+                queue_size=self._qsize,
+                recent=list(self._window),
+                counters={
+                    "learner/enqueue_blocked_s": pf.enqueue_blocked_s,
+                    "learner/ratio_wait_s": pf.ratio_wait_s,
+                    "learner/hook_calls": self.hook_calls,
+                    "learner/local_shards": pf.local_shards,
+                    "learner/weight_snapshots": self.weight_snapshots,
+                    "flow/batches_received": pf.batches_received,
+                    "flow/batches_in_queue": self._inq.qsize(),
+                    "flow/batches_trained": self.batches_trained,
+                    "flow/priority_updates_sent": self.priority_updates_sent,
+                    "flow/priority_updates_failed": self.priority_updates_failed,
+                    "flow/batches_lost": pf.batches_lost,
+                },
+            )

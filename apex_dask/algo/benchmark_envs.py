@@ -23,7 +23,7 @@ from gymnasium import spaces
 
 __all__ = ["SLEEPY_ID", "SleepyEnv"]
 
-SLEEPY_ID = "apex_dask.runtime.testing_envs:ApexSleepy-v0"
+SLEEPY_ID = "apex_dask.algo.benchmark_envs:ApexSleepy-v0"
 
 
 class SleepyEnv(gym.Env):

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.http.utils import RequestHandler
 
-from apex_dask.runtime.metrics import get_plugin
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics import get_plugin
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
 if TYPE_CHECKING:
     from distributed import Scheduler

@@ -9,7 +9,7 @@ Actors publish through a :class:`MetricsPublisher` created in their
 ``__init__``; the driver publishes result dicts with
 :func:`publish_from_client`. :class:`ApexMetricsPlugin` receives every message
 on the scheduler (``SchedulerPlugin.log_event``) and keeps them in a
-:class:`~apex_dask.runtime.metrics_store.MetricsStore`.
+:class:`~apex_dask.runtime.observability.metrics_store.MetricsStore`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
 if TYPE_CHECKING:
     from distributed import Client, Scheduler

@@ -1,80 +1,45 @@
-"""The whole Ape-X loop in one process, with the same pieces as the Dask runtime.
-
-``run_local(config)`` yields one flat result dict per iteration (metric names
-in ``docs/metrics.md``)::
-
-    from apex_dask.config import ApexConfig
-    from apex_dask.local import run_local
-
-    for result in run_local(ApexConfig.preset("cartpole"), stop={"reward": 475}):
-        print(result["iteration"], result["eval/return_mean"])
-
-The three concurrent operations of Ape-X run here as one round-robin
-(:meth:`LocalApex.step`), repeated:
-
-1. **rollouts**: each env worker (epsilon_i from :func:`apex_epsilons`)
-   samples one fragment; it goes with its initial priorities to a random
-   replay shard; a worker that has produced ``max_weight_sync_delay`` steps
-   since its last sync gets the learner's weights, if a newer version exists;
-2. **replay + learn**: batches are sampled from the shards that hold at least
-   ``learning_starts / num_shards`` items (round-robin over those), trained
-   on, and their new priorities go back to the source shard. Updates per round:
-   with ``learner.max_replay_ratio`` = rho, as many as keep
-   ``steps_trained <= rho * steps_sampled`` (transitions trained / env steps
-   sampled); without it, one update per fragment stored (what a round-robin of
-   RLlib's concurrent ops does), a replay ratio of batch_size / fragment_length;
-3. **evaluation**: every ``eval.interval_s`` seconds (``0``: at the end of each
-   iteration), ``eval.episodes`` greedy episodes on a separate env with the
-   learner's newest weights.
-
-An iteration ends once it lasted ``report.min_iter_time_s`` seconds *and*
-sampled ``report.timesteps_per_iteration`` env steps, or when a stop
-condition holds. ``torch.set_num_threads(1)`` is called for the process.
-"""
+"""The in-process runner's :class:`LocalApex` (see :mod:`apex_dask.local`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from apex_dask.algo.checkpoint import load_checkpoint, save_checkpoint
+from apex_dask.algo.checkpoint import load_checkpoint
 from apex_dask.algo.env_worker import EnvWorker, probe_spaces
 from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
 from apex_dask.algo.learner import Learner
-from apex_dask.algo.replay import ReplayShard
 from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
-from apex_dask.builder import env_worker_kwargs, learner_kwargs
-from apex_dask.config import ApexConfig, StopConfig
-from apex_dask.local_results import local_result
+from apex_dask.config import ApexConfig
+from apex_dask.experiment.builder import (
+    Hook,
+    build_shards,
+    env_worker_kwargs,
+    learner_kwargs,
+    resolve_hook,
+)
+from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
+from apex_dask.experiment.results import (
+    IterationWindow,
+    build_result,
+    env_metrics,
+    learner_metrics,
+    shard_metrics,
+)
+from apex_dask.experiment.stop import StopRule
+from apex_dask.local.checkpoint import restore_runner, save_runner
 
-__all__ = ["LocalApex", "run_local", "resolve_stop"]
+__all__ = ["LocalApex", "run_local"]
 
 _METRIC_WINDOW = 100
-
-
-def resolve_stop(base: StopConfig, stop: Any = None) -> StopConfig:
-    """``base`` with the non-None fields of ``stop`` (a dict, StopConfig or object) on top."""
-    if stop is None:
-        return base
-    names = [f.name for f in dataclasses.fields(StopConfig)]
-    if isinstance(stop, Mapping):
-        unknown = set(stop) - set(names)
-        if unknown:
-            raise ValueError(f"unknown stop condition(s) {sorted(unknown)}; use {names}")
-        values = dict(stop)
-    else:
-        values = {n: getattr(stop, n, None) for n in names}
-    return dataclasses.replace(base, **{k: v for k, v in values.items() if v is not None})
 
 
 class LocalApex:
@@ -83,12 +48,16 @@ class LocalApex:
     ``step()`` runs one round (rollouts, updates, maybe an evaluation);
     ``iterate(stop)`` repeats it and yields a result dict per iteration;
     ``result()`` assembles the dict for the iteration so far.
+    ``before_learn_on_batch(batch, shard_id) -> batch`` (else the config's
+    ``learner.before_learn_on_batch`` import path) runs on every replayed batch.
     """
 
-    def __init__(self, config: ApexConfig) -> None:
+    def __init__(self, config: ApexConfig, before_learn_on_batch: Hook | None = None) -> None:
         torch.set_num_threads(1)
         self.config = cfg = config
-        wc, rc = cfg.workers, cfg.replay
+        wc = cfg.workers
+        self.hook = resolve_hook(cfg, before_learn_on_batch)
+        self.hook_calls = 0
         self.env_factory = make_env_factory(cfg.env.env_id, cfg.env.env_kwargs)
         obs_space, act_space = probe_spaces(self.env_factory)
         self.learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
@@ -110,15 +79,7 @@ class LocalApex:
             if cfg.eval.episodes > 0
             else None
         )
-        self.shards = [
-            ReplayShard(
-                rc.shard_capacity,
-                alpha=rc.alpha,
-                eps=rc.eps,
-                seed=derive_seed(cfg.seed, "shard", k),
-            )
-            for k in range(rc.num_shards)
-        ]
+        self.shards = build_shards(cfg)
         self.rng = np.random.default_rng(derive_seed(cfg.seed, "driver"))
         self.selected_workers = lowest_epsilon_workers(wc.num_workers)
 
@@ -131,12 +92,10 @@ class LocalApex:
         self.shard_batches = [0] * len(self.shards)
         self.weight_snapshots = 0
         self._snapshot_version = -1
-        self._shard_cursor = 0
+        self.shard_cursor = 0
         self.dequeue_timer, self.grad_timer, self.overall_timer = Timer(), Timer(), Timer()
         self.queue_size = WindowStat("learner/queue_size", 50)
-        self._loss: deque[float] = deque(maxlen=_METRIC_WINDOW)
-        self._mean_q: deque[float] = deque(maxlen=_METRIC_WINDOW)
-        self._grad_norm: deque[float] = deque(maxlen=_METRIC_WINDOW)
+        self._recent: deque[tuple[float, float, float]] = deque(maxlen=_METRIC_WINDOW)
         self.eval_time_s = 0.0
         self.last_eval: dict[str, Any] | None = None
         self._last_eval_at: float | None = None
@@ -174,8 +133,8 @@ class LocalApex:
             self.shard_rollouts[k] += 1
             self.steps_sampled += out["steps"]
             if i in self.selected_workers:
-                self._iter_returns += out["episode_returns"]
-                self._iter_lengths += out["episode_lengths"]
+                self._window.episode_returns += out["episode_returns"]
+                self._window.episode_lengths += out["episode_lengths"]
             self._since_sync[i] += out["steps"]
             if self._since_sync[i] >= delay and self.learner.version > worker.weights_version:
                 self._sync(worker)
@@ -202,21 +161,24 @@ class LocalApex:
         ready = self._ready_shards()
         if not ready:
             return False
-        k = ready[self._shard_cursor % len(ready)]
-        self._shard_cursor += 1
+        k = ready[self.shard_cursor % len(ready)]
+        self.shard_cursor += 1
         self.shard_batches[k] += 1
         lc, rc = self.config.learner, self.config.replay
         with self.overall_timer:
             self.queue_size.push(0)  # no inqueue in-process: batches are sampled on demand
             with self.dequeue_timer:
-                sample = self.shards[k].sample(lc.batch_size, rc.beta)
+                s = self.shards[k].sample(lc.batch_size, rc.beta)
+            batch = ReplayedBatch(k, s.indices, s.weights, s.data, len(self.shards[k]))
+            if self.hook is not None:
+                batch = batch.with_hook_batch(self.hook(batch.as_hook_batch(), k))
+                self.hook_calls += 1
             with self.grad_timer:
-                td_abs, metrics = self.learner.update(sample.data, sample.weights)
+                td_abs, metrics = self.learner.update(batch.data, batch.weights)
             self.grad_timer.push_units_processed(len(td_abs))
-            self.shards[k].update_priorities(sample.indices, td_abs)
-        self._loss.append(metrics["loss"])
-        self._mean_q.append(metrics["mean_q"])
-        self._grad_norm.append(metrics["grad_norm"])
+            update = PriorityUpdate(k, batch.indices, td_abs)
+            self.shards[update.shard_id].update_priorities(update.indices, update.priorities)
+        self._recent.append((metrics["loss"], metrics["mean_q"], metrics["grad_norm"]))
         return True
 
     def _eval_due(self) -> bool:
@@ -245,7 +207,7 @@ class LocalApex:
             "weights_version": version,
             "eval_time_s": self.eval_time_s,
         }
-        self._iter_eval = self.last_eval
+        self._window_eval = self.last_eval
         return self.last_eval
 
     # -- iterations -----------------------------------------------------
@@ -255,9 +217,8 @@ class LocalApex:
         self._iter_updates0 = self.learner.num_updates
         self._iter_grad0 = self.grad_timer.total_s
         self._iter_worker_steps0 = [w.steps_sampled for w in self.workers]
-        self._iter_returns: list[float] = []
-        self._iter_lengths: list[int] = []
-        self._iter_eval: dict[str, Any] | None = None
+        self._window = IterationWindow()
+        self._window_eval: dict[str, Any] | None = None
 
     def _iteration_complete(self) -> bool:
         rep = self.config.report
@@ -267,50 +228,116 @@ class LocalApex:
         )
 
     def result(self) -> dict[str, float]:
-        """The flat result dict of the current iteration (see ``docs/metrics.md``)."""
-        return local_result(self)
+        """The flat result dict of the current iteration (see ``docs/metrics.md``).
 
-    def _reward_reached(self, stop: StopConfig, result: Mapping[str, float] | None) -> bool:
-        if stop.reward is None:
-            return False
-        if self.evaluator is not None:
-            return self.last_eval is not None and self.last_eval["return_mean"] >= stop.reward
-        value = math.nan if result is None else result["env/episode_return_mean"]
-        return not math.isnan(value) and value >= stop.reward
-
-    def _stop_now(self, stop: StopConfig) -> bool:
-        return (
-            (stop.timesteps is not None and self.steps_sampled >= stop.timesteps)
-            or (stop.time_s is not None and self.elapsed() >= stop.time_s)
-            or (self.evaluator is not None and self._reward_reached(stop, None))
+        Quantities that only exist between processes take their in-process
+        value: no inqueue (``learner/queue_size`` 0, nothing blocked, nothing
+        in flight or lost), no failed actors, every shard local to the learner.
+        """
+        now = time.perf_counter()
+        wall = max(now - self._iter_start, 1e-9)
+        lr, updates = self.learner, self.learner.num_updates
+        self._window.wall_s = wall
+        self._window.steps = self.steps_sampled - self._iter_steps0
+        learner = learner_metrics(
+            lr,
+            dequeue=self.dequeue_timer,
+            grad=self.grad_timer,
+            overall=self.overall_timer,
+            queue_size=self.queue_size,
+            recent=list(self._recent),
+            counters={
+                "learner/enqueue_blocked_s": 0.0,
+                "learner/ratio_wait_s": 0.0,
+                "learner/hook_calls": self.hook_calls,
+                "learner/local_shards": len(self.shards),
+                "learner/weight_snapshots": self.weight_snapshots,
+                "flow/batches_received": updates,
+                "flow/batches_in_queue": 0.0,
+                "flow/batches_trained": updates,
+                "flow/priority_updates_sent": updates,
+                "flow/priority_updates_failed": 0.0,
+                "flow/batches_lost": 0.0,
+            },
         )
+        shards = [
+            shard_metrics(
+                k,
+                s.stats(),
+                rollouts_stored=self.shard_rollouts[k],
+                batches_sampled=self.shard_batches[k],
+                priority_updates_applied=self.shard_batches[k],
+            )
+            for k, s in enumerate(self.shards)
+        ]
+        envs = [
+            env_metrics(
+                i,
+                epsilon=eps,
+                steps_sampled=w.steps_sampled,
+                steps_per_s=(w.steps_sampled - self._iter_worker_steps0[i]) / wall,
+                rollouts_sent=self.worker_rollouts[i],
+                weights_version=w.weights_version,
+            )
+            for i, (eps, w) in enumerate(zip(self.epsilons, self.workers, strict=True))
+        ]
+        return build_result(
+            iteration=self.iteration + 1,
+            time_s=now - self.start_time,
+            window=self._window,
+            steps_total=self.steps_sampled,
+            learner=learner,
+            prev_learner={
+                "learner/updates": self._iter_updates0,
+                "learner/grad_total_s": self._iter_grad0,
+            },
+            shards=shards,
+            envs=envs,
+            acting_versions=[w.weights_version for w in self.workers],
+            weight_syncs=self.weight_syncs,
+            eval_result=self._window_eval,
+            extra={"faults/env_workers_replaced": 0.0, "faults/rollouts_failed": 0.0},
+        )
+
+    def _eval_return(self) -> float | None:
+        return None if self.last_eval is None else float(self.last_eval["return_mean"])
 
     def iterate(self, stop: Any = None) -> Iterator[dict[str, float]]:
         """Run rounds; yield a result dict per iteration until a stop condition holds.
 
         ``stop`` (dict or object with ``timesteps``, ``reward``, ``time_s``,
-        ``iterations``) overrides the config's ``stop`` section field by field.
-        ``reward`` is compared with the newest greedy evaluation's mean return
-        (checked after every evaluation) when evaluation is enabled
-        (``eval.episodes > 0``), else with the iteration's
-        ``env/episode_return_mean``. With no stop condition it runs forever.
+        ``iterations``) overrides the config's ``stop`` section field by field
+        (:class:`~apex_dask.experiment.stop.StopRule`). ``reward`` is compared
+        with the newest greedy evaluation's mean return (checked after every
+        round) when evaluation is enabled (``eval.episodes > 0``), else with the
+        iteration's ``env/episode_return_mean``. With no stop condition it runs
+        forever.
         """
-        stop_cfg = resolve_stop(self.config.stop, stop)
+        rule = StopRule.resolve(self.config.stop, stop, use_eval=self.evaluator is not None)
+
+        def reason(result: dict[str, float] | None) -> str | None:
+            if rule.use_eval:
+                value = self._eval_return()
+            else:
+                value = None if result is None else result["env/episode_return_mean"]
+            return rule.reason(
+                timesteps=self.steps_sampled,
+                time_s=self.elapsed(),
+                iterations=self.iteration,
+                reward_value=value,
+            )
+
         while True:
             self.step()
-            stopping = self._stop_now(stop_cfg)
+            stopping = reason(None) is not None
             if not (stopping or self._iteration_complete()):
                 continue
             if self.config.eval.interval_s == 0 and self.evaluator is not None:
                 self.evaluate()
-                stopping = stopping or self._stop_now(stop_cfg)
+                stopping = stopping or reason(None) is not None
             result = self.result()
             self.iteration += 1
-            stopping = (
-                stopping
-                or (stop_cfg.iterations is not None and self.iteration >= stop_cfg.iterations)
-                or self._reward_reached(stop_cfg, result)
-            )
+            stopping = stopping or reason(result) is not None
             yield result
             if stopping:
                 return
@@ -323,42 +350,14 @@ class LocalApex:
         Env workers' episodes in progress are not saved: after :meth:`restore`
         they start new episodes with the restored learner's weights.
         """
-        runner = {
-            "steps_sampled": self.steps_sampled,
-            "weight_syncs": self.weight_syncs,
-            "rollouts": self.rollouts,
-            "iteration": self.iteration,
-            "shard_cursor": self._shard_cursor,
-            "rng": self.rng.bit_generator.state,
-            "worker_rollouts": self.worker_rollouts,
-            "shard_rollouts": self.shard_rollouts,
-            "shard_batches": self.shard_batches,
-            "weight_snapshots": self.weight_snapshots,
-        }
-        parts: dict[str, Any] = {"learner": self.learner.state_dict(), "runner": runner}
-        parts.update({f"shard_{k}": s.state_dict() for k, s in enumerate(self.shards)})
-        meta = {"timesteps": self.steps_sampled, "config": self.config.to_dict()}
-        return save_checkpoint(path, parts, metadata=meta)
+        return save_runner(self, path)
 
     @classmethod
     def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
         """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
         parts, meta = load_checkpoint(path)
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
-        apex.learner.load_state_dict(parts["learner"])
-        for k, shard in enumerate(apex.shards):
-            shard.load_state_dict(parts[f"shard_{k}"])
-        r = parts["runner"]
-        apex.steps_sampled = int(r["steps_sampled"])
-        apex.weight_syncs = int(r["weight_syncs"])
-        apex.rollouts = int(r["rollouts"])
-        apex.iteration = int(r["iteration"])
-        apex._shard_cursor = int(r["shard_cursor"])
-        apex.rng.bit_generator.state = r["rng"]
-        apex.worker_rollouts = list(r["worker_rollouts"])
-        apex.shard_rollouts = list(r["shard_rollouts"])
-        apex.shard_batches = list(r["shard_batches"])
-        apex.weight_snapshots = int(r["weight_snapshots"])
+        restore_runner(apex, parts)
         for worker in apex.workers:
             apex._sync(worker)
         apex._begin_iteration()
@@ -378,11 +377,13 @@ class LocalApex:
         self.close()
 
 
-def run_local(config: ApexConfig, stop: Any = None) -> Iterator[dict[str, float]]:
+def run_local(
+    config: ApexConfig, stop: Any = None, before_learn_on_batch: Hook | None = None
+) -> Iterator[dict[str, float]]:
     """Run Ape-X in this process; yield one flat result dict per iteration.
 
     See :class:`LocalApex` and the module docstring; ``stop`` as in
     :meth:`LocalApex.iterate`. The envs are closed when the generator ends.
     """
-    with LocalApex(config) as apex:
+    with LocalApex(config, before_learn_on_batch) as apex:
         yield from apex.iterate(stop)

@@ -16,13 +16,12 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apex_dask.config_tree import (
+from apex_dask.config.plumbing import (
     ConfigError,
     build,
     collect_docs,
@@ -30,6 +29,8 @@ from apex_dask.config_tree import (
     plain,
     set_dotted,
 )
+from apex_dask.config.presets import PRESETS
+from apex_dask.config.validate import validate
 
 __all__ = [
     "ApexConfig",
@@ -126,6 +127,10 @@ class LearnerConfig:
     """``auto`` (cuda if torch sees one, else cpu), ``cpu`` or ``cuda[:N]``."""
     num_threads: int = 1
     """torch threads in the learner process (>= 1)."""
+    before_learn_on_batch: str | None = None
+    """Import path ``pkg.module:function`` of a hook ``f(batch, shard_id) -> batch`` run on
+    every replayed batch before the update (``batch``: ``indices``, ``weights``,
+    ``data``). None: no hook. A hook given in Python takes precedence."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,7 @@ class ApexConfig:
     """Base seed; each worker and shard derives its own from it."""
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
     # -- construction -------------------------------------------------
     @classmethod
@@ -284,132 +289,6 @@ class ApexConfig:
     def field_docs() -> dict[str, str]:
         """Dotted field name -> its docstring (for ``--help`` and docs)."""
         return dict(_FIELD_DOCS)
-
-
-# ---------------------------------------------------------------------------
-# Presets
-# ---------------------------------------------------------------------------
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # RLlib's Ape-X defaults: 32 workers, 4 shards, 2M replay, batch 512.
-    "atari": {"env": {"env_id": "ALE/Pong-v5"}},
-    # MinAtar (10x10 images): RLlib's shape scaled to a workstation.
-    "minatar": {
-        "env": {"env_id": "MinAtar/Breakout-v1"},
-        "replay": {"capacity": 400_000, "num_shards": 2, "learning_starts": 10_000},
-        "learner": {"batch_size": 128, "lr": 2.5e-4, "target_update_freq": 20_000},
-        "workers": {"num_workers": 8, "rollout_fragment_length": 50},
-        "eval": {"interval_s": 60.0, "episodes": 5},
-        "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
-    },
-    # CartPole-v1 sized for a 2-core machine.
-    "cartpole": {
-        "env": {"env_id": "CartPole-v1"},
-        "replay": {"capacity": 100_000, "num_shards": 2, "learning_starts": 500},
-        "learner": {
-            "batch_size": 64,
-            "lr": 4e-3,
-            "hiddens": (128, 128),
-            "target_update_freq": 2_000,
-            "max_replay_ratio": 8.0,
-            "min_replay_ratio": 8.0,
-        },
-        "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
-        "eval": {"interval_s": 1.0, "episodes": 10},
-        "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
-    },
-}
-
-
-# ---------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------
-
-
-def _validate(cfg: ApexConfig) -> None:
-    r, lr, w = cfg.replay, cfg.learner, cfg.workers
-
-    def bad(name: str, value: Any, allowed: str) -> ConfigError:
-        return ConfigError(f"{name}={value!r} is invalid: {allowed}")
-
-    def positive(name: str, value: Any) -> None:
-        if value is None or value <= 0:
-            raise bad(name, value, "must be > 0")
-
-    def nonneg(name: str, value: Any) -> None:
-        if value is None or value < 0:
-            raise bad(name, value, "must be >= 0")
-
-    def unit(name: str, value: float, lo_open: bool = False) -> None:
-        ok = (0 < value <= 1) if lo_open else (0 <= value <= 1)
-        if not ok or math.isnan(value):
-            raise bad(name, value, "must be in " + ("(0, 1]" if lo_open else "[0, 1]"))
-
-    if not cfg.env.env_id or not isinstance(cfg.env.env_id, str):
-        raise bad("env.env_id", cfg.env.env_id, "must be a gymnasium env id such as 'CartPole-v1'")
-    positive("replay.capacity", r.capacity)
-    positive("replay.num_shards", r.num_shards)
-    if r.capacity < r.num_shards:
-        raise bad("replay.capacity", r.capacity, f"must be >= replay.num_shards ({r.num_shards})")
-    unit("replay.alpha", r.alpha)
-    unit("replay.beta", r.beta)
-    positive("replay.eps", r.eps)
-    nonneg("replay.learning_starts", r.learning_starts)
-    if r.learning_starts > r.capacity:
-        raise bad(
-            "replay.learning_starts",
-            r.learning_starts,
-            f"must be <= replay.capacity ({r.capacity})",
-        )
-    positive("learner.batch_size", lr.batch_size)
-    if lr.batch_size > r.shard_capacity:
-        raise bad(
-            "learner.batch_size",
-            lr.batch_size,
-            f"must be <= one shard's capacity (replay.capacity / replay.num_shards = {r.shard_capacity})",
-        )
-    positive("learner.lr", lr.lr)
-    positive("learner.adam_eps", lr.adam_eps)
-    positive("learner.grad_clip", lr.grad_clip)
-    unit("learner.gamma", lr.gamma, lo_open=True)
-    positive("learner.n_step", lr.n_step)
-    if not lr.hiddens or any(h <= 0 for h in lr.hiddens):
-        raise bad("learner.hiddens", lr.hiddens, "must be a non-empty list of positive layer sizes")
-    positive("learner.target_update_freq", lr.target_update_freq)
-    positive("learner.inqueue_size", lr.inqueue_size)
-    positive("learner.prefetch_per_shard", lr.prefetch_per_shard)
-    if lr.max_replay_ratio is not None:
-        positive("learner.max_replay_ratio", lr.max_replay_ratio)
-    if lr.min_replay_ratio is not None:
-        positive("learner.min_replay_ratio", lr.min_replay_ratio)
-        if lr.max_replay_ratio is not None and lr.min_replay_ratio > lr.max_replay_ratio:
-            raise bad(
-                "learner.min_replay_ratio",
-                lr.min_replay_ratio,
-                f"must be <= learner.max_replay_ratio ({lr.max_replay_ratio}); "
-                "lower it or unset it with learner.min_replay_ratio=null",
-            )
-    if not (lr.device in ("auto", "cpu", "cuda") or lr.device.startswith("cuda:")):
-        raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
-    positive("learner.num_threads", lr.num_threads)
-    positive("workers.num_workers", w.num_workers)
-    positive("workers.rollout_fragment_length", w.rollout_fragment_length)
-    nonneg("workers.max_weight_sync_delay", w.max_weight_sync_delay)
-    unit("workers.epsilon_base", w.epsilon_base, lo_open=True)
-    nonneg("workers.epsilon_alpha", w.epsilon_alpha)
-    positive("workers.rollouts_in_flight", w.rollouts_in_flight)
-    nonneg("eval.interval_s", cfg.eval.interval_s)
-    nonneg("eval.episodes", cfg.eval.episodes)
-    nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)
-    nonneg("report.timesteps_per_iteration", cfg.report.timesteps_per_iteration)
-    if cfg.topology.local_workers is not None:
-        positive("topology.local_workers", cfg.topology.local_workers)
-    positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
-    for name in ("timesteps", "time_s", "iterations"):
-        value = getattr(cfg.stop, name)
-        if value is not None:
-            positive(f"stop.{name}", value)
-    nonneg("seed", cfg.seed)
 
 
 _FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig")

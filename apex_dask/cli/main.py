@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from apex_dask.cli_output import format_progress, format_summary, merge_final, save_outputs
+from apex_dask.cli.output import format_progress, format_summary, merge_final, save_outputs
 from apex_dask.config import PRESETS, ApexConfig, ConfigError
 
 EXIT_OK = 0
@@ -193,12 +193,12 @@ def check_env(cfg: ApexConfig) -> None:
 
 def _connect(args: argparse.Namespace, cfg: ApexConfig):
     """Return (client, closer) for the chosen cluster, or (None, None) for embedded."""
-    from apex_dask.runtime.cluster import connect
+    from apex_dask.runtime.orchestration.cluster import connect
 
     if args.cluster:
         from distributed import Client
 
-        from apex_dask.runtime.jobqueue import (
+        from apex_dask.cli.jobqueue import (
             make_jobqueue_cluster,
             parse_jobqueue_opts,
             wait_for_jobqueue_workers,
@@ -236,7 +236,7 @@ def start_embedded(cfg: ApexConfig):
     import signal
     import threading
 
-    from apex_dask.runtime.cluster import start_local_cluster
+    from apex_dask.runtime.orchestration.cluster import start_local_cluster
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     in_main = threading.current_thread() is threading.main_thread()
@@ -261,8 +261,10 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         save_outputs(out, cfg, None)
 
-    from apex_dask.runtime.driver import ApexDriver
-    from apex_dask.runtime.report import stop_reason
+    from apex_dask.experiment.stop import StopRule
+    from apex_dask.runtime.orchestration.driver import ApexDriver
+
+    rule = StopRule(cfg.stop, use_eval=cfg.eval.episodes > 0)
 
     client, cluster = _connect(args, cfg)
     results: list[dict[str, Any]] = []
@@ -301,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
                 jsonl.flush()
             if not args.quiet:
                 print(format_progress(result), flush=True)
-            why = stop_reason(cfg.stop, result, cfg.eval.episodes > 0)
+            why = rule.after_result(result)
             if why:
                 reason = why
                 break

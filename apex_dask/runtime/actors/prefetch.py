@@ -37,7 +37,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from apex_dask.runtime.calls import call_with_timeout
+from apex_dask.experiment.messages import ReplayedBatch
+from apex_dask.runtime.actors.calls import call_with_timeout
 
 __all__ = ["ReplayPrefetcher"]
 
@@ -143,8 +144,8 @@ class ReplayPrefetcher:
                 await asyncio.sleep(self._idle_poll_s)
                 continue
             self.batches_received += 1
-            self._added[shard_id] = int(sample.get("added", self._added[shard_id]))
-            await self._enqueue((shard_id, sample))
+            self._added[shard_id] = max(self._added[shard_id], int(sample.added))
+            await self._enqueue(sample)
             if local:  # a local sample never suspends: let the other slots take turns
                 await asyncio.sleep(0)
 
@@ -191,7 +192,7 @@ class ReplayPrefetcher:
             if not fut.done():
                 fut.set_result(None)
 
-    async def _enqueue(self, item: tuple[int, dict[str, Any]]) -> None:
+    async def _enqueue(self, item: ReplayedBatch) -> None:
         """Put a batch in the inqueue, waiting for space; never dropped while the thread lives."""
         while True:
             try:

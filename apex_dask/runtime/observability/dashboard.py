@@ -1,11 +1,9 @@
 """The Ape-X page (``/apex``) on the scheduler's Bokeh dashboard.
 
-Every plot is a :class:`~distributed.dashboard.components.DashboardComponent`
-reading a :class:`~apex_dask.runtime.metrics_store.MetricsStore`: ``update()``
-streams the points that arrived since the last call into the component's
-``ColumnDataSource`` (columns ``time`` in ms since the epoch and ``value``),
-and clears them when a new run starts. The page calls ``update()`` once a
-second; tests call it directly and read ``source.data``.
+Every plot is a ``DashboardComponent`` reading a :class:`.metrics_store.MetricsStore`:
+``update()`` streams the points that arrived since the last call into its
+``ColumnDataSource`` (``time`` in ms since the epoch, ``value``), cleared
+when a new run starts. The page calls ``update()`` once a second.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 from distributed.dashboard.components import DashboardComponent, add_periodic_callback
 
-from apex_dask.runtime.metrics import get_plugin
-from apex_dask.runtime.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics import get_plugin
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
 if TYPE_CHECKING:
     from bokeh.document import Document
@@ -364,16 +362,8 @@ class ApexDashboard(DashboardComponent):
             x_range=x,
             **kw,
         )
-        self.figures = [
-            self.queue,
-            self.timers,
-            self.updates,
-            self.env_steps,
-            self.replay,
-            self.returns,
-            self.sync,
-            self.blocked,
-        ]
+        names = ("queue", "timers", "updates", "env_steps", "replay", "returns", "sync", "blocked")
+        self.figures = [getattr(self, name) for name in names]
         self.grid = gridplot(
             [f.root for f in self.figures], ncols=2, sizing_mode="stretch_width", merge_tools=False
         )

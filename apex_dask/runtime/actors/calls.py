@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from apex_dask.runtime.metrics import MetricsPublisher
+from apex_dask.runtime.observability.metrics import MetricsPublisher
 
 __all__ = ["call_with_timeout", "Throttled"]
 

@@ -1,0 +1,42 @@
+"""Named starting points for :class:`~apex_dask.config.ApexConfig` (plain nested dicts).
+
+``atari`` is RLlib's Ape-X defaults; ``minatar`` and ``cartpole`` are sized for
+a workstation and a 2-core machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PRESETS"]
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # RLlib's Ape-X defaults: 32 workers, 4 shards, 2M replay, batch 512.
+    "atari": {"env": {"env_id": "ALE/Pong-v5"}},
+    # MinAtar (10x10 images): RLlib's shape scaled to a workstation.
+    "minatar": {
+        "env": {"env_id": "MinAtar/Breakout-v1"},
+        "replay": {"capacity": 400_000, "num_shards": 2, "learning_starts": 10_000},
+        "learner": {"batch_size": 128, "lr": 2.5e-4, "target_update_freq": 20_000},
+        "workers": {"num_workers": 8, "rollout_fragment_length": 50},
+        "eval": {"interval_s": 60.0, "episodes": 5},
+        "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
+    },
+    # CartPole-v1 sized for a 2-core machine.
+    "cartpole": {
+        "env": {"env_id": "CartPole-v1"},
+        "replay": {"capacity": 100_000, "num_shards": 2, "learning_starts": 500},
+        "learner": {
+            "batch_size": 64,
+            "lr": 4e-3,
+            "hiddens": (128, 128),
+            "target_update_freq": 2_000,
+            "max_replay_ratio": 8.0,
+            "min_replay_ratio": 8.0,
+        },
+        "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
+        "eval": {"interval_s": 1.0, "episodes": 10},
+        "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
+    },
+}

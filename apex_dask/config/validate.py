@@ -1,0 +1,106 @@
+"""Checks of a whole :class:`~apex_dask.config.ApexConfig`, run when one is built."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from apex_dask.config.plumbing import ConfigError
+
+__all__ = ["validate"]
+
+
+def validate(cfg: Any) -> None:
+    """Raise one :class:`ConfigError` naming the first invalid field of ``cfg``."""
+    r, lr, w = cfg.replay, cfg.learner, cfg.workers
+
+    def bad(name: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(f"{name}={value!r} is invalid: {allowed}")
+
+    def positive(name: str, value: Any) -> None:
+        if value is None or value <= 0:
+            raise bad(name, value, "must be > 0")
+
+    def nonneg(name: str, value: Any) -> None:
+        if value is None or value < 0:
+            raise bad(name, value, "must be >= 0")
+
+    def unit(name: str, value: float, lo_open: bool = False) -> None:
+        ok = (0 < value <= 1) if lo_open else (0 <= value <= 1)
+        if not ok or math.isnan(value):
+            raise bad(name, value, "must be in " + ("(0, 1]" if lo_open else "[0, 1]"))
+
+    if not cfg.env.env_id or not isinstance(cfg.env.env_id, str):
+        raise bad("env.env_id", cfg.env.env_id, "must be a gymnasium env id such as 'CartPole-v1'")
+    positive("replay.capacity", r.capacity)
+    positive("replay.num_shards", r.num_shards)
+    if r.capacity < r.num_shards:
+        raise bad("replay.capacity", r.capacity, f"must be >= replay.num_shards ({r.num_shards})")
+    unit("replay.alpha", r.alpha)
+    unit("replay.beta", r.beta)
+    positive("replay.eps", r.eps)
+    nonneg("replay.learning_starts", r.learning_starts)
+    if r.learning_starts > r.capacity:
+        raise bad(
+            "replay.learning_starts",
+            r.learning_starts,
+            f"must be <= replay.capacity ({r.capacity})",
+        )
+    positive("learner.batch_size", lr.batch_size)
+    if lr.batch_size > r.shard_capacity:
+        raise bad(
+            "learner.batch_size",
+            lr.batch_size,
+            f"must be <= one shard's capacity (replay.capacity / replay.num_shards = {r.shard_capacity})",
+        )
+    positive("learner.lr", lr.lr)
+    positive("learner.adam_eps", lr.adam_eps)
+    positive("learner.grad_clip", lr.grad_clip)
+    unit("learner.gamma", lr.gamma, lo_open=True)
+    positive("learner.n_step", lr.n_step)
+    if not lr.hiddens or any(h <= 0 for h in lr.hiddens):
+        raise bad("learner.hiddens", lr.hiddens, "must be a non-empty list of positive layer sizes")
+    positive("learner.target_update_freq", lr.target_update_freq)
+    positive("learner.inqueue_size", lr.inqueue_size)
+    positive("learner.prefetch_per_shard", lr.prefetch_per_shard)
+    if lr.max_replay_ratio is not None:
+        positive("learner.max_replay_ratio", lr.max_replay_ratio)
+    if lr.min_replay_ratio is not None:
+        positive("learner.min_replay_ratio", lr.min_replay_ratio)
+        if lr.max_replay_ratio is not None and lr.min_replay_ratio > lr.max_replay_ratio:
+            raise bad(
+                "learner.min_replay_ratio",
+                lr.min_replay_ratio,
+                f"must be <= learner.max_replay_ratio ({lr.max_replay_ratio}); "
+                "lower it or unset it with learner.min_replay_ratio=null",
+            )
+    if not (lr.device in ("auto", "cpu", "cuda") or lr.device.startswith("cuda:")):
+        raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    positive("learner.num_threads", lr.num_threads)
+    hook = lr.before_learn_on_batch
+    if hook is not None:
+        module, _, attr = hook.partition(":")
+        if not (module and attr) or not all(p.isidentifier() for p in module.split(".")):
+            raise bad(
+                "learner.before_learn_on_batch",
+                hook,
+                "must be an import path 'package.module:function' (or null for none)",
+            )
+    positive("workers.num_workers", w.num_workers)
+    positive("workers.rollout_fragment_length", w.rollout_fragment_length)
+    nonneg("workers.max_weight_sync_delay", w.max_weight_sync_delay)
+    unit("workers.epsilon_base", w.epsilon_base, lo_open=True)
+    nonneg("workers.epsilon_alpha", w.epsilon_alpha)
+    positive("workers.rollouts_in_flight", w.rollouts_in_flight)
+    nonneg("eval.interval_s", cfg.eval.interval_s)
+    nonneg("eval.episodes", cfg.eval.episodes)
+    nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)
+    nonneg("report.timesteps_per_iteration", cfg.report.timesteps_per_iteration)
+    if cfg.topology.local_workers is not None:
+        positive("topology.local_workers", cfg.topology.local_workers)
+    positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
+    for name in ("timesteps", "time_s", "iterations"):
+        value = getattr(cfg.stop, name)
+        if value is not None:
+            positive(f"stop.{name}", value)
+    nonneg("seed", cfg.seed)

@@ -1,0 +1,115 @@
+"""What each Ape-X component is built with, read from the one config tree.
+
+Both runners (:mod:`apex_dask.local` in one process,
+:mod:`apex_dask.runtime.orchestration.driver` on Dask) build the same
+learner, replay shards and env workers; these functions are the one place
+that maps :class:`~apex_dask.config.ApexConfig` fields to the components'
+explicit arguments. The runners add only what differs per instance
+(epsilon, seed) or per runtime (timeouts, run id, placement).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.results import derive_seed
+from apex_dask.config import ApexConfig, ConfigError
+
+__all__ = [
+    "Hook",
+    "build_shards",
+    "env_worker_kwargs",
+    "learner_kwargs",
+    "resolve_hook",
+    "shard_actor_kwargs",
+    "shard_kwargs",
+]
+
+Hook = Callable[[dict[str, Any], int], dict[str, Any]]
+
+
+def learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
+    """Keyword arguments of :class:`apex_dask.algo.learner.Learner` (after the spaces)."""
+    lc = cfg.learner
+    return {
+        "hiddens": lc.hiddens,
+        "dueling": lc.dueling,
+        "double_q": lc.double_q,
+        "lr": lc.lr,
+        "adam_eps": lc.adam_eps,
+        "grad_clip": lc.grad_clip,
+        "target_update_freq": lc.target_update_freq,
+        "device": lc.device,
+        "num_threads": lc.num_threads,
+        "seed": derive_seed(cfg.seed, "learner"),
+    }
+
+
+def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
+    """Keyword arguments every :class:`apex_dask.algo.env_worker.EnvWorker` shares
+    (each adds its own ``epsilon`` and ``seed``)."""
+    lc = cfg.learner
+    return {
+        "n_step": lc.n_step,
+        "gamma": lc.gamma,
+        "fragment_length": cfg.workers.rollout_fragment_length,
+        "hiddens": lc.hiddens,
+        "dueling": lc.dueling,
+        "double_q": lc.double_q,
+    }
+
+
+def shard_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
+    """Keyword arguments of replay shard ``shard_id``'s :class:`ReplayShard`."""
+    rc = cfg.replay
+    return {
+        "capacity": rc.shard_capacity,
+        "alpha": rc.alpha,
+        "eps": rc.eps,
+        "seed": derive_seed(cfg.seed, "shard", shard_id),
+    }
+
+
+def shard_actor_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
+    """:func:`shard_kwargs` plus what the shard actor serves batches with."""
+    return {
+        **shard_kwargs(cfg, shard_id),
+        "beta": cfg.replay.beta,
+        "learning_starts": cfg.replay.shard_learning_starts,
+        "batch_size": cfg.learner.batch_size,
+    }
+
+
+def build_shards(cfg: ApexConfig) -> list[ReplayShard]:
+    """The ``replay.num_shards`` shards of an in-process run."""
+    return [ReplayShard(**shard_kwargs(cfg, k)) for k in range(cfg.replay.num_shards)]
+
+
+def resolve_hook(cfg: ApexConfig, hook: Hook | None = None) -> Hook | None:
+    """The ``before_learn_on_batch`` hook: ``hook`` if given, else the config's import path.
+
+    Raises :class:`ConfigError` (one line) when the path cannot be imported or
+    does not name a callable.
+    """
+    if hook is not None:
+        return hook
+    path = cfg.learner.before_learn_on_batch
+    if path is None:
+        return None
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"learner.before_learn_on_batch={path!r}: cannot import {module_name!r} ({exc}); "
+            "is it on PYTHONPATH of the driver and the workers?"
+        ) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(
+            f"learner.before_learn_on_batch={path!r}: {module_name} has no function {attr!r}"
+        )
+    return fn

@@ -1,0 +1,191 @@
+"""The one result builder both runners call, with plain values.
+
+One result dict per iteration, flat ``{metric name: number}`` with the names
+of ``docs/metrics.md``. Each component's stats are first made metric-named
+by the helpers below (the actors use them for the dashboard too), then
+:func:`build_result` assembles them. Rates are over the iteration (the
+window since the last result); ``learner/busy_frac`` = (seconds the learner
+spent in updates during the window) / (window wall seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from apex_dask.algo.results import episode_metrics, mean_or_nan, window_stat_metrics
+from apex_dask.algo.timers import Timer, WindowStat
+
+__all__ = [
+    "IterationWindow",
+    "build_result",
+    "env_metrics",
+    "learner_metrics",
+    "shard_metrics",
+]
+
+# Learner stats that are bookkeeping for the driver, not result metrics.
+_INTERNAL = ("errors", "thread_error", "device")
+_SHARD_KEYS = ("size", "added", "sampled", "evicted", "add_s", "sample_s", "update_s")
+LEARNER_FLOW_KEYS = (
+    "flow/batches_received",
+    "flow/batches_in_queue",
+    "flow/batches_trained",
+    "flow/priority_updates_sent",
+    "flow/priority_updates_failed",
+    "flow/batches_lost",
+)
+
+
+@dataclass
+class IterationWindow:
+    """What the runner saw between two results (episodes: lowest-epsilon third only)."""
+
+    wall_s: float = 0.0
+    steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+
+def shard_metrics(
+    shard_id: int,
+    stats: Mapping[str, Any],
+    *,
+    rollouts_stored: int,
+    batches_sampled: int,
+    priority_updates_applied: int,
+) -> dict[str, float]:
+    """``ReplayShard.stats()`` and the shard's hop counters as ``replay/<k>/<name>``."""
+    k = shard_id
+    out = {f"replay/{k}/{name}": float(stats[name]) for name in _SHARD_KEYS if name in stats}
+    out[f"replay/{k}/rollouts_stored"] = float(rollouts_stored)
+    out[f"replay/{k}/batches_sampled"] = float(batches_sampled)
+    out[f"replay/{k}/priority_updates_applied"] = float(priority_updates_applied)
+    return out
+
+
+def env_metrics(
+    index: int,
+    *,
+    epsilon: float,
+    steps_sampled: int,
+    steps_per_s: float,
+    rollouts_sent: int,
+    weights_version: int,
+) -> dict[str, float]:
+    """One env worker's ``env/<i>/*`` counters and ``env/epsilon/<i>``."""
+    i = index
+    return {
+        f"env/epsilon/{i}": float(epsilon),
+        f"env/{i}/steps_sampled": float(steps_sampled),
+        f"env/{i}/steps_per_s": float(steps_per_s),
+        f"env/{i}/rollouts_sent": float(rollouts_sent),
+        f"env/{i}/weights_version": float(weights_version),
+    }
+
+
+def learner_metrics(
+    learner: Any,
+    *,
+    dequeue: Timer,
+    grad: Timer,
+    overall: Timer,
+    queue_size: WindowStat,
+    recent: Sequence[tuple[float, float, float]],
+    counters: Mapping[str, float],
+) -> dict[str, float]:
+    """The learner's ``learner/*`` stats and ``counters`` (``flow/*`` and the like).
+
+    ``learner`` is an :class:`apex_dask.algo.learner.Learner`; ``recent`` the
+    last updates' ``(loss, mean_q, grad_norm)``.
+    """
+    return {
+        "learner/steps_trained": float(learner.steps_trained),
+        "learner/updates": float(learner.num_updates),
+        "learner/target_updates": float(learner.num_target_updates),
+        "learner/version": float(learner.version),
+        "learner/loss": mean_or_nan([r[0] for r in recent]),
+        "learner/mean_q": mean_or_nan([r[1] for r in recent]),
+        "learner/grad_norm": mean_or_nan([r[2] for r in recent]),
+        "learner/dequeue_s": dequeue.mean,
+        "learner/grad_s": grad.mean,
+        "learner/overall_s": overall.mean,
+        "learner/grad_total_s": grad.total_s,
+        **window_stat_metrics("learner/queue_size", queue_size.stats()),
+        **{name: float(v) for name, v in counters.items()},
+    }
+
+
+def build_result(
+    *,
+    iteration: int,
+    time_s: float,
+    window: IterationWindow,
+    steps_total: int,
+    learner: Mapping[str, Any],
+    prev_learner: Mapping[str, Any] | None,
+    shards: Sequence[Mapping[str, float]],
+    envs: Sequence[Mapping[str, float]],
+    acting_versions: Sequence[int],
+    weight_syncs: int,
+    eval_result: Mapping[str, Any] | None,
+    extra: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Assemble one result dict.
+
+    ``learner`` / ``shards`` / ``envs`` are metric-named stats (see the helpers
+    above); ``prev_learner`` the learner stats of the previous result (for
+    rates); ``window`` holds the episodes of the lowest-epsilon third only.
+    ``eval_result`` is an evaluation that finished during this iteration
+    (``return_mean``, ``return_std``, ``duration_s``, ``weights_version``);
+    ``eval/*`` appears only then. ``sync/policy_lag`` = learner version -
+    mean(acting versions); ``learner/replay_ratio`` = transitions trained /
+    env steps sampled. ``extra`` (fault counters) is copied as is.
+    """
+    wall = max(window.wall_s, 1e-9)
+    out: dict[str, float] = {
+        "iteration": float(iteration),
+        "time_s": float(time_s),
+        "timesteps_total": float(steps_total),
+        "env/steps_sampled": float(steps_total),
+        "env/steps_per_s": window.steps / wall,
+        **episode_metrics(window.episode_returns, window.episode_lengths),
+    }
+    sent = 0.0
+    for i, e in enumerate(envs):
+        out.update(e)
+        sent += e.get(f"env/{i}/rollouts_sent", 0.0)
+    if eval_result is not None:
+        out["eval/return_mean"] = float(eval_result["return_mean"])
+        out["eval/return_std"] = float(eval_result.get("return_std", math.nan))
+        out["eval/time_s"] = float(eval_result.get("duration_s", math.nan))
+        out["eval/weights_version"] = float(eval_result.get("weights_version", math.nan))
+    for name, value in learner.items():
+        if name not in _INTERNAL and isinstance(value, int | float):
+            out[name] = float(value)
+    prev = prev_learner or {}
+    d_updates = learner["learner/updates"] - prev.get("learner/updates", 0.0)
+    d_grad = learner["learner/grad_total_s"] - prev.get("learner/grad_total_s", 0.0)
+    out["learner/updates_per_s"] = d_updates / wall
+    out["learner/busy_frac"] = min(1.0, d_grad / wall)
+    out["learner/replay_ratio"] = learner["learner/steps_trained"] / max(steps_total, 1)
+    size = stored = sampled = applied = 0.0
+    for k, s in enumerate(shards):
+        out.update(s)
+        size += s.get(f"replay/{k}/size", 0.0)
+        stored += s.get(f"replay/{k}/rollouts_stored", 0.0)
+        sampled += s.get(f"replay/{k}/batches_sampled", 0.0)
+        applied += s.get(f"replay/{k}/priority_updates_applied", 0.0)
+    out["replay/size"] = size
+    out["flow/rollouts_sent"] = sent
+    out["flow/rollouts_stored"] = stored
+    out["flow/batches_sampled"] = sampled
+    out["flow/priority_updates_applied"] = applied
+    out["sync/weight_syncs"] = float(weight_syncs)
+    version = learner.get("learner/version", math.nan)
+    out["sync/policy_lag"] = float(version - mean_or_nan([float(v) for v in acting_versions]))
+    if extra:
+        out.update({k: float(v) for k, v in extra.items()})
+    return out

@@ -1,0 +1,164 @@
+"""The env worker actor: epsilon-greedy rollouts sent straight to a replay shard.
+
+The env and the policy run in a private one-thread executor and the actor
+only ``await``s on the worker's loop, so two requests in flight pipeline
+(one samples while the other's rollout travels to its shard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from apex_dask.experiment.messages import RolloutSummary
+from apex_dask.runtime.actors.calls import Throttled, call_with_timeout
+
+__all__ = ["EnvWorkerActor"]
+
+T = TypeVar("T")
+
+
+class EnvWorkerActor:
+    """An epsilon-greedy env worker (:class:`apex_dask.algo.env_worker.EnvWorker`).
+
+    ``sample_into(k)`` runs one rollout of ``fragment_length`` env steps with
+    the worker's current (possibly stale) weights, computes its initial
+    priorities |TD| there, sends the rollout straight to shard ``k`` and
+    returns a :class:`~apex_dask.experiment.messages.RolloutSummary`.
+
+    ``sync_weights()`` pulls the learner's weights if it has a newer version
+    (one pickled blob per version, made once by the learner) and returns the
+    version applied, or None. ``evaluate(n)`` pulls fresh weights and plays
+    ``n`` greedy episodes on the worker's own evaluation env.
+
+    The env and the policy live in a private one-thread executor, so at most
+    one env step runs at a time and weights never change mid-rollout.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        env_factory: Callable[[], Any],
+        shards: Sequence[Any],
+        learner: Any,
+        *,
+        epsilon: float,
+        seed: int,
+        n_step: int,
+        gamma: float,
+        fragment_length: int,
+        hiddens: Sequence[int],
+        dueling: bool,
+        double_q: bool,
+        call_timeout_s: float = 60.0,
+        run: str = "",
+    ) -> None:
+        from apex_dask.algo.env_worker import EnvWorker
+
+        self.index = int(index)
+        self._shards = list(shards)
+        self._learner = learner
+        self._timeout = float(call_timeout_s)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
+        self._worker = EnvWorker(
+            env_factory,
+            epsilon=epsilon,
+            seed=seed,
+            n_step=n_step,
+            gamma=gamma,
+            fragment_length=fragment_length,
+            hiddens=tuple(hiddens),
+            dueling=dueling,
+            double_q=double_q,
+        )
+        self.epsilon = float(epsilon)
+        self.rollouts_sent = 0
+        self.steps_sampled = 0
+        self.weight_syncs = 0
+        self._last_eval: dict[str, Any] | None = None
+        self._t0 = time.monotonic()
+        self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
+
+    async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def sample_into(self, shard_id: int) -> RolloutSummary:
+        """One rollout, stored in shard ``shard_id``; returns its small summary."""
+        t0 = time.perf_counter()
+        out = await self._in_pool(self._worker.sample)
+        t1 = time.perf_counter()
+        self.rollouts_sent += 1
+        await call_with_timeout(
+            self._shards[shard_id].add(out["batch"], out["priorities"]), self._timeout
+        )
+        t2 = time.perf_counter()
+        self.steps_sampled += int(out["steps"])
+        self._pub.maybe(self._metrics)
+        return RolloutSummary(
+            worker=self.index,
+            shard_id=int(shard_id),
+            steps=int(out["steps"]),
+            episode_returns=tuple(float(x) for x in out["episode_returns"]),
+            episode_lengths=tuple(int(x) for x in out["episode_lengths"]),
+            weights_version=int(out["weights_version"]),
+            epsilon=float(out["epsilon"]),
+            rollouts_sent=self.rollouts_sent,
+            sample_s=t1 - t0,
+            send_s=t2 - t1,
+        )
+
+    async def sync_weights(self) -> int | None:
+        """Pull and apply the learner's weights if newer; the version applied, or None."""
+        have = self._worker.weights_version
+        blob = await call_with_timeout(self._learner.weights_if_newer(have), self._timeout)
+        if blob is None:
+            return None
+        version = await self._in_pool(self._apply_weights, blob)
+        self.weight_syncs += 1
+        return version
+
+    def _apply_weights(self, blob: bytes) -> int:
+        version, weights = pickle.loads(blob)
+        if version > self._worker.weights_version:
+            self._worker.set_weights(version, weights)
+        return int(self._worker.weights_version)
+
+    async def evaluate(self, num_episodes: int, seed: int | None = None) -> dict[str, Any]:
+        """Sync to the newest weights, then ``num_episodes`` greedy episodes; their stats."""
+        await self.sync_weights()
+        out = await self._in_pool(self._worker.evaluate, int(num_episodes), seed)
+        out = dict(out)
+        out["weights_version"] = int(self._worker.weights_version)
+        self._last_eval = out
+        self._pub.now(self._metrics)
+        return out
+
+    async def stats(self) -> dict[str, float]:
+        """``env/<i>/*`` counters and this worker's epsilon."""
+        return self._metrics()
+
+    async def close(self) -> None:
+        """Stop the env thread (waits for the step in progress)."""
+        self._pub.now(self._metrics)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _metrics(self) -> dict[str, float]:
+        i = self.index
+        if i < 0:  # the evaluator
+            ev = self._last_eval or {}
+            return {
+                "eval/return_mean": float(ev.get("return_mean", float("nan"))),
+                "eval/return_std": float(ev.get("return_std", float("nan"))),
+                "eval/weights_version": float(self._worker.weights_version),
+            }
+        return {
+            f"env/epsilon/{i}": self.epsilon,
+            f"env/{i}/steps_sampled": float(self.steps_sampled),
+            f"env/{i}/steps_per_s": self.steps_sampled / max(1e-9, time.monotonic() - self._t0),
+            f"env/{i}/rollouts_sent": float(self.rollouts_sent),
+            f"env/{i}/weights_version": float(self._worker.weights_version),
+        }

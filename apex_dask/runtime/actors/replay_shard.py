@@ -1,0 +1,115 @@
+"""The replay shard actor: one prioritized shard, ``async`` numpy-fast methods only.
+
+A shard usually lives on the learner's worker; its methods run on that
+worker's event loop, so none of them may block (each is a few milliseconds
+of numpy at most). ``sample()`` answers with a
+:class:`~apex_dask.experiment.messages.ReplayedBatch`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from apex_dask.experiment.messages import ReplayedBatch
+from apex_dask.experiment.results import shard_metrics
+from apex_dask.runtime.actors.calls import Throttled
+
+__all__ = ["ReplayShardActor"]
+
+
+class ReplayShardActor:
+    """One prioritized replay shard (:class:`apex_dask.algo.replay.ReplayShard`).
+
+    ``sample()`` returns None until the shard holds ``learning_starts`` items
+    (the run's ``learning_starts / num_shards``); then a
+    :class:`~apex_dask.experiment.messages.ReplayedBatch` with ``batch_size``
+    items drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha and weights
+    w_i = (N P(i))^-beta / max_j w_j (``beta`` constant). ``added`` is the
+    number of items ever added (the learner's replay-ratio gate reads it).
+
+    Other keyword arguments (``storage``) go to
+    :class:`~apex_dask.algo.replay.ReplayShard` unchanged.
+
+    Flow counters (``stats()``): ``rollouts_stored`` (``add`` calls),
+    ``batches_sampled`` (non-None ``sample`` replies) and
+    ``priority_updates_applied`` (``update_priorities`` calls).
+    """
+
+    def __init__(
+        self,
+        shard_id: int,
+        capacity: int,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        learning_starts: int = 0,
+        batch_size: int = 32,
+        seed: int | None = None,
+        run: str = "",
+        **storage: Any,
+    ) -> None:
+        from apex_dask.algo.replay import ReplayShard
+
+        self.shard_id = int(shard_id)
+        self._shard = ReplayShard(capacity, alpha=alpha, eps=eps, seed=seed, **storage)
+        self._beta = float(beta)
+        self._learning_starts = max(1, int(learning_starts))
+        self._batch_size = int(batch_size)
+        self.rollouts_stored = 0
+        self.batches_sampled = 0
+        self.priority_updates_applied = 0
+        self._pub = Throttled(f"replay/{self.shard_id}", run)
+
+    async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
+        """Store one rollout (dict of arrays) with its initial priorities; return the size."""
+        self._shard.add(batch, priorities)
+        self.rollouts_stored += 1
+        self._pub.maybe(self._metrics)
+        return len(self._shard)
+
+    async def sample(self, batch_size: int | None = None) -> ReplayedBatch | None:
+        """A prioritized batch, or None while fewer than ``learning_starts`` items are held."""
+        if len(self._shard) < self._learning_starts:
+            return None
+        s = self._shard.sample(batch_size or self._batch_size, self._beta)
+        self.batches_sampled += 1
+        added = int(self._shard.stats()["added"])
+        return ReplayedBatch(self.shard_id, s.indices, s.weights, s.data, added)
+
+    async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
+        self._shard.update_priorities(indices, priorities)
+        self.priority_updates_applied += 1
+        self._pub.maybe(self._metrics)
+
+    async def added(self) -> int:
+        """Items ever added to this shard."""
+        return int(self._shard.stats()["added"])
+
+    async def stats(self) -> dict[str, float]:
+        """Metric-named stats: ``replay/<k>/*`` and this shard's flow counters."""
+        return self._metrics()
+
+    async def state_dict(self) -> dict[str, Any]:
+        """The shard's contents and priorities (see ``ReplayShard.state_dict``)."""
+        return self._shard.state_dict()
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self._shard.load_state_dict(state)
+
+    async def close(self) -> None:
+        """Flush pending metrics."""
+        self._pub.now(self._metrics)
+
+    def _metrics(self) -> dict[str, float]:
+        return shard_metrics(
+            self.shard_id,
+            self._shard.stats(),
+            rollouts_stored=self.rollouts_stored,
+            batches_sampled=self.batches_sampled,
+            priority_updates_applied=self.priority_updates_applied,
+        )

@@ -1,0 +1,274 @@
+"""``ApexDriver``: Ape-X on a Dask cluster, from a script, a notebook or the CLI.
+
+::
+
+    with ApexDriver(ApexConfig.preset("cartpole")) as driver:   # embedded LocalCluster
+        print(driver.placement["learner"]["name"], driver.dashboard_link)
+        for result in driver.iterate():                           # one dict per iteration
+            print(result["timesteps_total"], result["env/episode_return_mean"])
+            if result["iteration"] >= 5:
+                break
+        version, weights = driver.learner_weights()
+
+    results = train(cfg, client, stop={"timesteps": 50_000})      # the same, in one call
+
+The driver places the actors (:mod:`.placement`), creates and pins them
+(:mod:`.launch`, which keeps every actor's Future for the whole run) and runs
+the execution plan (:mod:`.plan`) as an asyncio task on the client's event
+loop thread. So ``iterate()`` works where an event loop already runs
+(Jupyter): it only waits on a thread-safe queue of results. Bulk data
+(rollouts, batches, weights) never passes through the driver; only
+summaries and stats do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from apex_dask.algo.envs import UnknownEnvError, make_env_factory
+from apex_dask.config import ApexConfig, ConfigError, StopConfig
+from apex_dask.experiment.builder import Hook, resolve_hook
+from apex_dask.experiment.stop import StopRule
+from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
+from apex_dask.runtime.orchestration.launch import ActorSet
+from apex_dask.runtime.orchestration.placement import plan_placement
+from apex_dask.runtime.orchestration.plan import ExecutionPlan
+
+__all__ = ["ApexDriver", "ApexRuntimeError", "train"]
+
+
+class ApexDriver:
+    """Runs Ape-X with ``config`` on ``client``'s cluster (an embedded one when None).
+
+    ``before_learn_on_batch(batch, shard_id) -> batch`` runs on the learner's
+    worker for every replayed batch (``batch`` has ``indices``, ``weights``,
+    ``data``); without it, ``learner.before_learn_on_batch`` (an import path)
+    is used. ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
+    when the config has that field): once training has started, env workers
+    wait while transitions trained < rho * (env steps sampled - a few
+    fragments of slack), so a learner
+    slower than its env workers keeps the sample efficiency of the in-process
+    runner (which trains at ``learner.max_replay_ratio``). None: env workers
+    run free, as in Ape-X. Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    id (checked before anything starts), a cluster without workers or actors
+    that cannot be created.
+    """
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        client: Any = None,
+        *,
+        before_learn_on_batch: Hook | None = None,
+        dashboard_address: str | None = ":8787",
+        worker_wait_s: float = 30.0,
+        min_replay_ratio: float | None = None,
+    ) -> None:
+        self.config = config
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+        try:
+            self._env_factory = make_env_factory(config.env.env_id, config.env.env_kwargs)
+            hook = resolve_hook(config, before_learn_on_batch)
+        except (UnknownEnvError, ConfigError) as exc:
+            raise ApexRuntimeError(str(exc)) from None
+        self._cluster = None
+        self._stopped = False
+        self._actors: ActorSet | None = None
+        self._core: Any = None
+        self._results: queue.Queue = queue.Queue()
+        self._plan: ExecutionPlan | None = None
+        self._timeout = float(config.topology.call_timeout_s)
+        if min_replay_ratio is None:
+            min_replay_ratio = getattr(config.learner, "min_replay_ratio", None)
+        if min_replay_ratio is not None:
+            top = config.learner.max_replay_ratio
+            if not min_replay_ratio > 0 or (top is not None and min_replay_ratio > top):
+                raise ApexRuntimeError(
+                    f"min_replay_ratio={min_replay_ratio!r} must be > 0 and <= "
+                    f"learner.max_replay_ratio ({top})"
+                )
+        self._min_replay_ratio = min_replay_ratio
+        if client is None:
+            self._cluster, client = start_local_cluster(
+                config.topology.local_workers, dashboard_address=dashboard_address
+            )
+        elif getattr(client, "asynchronous", False):
+            raise ApexRuntimeError("ApexDriver needs a synchronous dask Client (not asynchronous)")
+        self._client = client
+        try:
+            workers = wait_for_workers(client, 1, worker_wait_s)
+            placement = plan_placement(
+                workers,
+                num_shards=config.replay.num_shards,
+                num_env_workers=config.workers.num_workers,
+                learner_worker=config.topology.learner_worker,
+                colocate_shards=config.replay.colocate_with_learner,
+            )
+            self.dashboard_link: str | None = self._dashboard()
+            self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
+            self._actors.create(hook)
+            self._plan = self._make_plan(self._actors)
+        except BaseException:
+            self._release()
+            raise
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Where each actor is now: ``{"learner", "shards", "env_workers", "evaluator"}``."""
+        return {} if self._actors is None else self._actors.placement.as_dict()
+
+    # ------------------------------------------------------------------ setup
+    def _dashboard(self) -> str | None:
+        from apex_dask.runtime.observability.preload import dashboard_url, ensure_plugin
+
+        try:
+            page = True if self._cluster is not None else bool(ensure_plugin(self._client))
+        except Exception:  # a scheduler that cannot import apex_dask
+            page = False
+        try:
+            return dashboard_url(self._client) if page else self._client.dashboard_link
+        except Exception:
+            return None
+
+    def _make_plan(self, actors: ActorSet) -> ExecutionPlan:
+        p = actors.placement
+        return ExecutionPlan(
+            config=self.config,
+            client=self._client,
+            run_id=self.run_id,
+            learner=actors.learner,
+            shards=actors.shards,
+            slots=actors.slots,
+            evaluator=actors.evaluator,
+            learner_address=p.learner.address,
+            shard_addresses=[w.address for w in p.shards],
+            results=self._results,
+            replace_env_worker=actors.replace_env_worker,
+            seed=self.config.seed,
+            min_replay_ratio=self._min_replay_ratio,
+        )
+
+    # ---------------------------------------------------------------- running
+    def _ensure_running(self) -> None:
+        if self._stopped or self._plan is None:
+            raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
+        if self._core is None:
+            loop = self._client.loop.asyncio_loop
+            self._core = asyncio.run_coroutine_threadsafe(self._plan.run(), loop)
+
+    def iterate(self) -> Iterator[dict[str, float]]:
+        """Start (or resume) training and yield one result dict per iteration, forever.
+
+        Break out of the loop to pause the consumer; :meth:`halt` pauses the
+        actors, :meth:`stop` releases them.
+        """
+        self._ensure_running()
+        while True:
+            try:
+                item = self._results.get(timeout=0.2)
+            except queue.Empty:
+                core = self._core
+                if core is None or not core.done():
+                    continue
+                self._core = None
+                core.result()  # raises the plan's error, if any
+                return
+            yield item
+
+    def run(self, stop: StopConfig | Mapping[str, Any] | None = None) -> list[dict[str, float]]:
+        """Train until a stop condition (``config.stop`` merged with ``stop``); halt; return results."""
+        rule = StopRule.resolve(self.config.stop, stop, use_eval=self.config.eval.episodes > 0)
+        results: list[dict[str, float]] = []
+        for result in self.iterate():
+            results.append(result)
+            if rule.after_result(result):
+                break
+        self.halt()
+        return results
+
+    def halt(self) -> dict[str, float] | None:
+        """Pause: finish calls in flight, stop the learner; return consistent final stats.
+
+        After a halt every hop's counters agree (``flow/*``); :meth:`iterate`
+        resumes.
+        """
+        core, self._core = self._core, None
+        if core is not None and self._plan is not None:
+            self._plan.halting = True
+            core.result(timeout=3 * self._timeout + 10)
+        return self.final
+
+    @property
+    def final(self) -> dict[str, float] | None:
+        """Stats taken after the last :meth:`halt` (None before one)."""
+        return None if self._plan is None else self._plan.final
+
+    def learner_weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, {name: array})`` of the learner's online network."""
+        return self._live().learner.get_weights().result(timeout=self._timeout)
+
+    def learner_state(self) -> dict[str, Any]:
+        """The learner's full state (online, target, optimizer, counters) as numpy."""
+        return self._live().learner.state_dict().result(timeout=self._timeout)
+
+    def _live(self) -> ActorSet:
+        if self._actors is None:
+            raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
+        return self._actors
+
+    # ---------------------------------------------------------------- teardown
+    def stop(self) -> None:
+        """Halt, close and release every actor; close the cluster the driver started."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.halt()
+        except Exception:
+            pass
+        if self._actors is not None:
+            self._actors.close()
+        self._release()
+
+    def _release(self) -> None:
+        actors, self._actors, self._plan = self._actors, None, None
+        if actors is not None:
+            actors.release(wait=self._cluster is None)
+        if self._cluster is not None:
+            try:
+                self._client.close()
+            finally:
+                self._cluster.close()
+                self._cluster = None
+
+    def __enter__(self) -> ApexDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def train(
+    config: ApexConfig,
+    client: Any = None,
+    stop: StopConfig | Mapping[str, Any] | None = None,
+    before_learn_on_batch: Hook | None = None,
+) -> list[dict[str, float]]:
+    """Train until a stop condition (``config.stop`` merged with ``stop``); the result dicts.
+
+    With ``client=None`` an embedded ``LocalCluster`` (one worker process per
+    core) is started and closed again; with a ``distributed.Client`` its
+    actors are released at the end and the cluster stays. ``stop`` keys:
+    ``timesteps``, ``reward``, ``time_s``, ``iterations`` (the first met wins).
+    Raises :class:`ApexRuntimeError` for a run that cannot start or go on.
+    """
+    with ApexDriver(config, client, before_learn_on_batch=before_learn_on_batch) as driver:
+        return driver.run(stop)

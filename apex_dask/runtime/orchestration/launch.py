@@ -1,0 +1,248 @@
+"""Creating, replacing and releasing the actors of one run.
+
+::
+
+    actors = ActorSet(client, config, placement, env_factory, run_id)
+    actors.create(before_learn_on_batch)    # shards, learner, env workers, evaluator
+    actors.learner, actors.shards, actors.slots, actors.evaluator
+    await actors.replace_env_worker(slot, scheduler_info)
+    actors.release()
+
+Every actor is pinned to the worker its placement names, and its Future is
+kept until :meth:`ActorSet.release` (Dask deletes an actor whose Future is
+dropped, even while other actors hold its handle). Handles are bound to the
+driver's client. Bulk data never passes through here: the shards, the
+learner and the env workers get each other's handles.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from apex_dask.algo.env_worker import probe_spaces
+from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.algo.results import derive_seed
+from apex_dask.config import ApexConfig
+from apex_dask.experiment.builder import (
+    Hook,
+    env_worker_kwargs,
+    learner_kwargs,
+    shard_actor_kwargs,
+)
+from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
+from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.orchestration.faults import EnvSlot
+from apex_dask.runtime.orchestration.placement import Placement, workers_from_scheduler_info
+
+__all__ = ["ActorSet"]
+
+
+def _bind(handle: Any, client: Any) -> Any:
+    """A handle to the same actor bound to ``client`` (not whatever client is the default)."""
+    from distributed.actor import Actor
+
+    with client.as_current():
+        return Actor(handle._cls, handle._address, handle.key)
+
+
+def _live_actors(keys: set, dask_worker: Any = None) -> int:
+    return sum(1 for k in dask_worker.state.actors if k in keys)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+class ActorSet:
+    """The actors of one Ape-X run on ``client``'s cluster, placed by ``placement``."""
+
+    def __init__(
+        self,
+        client: Any,
+        config: ApexConfig,
+        placement: Placement,
+        env_factory: Callable[[], Any],
+        run_id: str,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.placement = placement
+        self.env_factory = env_factory
+        self.run_id = run_id
+        self.timeout = float(config.topology.call_timeout_s)
+        self.futures: list[Any] = []
+        self.shards: list[Any] = []
+        self.learner: Any = None
+        self.slots: list[EnvSlot] = []
+        self.evaluator: EnvSlot | None = None
+        self.replaced = 0
+
+    def _submit(self, cls: type, *args: Any, where: str, **kwargs: Any) -> Any:
+        fut = self.client.submit(cls, *args, actor=True, workers=[where], pure=False, **kwargs)
+        self.futures.append(fut)
+        return fut
+
+    def _env_kwargs(self, epsilon: float, seed: int) -> dict[str, Any]:
+        return {
+            "epsilon": float(epsilon),
+            "seed": int(seed),
+            **env_worker_kwargs(self.config),
+            "call_timeout_s": self.timeout,
+            "run": self.run_id,
+        }
+
+    def _env_worker(self, index: int, epsilon: float, seed: int, where: str) -> Any:
+        shard_futs = self.futures[: self.config.replay.num_shards]
+        learner_fut = self.futures[self.config.replay.num_shards]
+        return self._submit(
+            EnvWorkerActor,
+            index,
+            self.env_factory,
+            shard_futs,
+            learner_fut,
+            where=where,
+            **self._env_kwargs(epsilon, seed),
+        )
+
+    def create(self, hook: Hook | None) -> None:
+        """Create every actor and wait for them (one-line :class:`ApexRuntimeError` if one fails)."""
+        cfg, p = self.config, self.placement
+        n_shards, n_env = cfg.replay.num_shards, cfg.workers.num_workers
+        create_timeout = max(self.timeout, 120.0)
+        probe = self.client.submit(
+            probe_spaces, self.env_factory, workers=[p.learner.address], pure=False
+        )
+        try:
+            obs_space, act_space = probe.result(timeout=create_timeout)
+        except Exception as exc:
+            raise ApexRuntimeError(
+                f"cannot make env {cfg.env.env_id!r} on a worker: {exc}"
+            ) from None
+        shard_futs = [
+            self._submit(
+                ReplayShardActor,
+                k,
+                **shard_actor_kwargs(cfg, k),
+                run=self.run_id,
+                where=p.shards[k].address,
+            )
+            for k in range(n_shards)
+        ]
+        lr = cfg.learner
+        self._submit(
+            LearnerActor,
+            obs_space,
+            act_space,
+            shard_futs,
+            learner_kwargs=learner_kwargs(cfg),
+            batch_size=lr.batch_size,
+            inqueue_size=lr.inqueue_size,
+            prefetch_per_shard=lr.prefetch_per_shard,
+            max_replay_ratio=lr.max_replay_ratio,
+            call_timeout_s=self.timeout,
+            before_learn_on_batch=hook,
+            run=self.run_id,
+            where=p.learner.address,
+        )
+        epsilons = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
+        for i in range(n_env):
+            seed = derive_seed(cfg.seed, "worker", i)
+            self._env_worker(i, epsilons[i], seed, p.env_workers[i].address)
+        with_eval = cfg.eval.episodes > 0
+        if with_eval:
+            self._env_worker(-1, 0.0, derive_seed(cfg.seed, "eval"), p.evaluator.address)
+        roles = (
+            [f"replay shard {k}" for k in range(n_shards)]
+            + ["learner"]
+            + [f"env worker {i}" for i in range(n_env)]
+            + (["evaluator"] if with_eval else [])
+        )
+        handles = []
+        for role, fut in zip(roles, list(self.futures), strict=True):
+            try:
+                handles.append(_bind(fut.result(timeout=create_timeout), self.client))
+            except Exception as exc:
+                raise ApexRuntimeError(
+                    f"cannot create the {role} actor: {type(exc).__name__}: {_first_line(exc)}"
+                ) from None
+        self.shards = handles[:n_shards]
+        self.learner = handles[n_shards]
+        first_env = n_shards + 1
+        self.slots = [
+            EnvSlot(
+                i,
+                self.futures[first_env + i],
+                handles[first_env + i],
+                p.env_workers[i].address,
+                float(e),
+            )
+            for i, e in enumerate(epsilons)
+        ]
+        if with_eval:
+            self.evaluator = EnvSlot(-1, self.futures[-1], handles[-1], p.evaluator.address, 0.0)
+
+    async def replace_env_worker(self, slot: EnvSlot, info: Mapping[str, Any]) -> None:
+        """Re-create a lost env worker on the surviving worker with the fewest env workers.
+
+        The new actor has no weights (``slot.version`` -1): the plan syncs it
+        before its first rollout.
+        """
+        workers = workers_from_scheduler_info(info)
+        learner = self.placement.learner.address
+        alive = [w for w in workers if w.address != learner] or workers
+        if not alive:
+            raise ApexRuntimeError(f"env worker {slot.index} was lost and no worker is left")
+        load = {w.address: 0 for w in alive}
+        for s in self.slots:
+            if s.address in load:
+                load[s.address] += 1
+        where = min(alive, key=lambda w: load[w.address])
+        self.replaced += 1
+        role = ("eval", 0) if slot.index < 0 else ("worker", slot.index)
+        seed = derive_seed(self.config.seed, *role) + 7919 * self.replaced
+        fut = self._env_worker(slot.index, slot.epsilon, seed & 0x7FFFFFFF, where.address)
+        handle = await self.client.gather(fut, asynchronous=True)
+        slot.future, slot.handle, slot.address = fut, _bind(handle, self.client), where.address
+        slot.version, slot.steps_since_sync = -1, 0
+        self.placement = self.placement.moved(slot.index, where)
+
+    def handles(self) -> list[Any]:
+        """Every actor handle: learner, shards, env workers, evaluator."""
+        out = [self.learner, *self.shards, *(s.handle for s in self.slots)]
+        if self.evaluator is not None:
+            out.append(self.evaluator.handle)
+        return [h for h in out if h is not None]
+
+    def close(self) -> None:
+        """Ask every actor to stop and flush its metrics (best effort)."""
+        for h in self.handles():
+            try:
+                h.close().result(timeout=10)
+            except Exception:
+                pass
+
+    def release(self, wait: bool = True) -> None:
+        """Drop every Future (Dask deletes the actors); wait up to 10 s until they are gone."""
+        client, futures = self.client, self.futures
+        keys = {f.key for f in futures}
+        self.futures, self.slots, self.evaluator = [], [], None
+        self.learner, self.shards = None, []
+        if futures:
+            try:
+                client.cancel(futures, force=True)
+            except Exception:
+                pass
+        del futures
+        gc.collect()
+        deadline = time.monotonic() + (10 if wait else 0)
+        while time.monotonic() < deadline:
+            try:
+                if not any(client.run(_live_actors, keys).values()):
+                    return
+            except Exception:
+                return
+            time.sleep(0.1)

@@ -1,0 +1,177 @@
+"""The package's layers, checked statically: who may import whom, and no import cycle.
+
+Layers (``docs/architecture.md``)::
+
+    algo          numpy / torch / gymnasium only
+    config        itself only
+    experiment    algo, config                  (shared by both runners)
+    local         algo, config, experiment      (the in-process runner)
+    runtime       algo, config, experiment      (the Dask runtime; never local)
+      observability   nothing else of runtime
+      actors          observability, errors
+      orchestration   actors, observability, errors
+    cli           config, experiment, runtime   (never local)
+
+Every ``import`` counts, in functions too, except those under
+``if TYPE_CHECKING:`` (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import apex_dask
+
+ROOT = pathlib.Path(apex_dask.__file__).parent
+
+ALLOWED: dict[str, set[str]] = {
+    "algo": {"algo"},
+    "config": {"config"},
+    "experiment": {"algo", "config", "experiment"},
+    "local": {"algo", "config", "experiment", "local"},
+    "runtime.observability": {"algo", "config", "experiment", "runtime.observability"},
+    "runtime.actors": {
+        "algo",
+        "config",
+        "experiment",
+        "runtime.errors",
+        "runtime.observability",
+        "runtime.actors",
+    },
+    "runtime.orchestration": {
+        "algo",
+        "config",
+        "experiment",
+        "runtime.errors",
+        "runtime.observability",
+        "runtime.actors",
+        "runtime.orchestration",
+    },
+    "runtime.errors": set(),
+    "runtime.preload": {"runtime.observability"},
+    "runtime": set(),
+    "cli": {"algo", "config", "experiment", "runtime", "cli"},
+    "__main__": {"cli"},
+    "": {"config"},  # apex_dask/__init__.py (the rest is imported lazily, by name)
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = ["apex_dask", *rel.parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Modules of ``apex_dask`` that the file at ``path`` imports at run time."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    here = _module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            submodules = {f"{module}.{a.name}" for a in node.names}
+            hits = {m for m in submodules if m in MODULES}
+            found.update(hits or {module})
+    return {m for m in found if m == "apex_dask" or m.startswith("apex_dask.")}
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+MODULES = {_module_name(p) for p in FILES}
+GRAPH = {_module_name(p): _imports(p) for p in FILES}
+
+
+def _layer(module: str) -> str:
+    rest = module.removeprefix("apex_dask").lstrip(".")
+    best = ""
+    for layer in ALLOWED:
+        if layer and (rest == layer or rest.startswith(layer + ".")) and len(layer) > len(best):
+            best = layer
+    if not best and rest:
+        raise AssertionError(f"{module} belongs to no layer; add it to ALLOWED")
+    return best
+
+
+def test_the_scan_sees_the_package():
+    assert {"apex_dask.local", "apex_dask.runtime.orchestration.driver"} <= MODULES
+    assert "apex_dask.experiment.results" in GRAPH["apex_dask.local.runner"]
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_module_imports_only_what_its_layer_allows(module):
+    layer = _layer(module)
+    bad = []
+    for target in sorted(GRAPH[module]):
+        target_layer = _layer(target)
+        if target_layer == layer or target == "apex_dask":
+            continue
+        if target_layer not in ALLOWED[layer] and not any(
+            target_layer.startswith(a + ".") for a in ALLOWED[layer]
+        ):
+            bad.append(f"{module} -> {target}")
+    assert not bad, f"imports across layers: {bad}"
+
+
+def test_runtime_and_local_never_import_each_other():
+    crossings = [
+        f"{m} -> {t}"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if (m.startswith("apex_dask.runtime") and t.startswith("apex_dask.local"))
+        or (m.startswith("apex_dask.local") and t.startswith("apex_dask.runtime"))
+    ]
+    assert crossings == []
+
+
+def test_no_import_cycle_among_apex_dask_modules():
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(GRAPH.get(m, ())):
+            if t == m or t not in GRAPH:
+                continue
+            if state.get(t) == 1:
+                return [*stack[stack.index(t) :], t]
+            if t not in state and (cycle := visit(t)):
+                return cycle
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for module in sorted(GRAPH):
+        if module not in state and (cycle := visit(module)):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+def test_no_module_is_longer_than_400_lines():
+    long = {
+        str(p.relative_to(ROOT)): n for p in FILES if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert long == {}
