@@ -1,0 +1,86 @@
+"""Both runners' result dicts carry exactly the metrics documented in ``docs/metrics.md``.
+
+One short run of each (the in-process ``run_local`` and ``train`` on a real
+2-process LocalCluster), the same config; the union of their result keys,
+with shard and worker indices folded to ``<k>`` / ``<i>``, must equal the
+table's names for that runner (``both`` or the runner's own).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from apex_dask.config import ApexConfig
+from apex_dask.local import run_local
+from apex_dask.runtime.orchestration.driver import train
+
+DOC = pathlib.Path(__file__).parents[2] / "docs" / "metrics.md"
+ITERATIONS = 3
+
+
+def documented() -> dict[str, set[str]]:
+    """``{"dask": names, "local": names}`` from the table of ``docs/metrics.md``."""
+    out: dict[str, set[str]] = {"dask": set(), "local": set()}
+    in_table = False
+    for line in DOC.read_text().splitlines():
+        if line.startswith("| name | meaning | in results |"):
+            in_table = True
+            continue
+        if in_table and not line.startswith("|"):
+            break
+        if not in_table or line.startswith("| ---"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        names = set(re.findall(r"`([^`]+)`", cells[0]))
+        where = cells[-1]
+        assert where in ("both", "dask", "local"), f"bad runner column in: {line}"
+        for runner in ("dask", "local"):
+            if where in ("both", runner):
+                out[runner] |= names
+    return out
+
+
+def folded(results: list[dict[str, float]]) -> set[str]:
+    keys: set[str] = set()
+    for result in results:
+        for key in result:
+            key = re.sub(r"^replay/\d+/", "replay/<k>/", key)
+            key = re.sub(r"^env/epsilon/\d+$", "env/epsilon/<i>", key)
+            key = re.sub(r"^env/\d+/", "env/<i>/", key)
+            keys.add(key)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def config() -> ApexConfig:
+    return ApexConfig.preset("cartpole").override(
+        {
+            "replay.learning_starts": 300,
+            "report.min_iter_time_s": 0.2,
+            "report.timesteps_per_iteration": 300,
+            "eval.interval_s": 0.0,
+            "eval.episodes": 1,
+            "topology.call_timeout_s": 30.0,
+        }
+    )
+
+
+def test_the_table_parses_into_names():
+    docs = documented()
+    assert {"timesteps_total", "learner/queue_size/q90", "replay/<k>/size"} <= docs["dask"]
+    assert len(docs["local"]) > 50
+
+
+def test_in_process_results_have_exactly_the_documented_keys(config):
+    results = list(run_local(config, stop={"iterations": ITERATIONS}))
+    assert len(results) == ITERATIONS
+    assert folded(results) == documented()["local"]
+
+
+def test_dask_results_have_exactly_the_documented_keys(config, client):
+    results = train(config, client, stop={"iterations": ITERATIONS})
+    assert len(results) >= ITERATIONS
+    assert folded(results) == documented()["dask"]
