@@ -10,6 +10,7 @@ still run.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,7 +69,15 @@ def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(tmp_p
         nb = execute("quickstart.ipynb", tmp_path)
         text = stream_text(nb)
         assert "learner and replay shards on:" in text
-        assert "iteration 1:" in text
+        # The live cell redraws after every result (clear_output), so only the last
+        # iteration's line stays, followed by the summary: check what they promise.
+        lines = re.findall(r"iteration (\d+): ([\d,]+) env steps", text)
+        assert lines, text
+        done = re.search(r"done: (\d+) iterations, ([\d,]+) env steps \(budget 1,500\)", text)
+        assert done, text
+        iterations, steps = int(done.group(1)), int(done.group(2).replace(",", ""))
+        assert (int(lines[-1][0]), int(lines[-1][1].replace(",", ""))) == (iterations, steps)
+        assert iterations >= 1 and steps >= 1500
         assert "saved and reloaded weights version" in text
         assert "greedy return over 10 episodes:" in text
         mimes = {
@@ -122,3 +131,42 @@ def test_connect_existing_trains_on_local_sh_serve_which_ctrl_c_then_stops(tmp_p
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
         assert_nothing_left(marker)
+
+
+def test_connect_existing_without_a_cluster_fails_fast_with_one_line(tmp_path, monkeypatch):
+    from nbclient.exceptions import CellExecutionError
+
+    missing = tmp_path / "no-scheduler.json"
+    monkeypatch.setenv("APEX_SCHEDULER_FILE", str(missing))
+    monkeypatch.delenv("APEX_SCHEDULER_ADDRESS", raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(CellExecutionError) as info:
+        execute("connect_existing.ipynb", tmp_path)
+    took = time.monotonic() - t0
+    message = re.sub(r"\x1b\[[0-9;]*m", "", str(info.value))  # the kernel's colours
+    assert "SystemExit: connect_existing: scheduler file" in message
+    assert str(missing) in message and "does not exist" in message
+    assert took < 60, took  # kernel start-up included; the cell itself gives up at once
+
+
+def test_connect_existing_with_a_dead_scheduler_address_gives_up_within_its_timeout(
+    tmp_path, monkeypatch
+):
+    import socket
+
+    from nbclient.exceptions import CellExecutionError
+
+    with socket.socket() as s:  # a free port: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("APEX_SCHEDULER_ADDRESS", f"tcp://127.0.0.1:{port}")
+    t0 = time.monotonic()
+    with pytest.raises(CellExecutionError) as info:
+        execute("connect_existing.ipynb", tmp_path)
+    took = time.monotonic() - t0
+    message = re.sub(r"\x1b\[[0-9;]*m", "", str(info.value))
+    assert (
+        f"SystemExit: connect_existing: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
+        in message
+    )
+    assert took < 75, took
