@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from apex_dask.cli.output import format_progress, format_summary, merge_final, save_outputs
+from apex_dask.cli.output import format_summary, merge_final, save_outputs
+from apex_dask.cli.tracking import RunReporter, add_tracking_flags
 from apex_dask.config import PRESETS, ApexConfig, ConfigError
 
 EXIT_OK = 0
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     o.add_argument("--debug", action="store_true", help="show full tracebacks")
+    add_tracking_flags(o)
     return p
 
 
@@ -258,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
     out = prepare_out(args.out)
     check_env(cfg)
+    reporter = RunReporter(args, cfg, out)  # progress line, W&B; checks --wandb
     if out is not None:
         save_outputs(out, cfg, None)
 
@@ -273,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
     driver = None
     jsonl = open(out / "results.jsonl", "w") if out is not None else None  # noqa: SIM115
     try:
-        driver = ApexDriver(cfg, client=client)
+        driver = ApexDriver(cfg, client=client, tensorboard_dir=reporter.tensorboard_dir)
+        reporter.start(driver.run_id)
         link = getattr(driver, "dashboard_link", None)
         where = (
             "embedded LocalCluster"
@@ -301,8 +305,7 @@ def run(args: argparse.Namespace) -> int:
             if jsonl is not None:
                 jsonl.write(json.dumps(result, default=float) + "\n")
                 jsonl.flush()
-            if not args.quiet:
-                print(format_progress(result), flush=True)
+            reporter.update(result)
             why = rule.after_result(result)
             if why:
                 reason = why
@@ -314,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
             "\napex-dask-submit: interrupted, saving what we have...", file=sys.stderr, flush=True
         )
     finally:
+        reporter.close(code)
         weights = None
         if driver is not None:
             try:
@@ -346,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(results, reason), flush=True)
     if out is not None:
         names = ("results.jsonl", "final.json", "config.yaml", "weights.npz", "placement.json")
-        wrote = [n for n in names if (out / n).exists()]
+        wrote = [n for n in names + reporter.outputs if (out / n).exists()]
         print(f"apex-dask-submit: wrote {', '.join(wrote)} to {out}", flush=True)
     return code
 
@@ -375,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         print("apex-dask-submit: interrupted before training started", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
-        known = {"UnknownEnvError", "ApexRuntimeError", "JobqueueError"}
+        known = {"UnknownEnvError", "ApexRuntimeError", "JobqueueError", "TrackingError"}
         if type(exc).__name__ in known and not args.debug:
             print(f"apex-dask-submit: error: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -11,6 +11,7 @@
         version, weights = driver.learner_weights()
 
     results = train(cfg, client, stop={"timesteps": 50_000})      # the same, in one call
+    ApexDriver(cfg, tensorboard_dir="runs/cartpole")  # + TensorBoard: tensorboard --logdir runs/
 
 The driver places the actors (:mod:`.placement`), creates and pins them
 (:mod:`.launch`, which keeps every actor's Future for the whole run) and runs
@@ -24,6 +25,7 @@ summaries and stats do.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import secrets
 import time
@@ -36,6 +38,7 @@ from apex_dask.algo.envs import UnknownEnvError, make_env_factory
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
 from apex_dask.experiment.builder import Hook, resolve_hook
 from apex_dask.experiment.stop import StopRule
+from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.orchestration.launch import ActorSet
@@ -57,9 +60,13 @@ class ApexDriver:
     fragments of slack), so a learner
     slower than its env workers keeps the sample efficiency of the in-process
     runner (which trains at ``learner.max_replay_ratio``). None: env workers
-    run free, as in Ape-X. Raises :class:`ApexRuntimeError` (one line) for an unknown env
-    id (checked before anything starts), a cluster without workers or actors
-    that cannot be created.
+    run free, as in Ape-X. ``tensorboard_dir``: every result dict that
+    :meth:`iterate` yields is also written there as TensorBoard scalars (tag =
+    metric name, step = ``timesteps_total``; needs the ``tensorboard`` extra),
+    appending to any log already in the folder; the config goes to the Text
+    tab. Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    id or a missing tensorboard package (checked before anything starts), a
+    cluster without workers or actors that cannot be created.
     """
 
     def __init__(
@@ -71,6 +78,7 @@ class ApexDriver:
         dashboard_address: str | None = ":8787",
         worker_wait_s: float = 30.0,
         min_replay_ratio: float | None = None,
+        tensorboard_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.config = config
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
@@ -79,6 +87,7 @@ class ApexDriver:
             hook = resolve_hook(config, before_learn_on_batch)
         except (UnknownEnvError, ConfigError) as exc:
             raise ApexRuntimeError(str(exc)) from None
+        self._tensorboard = self._open_tensorboard(tensorboard_dir)
         self._cluster = None
         self._stopped = False
         self._actors: ActorSet | None = None
@@ -119,6 +128,17 @@ class ApexDriver:
         except BaseException:
             self._release()
             raise
+
+    def _open_tensorboard(self, log_dir: str | os.PathLike[str] | None) -> TensorBoardSink | None:
+        if log_dir is None:
+            return None
+        try:
+            sink = TensorBoardSink(log_dir)
+        except TrackingError as exc:
+            raise ApexRuntimeError(str(exc)) from None
+        sink.write_text("config", self.config.to_yaml())
+        sink.write_text("run_id", self.run_id)
+        return sink
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -181,6 +201,8 @@ class ApexDriver:
                 self._core = None
                 core.result()  # raises the plan's error, if any
                 return
+            if self._tensorboard is not None:
+                self._tensorboard.write(item)
             yield item
 
     def run(self, stop: StopConfig | Mapping[str, Any] | None = None) -> list[dict[str, float]]:
@@ -204,6 +226,8 @@ class ApexDriver:
         if core is not None and self._plan is not None:
             self._plan.halting = True
             core.result(timeout=3 * self._timeout + 10)
+        if self._tensorboard is not None:
+            self._tensorboard.flush()
         return self.final
 
     @property
@@ -239,6 +263,8 @@ class ApexDriver:
         self._release()
 
     def _release(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
         actors, self._actors, self._plan = self._actors, None, None
         if actors is not None:
             actors.release(wait=self._cluster is None)
@@ -261,6 +287,7 @@ def train(
     client: Any = None,
     stop: StopConfig | Mapping[str, Any] | None = None,
     before_learn_on_batch: Hook | None = None,
+    tensorboard_dir: str | os.PathLike[str] | None = None,
 ) -> list[dict[str, float]]:
     """Train until a stop condition (``config.stop`` merged with ``stop``); the result dicts.
 
@@ -268,7 +295,12 @@ def train(
     core) is started and closed again; with a ``distributed.Client`` its
     actors are released at the end and the cluster stays. ``stop`` keys:
     ``timesteps``, ``reward``, ``time_s``, ``iterations`` (the first met wins).
-    Raises :class:`ApexRuntimeError` for a run that cannot start or go on.
+    ``tensorboard_dir`` as in :class:`ApexDriver`. Raises :class:`ApexRuntimeError` for a run that cannot start or go on.
     """
-    with ApexDriver(config, client, before_learn_on_batch=before_learn_on_batch) as driver:
+    with ApexDriver(
+        config,
+        client,
+        before_learn_on_batch=before_learn_on_batch,
+        tensorboard_dir=tensorboard_dir,
+    ) as driver:
         return driver.run(stop)
