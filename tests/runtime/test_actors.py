@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from polling import poll
 
 from apex_dask.algo.env_worker import probe_spaces
 from apex_dask.algo.envs import make_env_factory
@@ -98,7 +99,12 @@ def test_full_inqueue_makes_the_prefetcher_wait_counts_it_and_drops_nothing(
         before_learn_on_batch=slow_hook,
     ).result()
     learner.start().result()
-    time.sleep(1.5)
+
+    def producers_blocked():
+        stats = learner.stats().result()
+        return stats["learner/enqueue_blocked_s"] > 0.5 and stats["flow/batches_trained"] > 10
+
+    poll(producers_blocked, timeout_s=60)
     final = learner.stop().result()
     shards = [f.result().stats().result() for f in shard_futs]
     sampled = sum(s[f"replay/{k}/batches_sampled"] for k, s in enumerate(shards))
@@ -122,7 +128,12 @@ def test_priorities_go_back_to_the_shard_that_sampled_the_batch(client, worker_a
     shard_futs[1].result().add(rollout(40, rng)).result()
     learner = make_learner(client, worker_addresses[1], spaces, shard_futs).result()
     learner.start().result()
-    time.sleep(1.0)
+
+    def both_shards_updated():
+        stats = [f.result().stats().result() for f in shard_futs]
+        return all(s[f"replay/{k}/priority_updates_applied"] > 0 for k, s in enumerate(stats))
+
+    poll(both_shards_updated, timeout_s=60)
     final = learner.stop().result()
     shards = [f.result().stats().result() for f in shard_futs]
 
@@ -136,7 +147,7 @@ def test_priorities_go_back_to_the_shard_that_sampled_the_batch(client, worker_a
 
     # a stopped learner starts again and keeps the counts consistent
     learner.start().result()
-    time.sleep(0.5)
+    poll(lambda: learner.stats().result()["flow/batches_trained"] > final["flow/batches_trained"])
     again = learner.stop().result()
     assert again["flow/batches_trained"] > final["flow/batches_trained"]
     assert again["flow/batches_received"] == (
@@ -152,10 +163,14 @@ def test_max_replay_ratio_bounds_batches_by_items_added(client, worker_addresses
         client, worker_addresses[0], spaces, [shard_fut], max_replay_ratio=2.0
     ).result()
     learner.start().result()
-    time.sleep(1.0)
-    mid = learner.stats().result()
+
+    def capped():  # 20 batches taken and the gate has made the learner wait
+        stats = learner.stats().result()
+        return stats["flow/batches_received"] >= 20 and stats["learner/ratio_wait_s"] > 0 and stats
+
+    mid = poll(capped, timeout_s=60)
     shard_fut.result().add(rollout(160, rng)).result()  # room for 20 more
-    time.sleep(1.0)
+    poll(lambda: learner.stats().result()["flow/batches_received"] >= 40, timeout_s=60)
     final = learner.stop().result()
 
     assert mid["flow/batches_received"] == 20

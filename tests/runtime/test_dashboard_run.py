@@ -19,11 +19,12 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from browser import find_chromium, screenshot
+from polling import poll
 
 from apex_dask.config import ApexConfig
 from apex_dask.runtime import preload
@@ -53,18 +54,6 @@ ACTOR_ONLY = re.compile(r"^(env/\d+/[a-z_]+|eval/weights_version|learner/grad_to
 def get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=20) as r:
         return r.status, r.read().decode()
-
-
-def poll(fn: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.2) -> Any:
-    """Call ``fn`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = fn()
-        if out:
-            return out
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 class RealRun:

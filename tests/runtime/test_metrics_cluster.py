@@ -9,9 +9,10 @@ browser) are checked in ``test_dashboard_run.py``.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from typing import Any
+
+from polling import poll
 
 from apex_dask.runtime.observability.metrics import PLUGIN_NAME, publish_from_client
 from apex_dask.runtime.preload import dashboard_url, ensure_plugin
@@ -20,18 +21,6 @@ from apex_dask.runtime.preload import dashboard_url, ensure_plugin
 def get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=20) as r:
         return r.status, r.read().decode()
-
-
-def poll(fn, timeout_s: float = 20.0, interval_s: float = 0.1) -> Any:
-    """Call ``fn`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out = fn()
-        if out:
-            return out
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 def metrics_json(base: str) -> dict[str, Any]:
