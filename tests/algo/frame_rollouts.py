@@ -90,8 +90,9 @@ def naive_sample_check(shard, naive: dict[int, dict[str, np.ndarray]], batch_siz
     Returns the number of items checked.
     """
     s = shard.sample(batch_size, beta=0.4)
-    for j, slot in enumerate(s.indices):
-        want = naive[int(slot)]
-        for key, value in want.items():
-            np.testing.assert_array_equal(s.data[key][j], value, err_msg=f"slot {slot} {key}")
+    for key, got in s.data.items():
+        want = np.stack([naive[int(slot)][key] for slot in s.indices])
+        assert got.dtype == want.dtype, key
+        np.testing.assert_array_equal(got, want, err_msg=key)
+    assert set(s.data) == set(naive[int(s.indices[0])])
     return len(s.indices)

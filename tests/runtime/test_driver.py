@@ -304,3 +304,24 @@ def test_losing_the_learner_stops_the_run_with_a_clear_error(gpu_client):
                 next(results)
         assert time.monotonic() - t0 < 30
         assert "\n" not in str(err.value)
+
+
+def test_env_workers_act_with_the_learners_weights_from_their_first_rollout(gpu_client):
+    """No periodic sync ever comes due; each env worker still got the initial weights first."""
+    cfg = small_config(**{"workers.max_weight_sync_delay": 10**9, "eval.episodes": 0})
+    with ApexDriver(cfg, gpu_client) as driver:
+        results = driver.run(stop={"iterations": 2})
+        envs = [s.handle.stats().result() for s in driver._plan.slots]
+    n = cfg.workers.num_workers
+    assert [e[f"env/{i}/weights_version"] for i, e in enumerate(envs)] == [0] * n
+    assert results[-1]["sync/weight_syncs"] == n
+
+
+def test_before_learn_on_batch_named_in_the_config_runs_on_the_learner(gpu_client):
+    cfg = small_config(
+        **{"learner.before_learn_on_batch": "hooks:scale_weights", "eval.episodes": 0}
+    )
+    with ApexDriver(cfg, gpu_client) as driver:
+        driver.run(stop={"iterations": 2})
+        final = driver.final
+    assert final["learner/hook_calls"] == final["flow/batches_trained"] > 0
