@@ -58,6 +58,7 @@ from apex_dask.algo.envs import make_env_factory  # noqa: E402
 from apex_dask.algo.learner import Learner  # noqa: E402
 from apex_dask.algo.replay import ReplayShard  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
+from apex_dask.experiment.builder import learner_kwargs  # noqa: E402
 from apex_dask.local import run_local  # noqa: E402
 from apex_dask.runtime.actors import LearnerActor, ReplayShardActor  # noqa: E402
 from apex_dask.runtime.orchestration.cluster import start_local_cluster  # noqa: E402
@@ -105,14 +106,7 @@ def _rollout(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def _learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
-    lr = cfg.learner
-    return {
-        "hiddens": lr.hiddens,
-        "lr": lr.lr,
-        "target_update_freq": lr.target_update_freq,
-        "device": "cpu",
-        "num_threads": 1,
-    }
+    return {**learner_kwargs(cfg), "device": "cpu", "num_threads": 1}
 
 
 def _median(xs: list[float]) -> float:
