@@ -22,16 +22,19 @@ How :func:`encode_stacks` finds shared frames (every match is an exact
 comparison of the frames' bytes, so a wrong reference is never made):
 
 * ``obs[i]`` that continues ``obs[i - 1]`` (``obs[i][:-1] == obs[i - 1][1:]``)
-  adds one frame, its last; any other stack (an episode start, data that is
+  adds one frame, its last (none if it equals the last of ``obs[i - 1]``: a
+  still screen); any other stack (an episode start, data that is
   not a frame stack) adds its frames, equal adjacent frames once (the padding
   of an episode start: ``[f0, f0, f0, f0]`` is one frame);
 * ``next_obs[i]`` is looked up, in this order: as ``obs[i + d]`` with the
   offset ``d`` that matched last (``n`` for n-step transitions), as
   ``next_obs[i - 1]`` (the same final observation at an episode end), as the
-  continuation of ``next_obs[i - 1]`` (a final observation, or the last ``n``
-  transitions of the batch: one new frame, or none when the frame after it is
-  already stored), as ``obs[i + d]`` for ``d = 0 .. 64``, else stored like a
-  new stack.
+  stack after ``next_obs[i - 1]`` (a final observation, or the last ``n``
+  transitions of the batch), as ``obs[i + d]`` for ``d = 0 .. 64``, as the
+  stack ``s = 1 .. k-1`` steps after ``obs[i]`` (episodes or fragments
+  shorter than ``n``), else stored like a new stack. A continuation reuses
+  the frame stored after the one it continues, or that frame itself, when
+  equal, and stores a new frame otherwise.
 
 A fragment of ``L`` env steps with n-step ``n`` thus holds about
 ``L + n + k - 1`` frames, plus one frame per episode start.
@@ -42,6 +45,7 @@ differing word); without numba the same code runs in Python with numpy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -122,6 +126,34 @@ def _store_whole(a, which, i, refs, src, m):
     return m
 
 
+def _continue(obs, nxt, i, base, s, src, nrefs, succ, m):
+    """next_obs[i] as the stack ``s`` steps after the one whose refs are ``base``.
+
+    Its first ``k - s`` frames are base's last; each later frame is the one
+    stored after the previous (``succ``) or the previous itself when equal,
+    else stored now.
+    Returns the new m.
+    """
+    k = nxt.shape[1]
+    for j in range(k - s):
+        nrefs[i, j] = base[j + s]
+    prev = base[k - 1]
+    for j in range(k - s, k):
+        after = succ[prev]
+        if after >= 0 and _frames_equal(nxt[i, j], _frame_of(obs, nxt, src, after)):
+            nrefs[i, j] = after
+        elif _frames_equal(nxt[i, j], _frame_of(obs, nxt, src, prev)):  # a still screen
+            nrefs[i, j] = prev
+        else:
+            src[m, 0], src[m, 1] = 1, i * k + j
+            nrefs[i, j] = m
+            if after < 0:
+                succ[prev] = m
+            m += 1
+        prev = nrefs[i, j]
+    return m
+
+
 def _encode_py(obs, nxt, search, src, orefs, nrefs, succ):
     """Fill src, orefs, nrefs (see the module docstring); returns the number of frames."""
     n, k = obs.shape[0], obs.shape[1]
@@ -130,44 +162,45 @@ def _encode_py(obs, nxt, search, src, orefs, nrefs, succ):
         if i > 0 and _stacks_equal(obs, i, obs, i - 1, 1):
             for j in range(k - 1):
                 orefs[i, j] = orefs[i - 1, j + 1]
-            succ[orefs[i - 1, k - 1]] = m
-            src[m, 0], src[m, 1] = 0, i * k + k - 1
-            orefs[i, k - 1] = m
-            m += 1
+            if _frames_equal(obs[i, k - 1], obs[i - 1, k - 1]):  # a still screen
+                orefs[i, k - 1] = orefs[i - 1, k - 1]
+            else:
+                succ[orefs[i - 1, k - 1]] = m
+                src[m, 0], src[m, 1] = 0, i * k + k - 1
+                orefs[i, k - 1] = m
+                m += 1
         else:
             m = _store_whole(obs, 0, i, orefs, src, m)
     d = -1
     for i in range(n):
         if d >= 0 and i + d < n and _stacks_equal(nxt, i, obs, i + d, 0):
             nrefs[i, :] = orefs[i + d, :]
-            continue
-        if i > 0 and _stacks_equal(nxt, i, nxt, i - 1, 0):
+        elif i > 0 and _stacks_equal(nxt, i, nxt, i - 1, 0):
             nrefs[i, :] = nrefs[i - 1, :]
-            continue
-        if i > 0 and _stacks_equal(nxt, i, nxt, i - 1, 1):
-            for j in range(k - 1):
-                nrefs[i, j] = nrefs[i - 1, j + 1]
-            last = nrefs[i - 1, k - 1]
-            after = succ[last]
-            if after >= 0 and _frames_equal(nxt[i, k - 1], _frame_of(obs, nxt, src, after)):
-                nrefs[i, k - 1] = after
-            else:
-                src[m, 0], src[m, 1] = 1, i * k + k - 1
-                nrefs[i, k - 1] = m
-                if after < 0:
-                    succ[last] = m
-                m += 1
-            continue
-        found = False
-        for dd in range(min(search, n - 1 - i) + 1):
-            if _stacks_equal(nxt, i, obs, i + dd, 0):
-                nrefs[i, :] = orefs[i + dd, :]
-                d = dd
-                found = True
-                break
-        if not found:
-            m = _store_whole(nxt, 1, i, nrefs, src, m)
+        elif i > 0 and _stacks_equal(nxt, i, nxt, i - 1, 1):
+            m = _continue(obs, nxt, i, nrefs[i - 1], 1, src, nrefs, succ, m)
+        else:
+            found = False
+            for dd in range(min(search, n - 1 - i) + 1):
+                if _stacks_equal(nxt, i, obs, i + dd, 0):
+                    nrefs[i, :] = orefs[i + dd, :]
+                    d, found = dd, True
+                    break
+            for s in range(1, k):  # its own obs, s steps later
+                if found:
+                    break
+                if _stacks_equal(nxt, i, obs, i, s):
+                    m = _continue(obs, nxt, i, orefs[i], s, src, nrefs, succ, m)
+                    found = True
+            if not found:
+                m = _store_whole(nxt, 1, i, nrefs, src, m)
     return m
+
+
+def _gather_py(obs, nxt, src, out):
+    """out[m] = the frame src[m] names, for every m."""
+    for m in range(out.shape[0]):
+        out[m, :] = _frame_of(obs, nxt, src, m)
 
 
 if HAVE_NUMBA:
@@ -176,16 +209,24 @@ if HAVE_NUMBA:
     _stacks_equal = numba.njit(**_KW)(_stacks_equal_py)
     _frame_of = numba.njit(**_KW)(_frame_of)
     _store_whole = numba.njit(**_KW)(_store_whole)
+    _continue = numba.njit(**_KW)(_continue)
     _encode = numba.njit(**_KW)(_encode_py)
+    _gather = numba.njit(**_KW)(_gather_py)
 else:  # pragma: no cover - exercised only where numba is absent
     _frames_equal, _stacks_equal = _frames_equal_np, _stacks_equal_np
     _encode = _encode_py
+
+    def _gather(obs, nxt, src, out):
+        k = obs.shape[1]
+        which, row = src[:, 0] == 0, src[:, 1]
+        out[which] = obs[row[which] // k, row[which] % k]
+        out[~which] = nxt[row[~which] // k, row[~which] % k]
 
 
 def _words(stacks: np.ndarray) -> np.ndarray:
     """(n, k, w) view of the stacks' frames as the widest words that divide a frame."""
     n, k = stacks.shape[:2]
-    raw = np.ascontiguousarray(stacks).reshape(n, k, -1).view(np.uint8)
+    raw = np.ascontiguousarray(stacks).reshape(n, k, math.prod(stacks.shape[2:])).view(np.uint8)
     nbytes = raw.shape[2]
     for word in (np.uint64, np.uint32, np.uint16):
         if nbytes % np.dtype(word).itemsize == 0:
@@ -213,13 +254,9 @@ def encode_stacks(obs: np.ndarray, next_obs: np.ndarray) -> tuple[np.ndarray, ..
     nrefs = np.empty((n, k), np.int64)
     succ = np.full(2 * n * k, -1, np.int64)
     m = int(_encode(ow, xw, SEARCH, src, orefs, nrefs, succ)) if n else 0
-    src = src[:m]
     frames = np.empty((m, *frame_shape), obs.dtype)
-    from_obs = src[:, 0] == 0
-    flat_obs = obs.reshape(n * k, *frame_shape)
-    flat_next = next_obs.reshape(n * k, *frame_shape)
-    frames[from_obs] = flat_obs[src[from_obs, 1]]
-    frames[~from_obs] = flat_next[src[~from_obs, 1]]
+    if m:
+        _gather(ow, xw, src[:m], frames.reshape(m, -1).view(np.uint8).view(ow.dtype))
     return frames, orefs.astype(np.int32), nrefs.astype(np.int32)
 
 
