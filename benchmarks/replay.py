@@ -26,6 +26,14 @@ so all pay the same memory-allocation pattern. cpprb's
 ``PrioritizedReplayBuffer`` runs the same workload when importable (its adds
 are split at the ring end to avoid its wrap-around bug).
 
+- stacked (``replay_frames.py``): capacity 2^17, uint8 (4, 84, 84) frame
+  stacks of real n-step fragments, stored whole vs each frame once; memory
+  per item, wire bytes per transition, cycle rates.
+
+``--baseline-replay PATH`` times another version's ``ReplayShard`` (its
+``replay.py``, e.g. from ``git show REV:apex_dask/algo/replay.py``) beside
+the vector variant.
+
 Also measured: drift (100k random priority updates, then every tree node
 against a full rebuild) and the cold start in a fresh process (import plus
 the first add/sample/update, numba cache warm).
@@ -80,9 +88,11 @@ def make_batch(rng: np.random.Generator, n: int, obs_shape: tuple, obs_dtype) ->
 
 
 class Ours:
-    def __init__(self, capacity: int, seed: int, backend: str = "auto") -> None:
-        self.shard = ReplayShard(capacity, alpha=ALPHA, eps=EPS, seed=seed, backend=backend)
-        self.name = "ours" if backend == "auto" else f"ours-{backend}"
+    def __init__(
+        self, capacity: int, seed: int, backend: str = "auto", cls=ReplayShard, name=None
+    ) -> None:
+        self.shard = cls(capacity, alpha=ALPHA, eps=EPS, seed=seed, backend=backend)
+        self.name = name or ("ours" if backend == "auto" else f"ours-{backend}")
 
     def prefill(self, chunk: dict, prios: np.ndarray) -> None:
         self.shard.add(chunk, priorities=prios)
@@ -248,7 +258,7 @@ def run_variant(name: str, capacity: int, obs_shape: tuple, obs_dtype, args, rng
     ours = Ours(capacity, seed=1)
     build(ours, capacity, chunk, rng)
     # The image floor works in the shard's own obs arrays (7.4 GB each way otherwise).
-    borrow = {k: ours.shard._storage[k] for k in ("obs", "next_obs")} if image else None
+    borrow = {k: ours.shard._store.arrays[k] for k in ("obs", "next_obs")} if image else None
     floor = Floor(capacity, chunk, rng, borrow)
     if not image:
         build(floor, capacity, chunk, rng)
@@ -257,6 +267,10 @@ def run_variant(name: str, capacity: int, obs_shape: tuple, obs_dtype, args, rng
         fallback = Ours(capacity, seed=2, backend="numpy")
         build(fallback, capacity, chunk, rng)
         impls.append(fallback)
+    if not image and args.baseline_replay:  # an older ReplayShard, interleaved
+        before = Ours(capacity, seed=1, cls=_load_shard_class(args.baseline_replay), name="before")
+        build(before, capacity, chunk, rng)
+        impls.append(before)
     separate_cpprb = image  # 7.4 GB per buffer: cpprb runs after ours is freed
     if cpprb is not None and not separate_cpprb:
         cp = Cpprb(capacity, chunk)
@@ -280,7 +294,20 @@ def run_variant(name: str, capacity: int, obs_shape: tuple, obs_dtype, args, rng
     out["ours_time_over_floor"] = {op: rates["floor"][op] / rates["ours"][op] for op in OPS}
     if "cpprb" in rates:
         out["ours_rate_over_cpprb"] = {op: rates["ours"][op] / rates["cpprb"][op] for op in OPS}
+    if "before" in rates:
+        out["ours_rate_over_before"] = {op: rates["ours"][op] / rates["before"][op] for op in OPS}
     return out
+
+
+def _load_shard_class(path: str):
+    """``ReplayShard`` from another version's ``replay.py`` (e.g. ``git show REV:...``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("replay_before", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.ReplayShard
 
 
 def drift_check(n_updates: int, rng) -> dict:
@@ -344,7 +371,7 @@ def cold_start() -> dict:
 
 def print_table(name: str, res: dict) -> None:
     rates = res["ops_per_s"]
-    cols = [c for c in ("ours", "cpprb", "floor", "ours-numpy") if c in rates]
+    cols = [c for c in ("ours", "before", "cpprb", "floor", "ours-numpy") if c in rates]
     print(f"\n{name}: capacity {res['capacity']}, obs {res['obs']}")
     print(
         f"{'op':8s}"
@@ -365,6 +392,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--skip-image", action="store_true", help="skip the 7.4 GB image variant")
     ap.add_argument(
         "--skip-image-cpprb", action="store_true", help="skip cpprb in the image variant"
+    )
+    ap.add_argument("--skip-vector", action="store_true", help="skip the vector variant")
+    ap.add_argument(
+        "--skip-stacked", action="store_true", help="skip the frame-stacked variant (~10 GB)"
+    )
+    ap.add_argument("--stacked-capacity", type=int, default=1 << 17)
+    ap.add_argument(
+        "--baseline-replay",
+        metavar="PATH",
+        help="a replay.py of another version, timed beside the vector variant",
     )
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -390,17 +427,37 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if cpprb is None:
         print("cpprb is not importable: its column is skipped (pip install cpprb)")
-    result["vector"] = run_variant("vector", 1 << 20, (8,), np.float32, args, rng)
-    print_table("vector", result["vector"])
+    targets = {}
+    if not args.skip_vector:
+        result["vector"] = run_variant("vector", 1 << 20, (8,), np.float32, args, rng)
+        print_table("vector", result["vector"])
+        v = result["vector"]["ops_per_s"]
+        targets["vector cycle <= 4x floor time"] = v["floor"]["cycle"] / v["ours"]["cycle"] <= 4.0
+        if "cpprb" in v:
+            targets["vector cycle >= 2x cpprb"] = v["ours"]["cycle"] / v["cpprb"]["cycle"] >= 2.0
+        if "before" in v:
+            targets["vector cycle within 5% of before"] = (
+                v["ours"]["cycle"] / v["before"]["cycle"] >= 0.95
+            )
     if not args.skip_image:
         result["image"] = run_variant("image", 1 << 17, (84, 84, 4), np.uint8, args, rng)
         print_table("image", result["image"])
+    if not args.skip_stacked:
+        import replay_frames
+
+        result["stacked"] = replay_frames.run_stacked(args, rng)
+        replay_frames.print_stacked(result["stacked"])
+        st = result["stacked"]
+        targets["stacked dedup cycle >= 0.8x full-stack cycle"] = (
+            st["rate_over_full"]["dedup"]["cycle"] >= 0.8
+        )
+        targets["wire <= 1.3 frames per transition"] = (
+            st["wire"]["frames_per_transition_compact"] <= 1.3
+        )
+        mem = st["memory_bytes_per_item"]["atari (4,84,84) uint8"]["dedup"]
+        targets["stacked bytes per item <= 1.25 frames + 64"] = mem <= 1.25 * 84 * 84 + 64
     result["drift"] = drift_check(100_000, rng)
     result["cold_start"] = cold_start()
-    v = result["vector"]["ops_per_s"]
-    targets = {"vector cycle <= 4x floor time": v["floor"]["cycle"] / v["ours"]["cycle"] <= 4.0}
-    if "cpprb" in v:
-        targets["vector cycle >= 2x cpprb"] = v["ours"]["cycle"] / v["cpprb"]["cycle"] >= 2.0
     if "image" in result:
         im = result["image"]["ops_per_s"]
         targets["image cycle within 1.3x floor time"] = (

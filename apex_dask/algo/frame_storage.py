@@ -28,13 +28,24 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from apex_dask.algo.frame_codec import COMPACT_KEYS, encode_stacks, is_compact, split_compact
-from apex_dask.algo.replay_storage import Schema
+from apex_dask.algo.replay_storage import ItemStorage, Schema, check_required, schema_of
 
-__all__ = ["FRAMES_PER_ITEM", "REF_KEYS", "FrameStore", "split_stacked", "stacked_schema"]
+if TYPE_CHECKING:
+    from apex_dask.algo.replay import ReplayShard
+
+__all__ = [
+    "FRAMES_PER_ITEM",
+    "REF_KEYS",
+    "FrameStore",
+    "add_stacked",
+    "split_stacked",
+    "stacked_schema",
+]
 
 REF_KEYS = {"obs_refs": "obs", "next_obs_refs": "next_obs"}
 """The item keys holding the ring slots of each stacked key's frames."""
@@ -216,3 +227,48 @@ def split_stacked(
 def stacked_schema(item_schema: Schema, stacked: tuple[np.dtype, tuple[int, ...]]) -> Schema:
     """The schema users see: ``obs``/``next_obs`` as ``stacked`` in place of their refs."""
     return {REF_KEYS.get(k, k): stacked if k in REF_KEYS else v for k, v in item_schema.items()}
+
+
+def add_stacked(
+    shard: ReplayShard, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None
+) -> tuple[np.ndarray, int, float | None]:
+    """:meth:`ReplayShard.add <apex_dask.algo.replay.ReplayShard.add>` of a frame-stacked shard.
+
+    Encodes (or checks) the batch, writes its frames to the ring and its items
+    (with their frames' ring slots) to the item storage, then evicts items
+    whose frames were overwritten. Returns the slots (-1: not stored), the
+    number of items and the largest priority given (None without priorities).
+    """
+    k, fs = shard.frame_stack, shard._frames
+    frames, orefs, nrefs, items = split_stacked(batch, k)
+    stacked = (frames.dtype, (k, *frames.shape[1:]))
+    if shard._store is None:
+        check_required(REF_KEYS.get(key, key) for key in items)
+        store = ItemStorage(shard.capacity, schema_of(items))
+    else:
+        store = shard._store
+        if stacked != shard._schema["obs"]:
+            raise ValueError(
+                f"frames make stacks {stacked[0]}{list(stacked[1])}, "
+                f"the schema says {shard._schema['obs'][0]}{list(shard._schema['obs'][1])}"
+            )
+    n, arrays = store.check(items)
+    p, top = (None, None) if priorities is None else shard._check_priorities(priorities, n, "add")
+    if shard._store is None:
+        shard._store = store
+        shard._schema = stacked_schema(store.schema, stacked)
+        fs.allocate(frames.shape[1:], frames.dtype)
+    if n == 0:
+        return np.zeros(0, np.int64), 0, top
+    frames, orefs, nrefs, first = fs.fit(frames, orefs, nrefs, shard.capacity)
+    if first:
+        arrays = {key: v[first:] for key, v in arrays.items()}
+        p = None if p is None else p[first:]
+    arrays = dict(arrays)
+    arrays["obs_refs"], arrays["next_obs_refs"] = fs.write(frames, orefs, nrefs)
+    slots = shard._write(arrays, p, n - first)
+    live = fs.commit(n - first, shard._size)
+    if live < shard._size:
+        shard._clear((shard._pos - shard._size) % shard.capacity, shard._size - live)
+        shard._size = live
+    return (np.concatenate([np.full(first, -1, np.int64), slots]) if first else slots), n, top

@@ -10,20 +10,25 @@ priorities and the sampling.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from apex_dask.algo.frame_codec import decode_batch, is_compact
-from apex_dask.algo.frame_storage import REF_KEYS, FrameStore, split_stacked, stacked_schema
+from apex_dask.algo.frame_codec import decode_batch
+from apex_dask.algo.frame_storage import REF_KEYS, FrameStore, add_stacked
 from apex_dask.algo.replay_checkpoint import load_shard_state, shard_state
-from apex_dask.algo.replay_storage import ItemStorage, Schema, schema_of
+from apex_dask.algo.replay_storage import (
+    REQUIRED_KEYS,
+    ItemStorage,
+    Schema,
+    check_required,
+    schema_of,
+)
 from apex_dask.algo.sumtree import SumMinTree
 
 __all__ = ["REQUIRED_KEYS", "ReplayShard", "ReplaySample"]
 
-REQUIRED_KEYS: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done")
 _COUNTERS = ("added", "sampled", "updated")
 _TIMERS = ("add_s", "sample_s", "update_s")
 
@@ -182,62 +187,36 @@ class ReplayShard:
         """
         t0 = time.perf_counter()
         if self._frames is not None:
-            return self._add_stacked(batch, priorities, t0)
-        if is_compact(batch):
-            batch = decode_batch(batch)
-        if self._store is None:
-            _check_required(batch)
-        store = self._store or ItemStorage(self.capacity, schema_of(batch))
-        n, arrays = store.check(batch)
-        p, top = (None, 0.0) if priorities is None else self._check_priorities(priorities, n, "add")
-        if self._store is None:  # a rejected first batch fixes no schema
-            self._store, self._schema = store, store.schema
-        slots = self._write(arrays, p, n)
-        self._finish_add(n, p, top, t0)
-        return slots
-
-    def _add_stacked(self, batch: Mapping[str, np.ndarray], priorities, t0: float) -> np.ndarray:
-        k, fs = self.frame_stack, self._frames
-        frames, orefs, nrefs, items = split_stacked(batch, k)
-        stacked = (frames.dtype, (k, *frames.shape[1:]))
-        if self._store is None:
-            _check_required(REF_KEYS.get(key, key) for key in items)
-            store = ItemStorage(self.capacity, schema_of(items))
+            slots, n, top = add_stacked(self, batch, priorities)
         else:
+            if "frames" in batch:
+                batch = decode_batch(batch)
             store = self._store
-            if stacked != self._schema["obs"]:
-                raise ValueError(
-                    f"frames make stacks {stacked[0]}{list(stacked[1])}, "
-                    f"the schema says {self._schema['obs'][0]}{list(self._schema['obs'][1])}"
-                )
-        n, arrays = store.check(items)
-        p, top = (None, 0.0) if priorities is None else self._check_priorities(priorities, n, "add")
-        if self._store is None:
-            self._store = store
-            self._schema = stacked_schema(store.schema, stacked)
-            fs.allocate(frames.shape[1:], frames.dtype)
-        if n == 0:
-            self._finish_add(0, p, top, t0)
-            return np.zeros(0, np.int64)
-        frames, orefs, nrefs, first = fs.fit(frames, orefs, nrefs, self.capacity)
-        if first:
-            arrays = {key: v[first:] for key, v in arrays.items()}
-            p = None if p is None else p[first:]
-        arrays = dict(arrays)
-        arrays["obs_refs"], arrays["next_obs_refs"] = fs.write(frames, orefs, nrefs)
-        slots = self._write(arrays, p, n - first)
-        live = fs.commit(n - first, self._size)
-        if live < self._size:
-            self._clear((self._pos - self._size) % self.capacity, self._size - live)
-            self._size = live
-        self._finish_add(n, p, top, t0)
-        return np.concatenate([np.full(first, -1, np.int64), slots]) if first else slots
-
-    def _finish_add(self, n: int, p: np.ndarray | None, top: float, t0: float) -> None:
-        if p is not None:
+            if store is None:  # a rejected first batch fixes no schema
+                check_required(batch)
+                store = ItemStorage(self.capacity, schema_of(batch))
+            n, arrays = store.check(batch)
+            p, top = (
+                (None, None) if priorities is None else self._check_priorities(priorities, n, "add")
+            )
+            self._store, self._schema = store, store.schema
+            pos = self._pos
+            end = pos + n
+            if end < self.capacity:  # the common case, inline: one slice per key
+                slots = np.arange(pos, end, dtype=np.int64)
+                dst = store.arrays
+                for k, a in arrays.items():
+                    dst[k][pos:end] = a
+                self._set_priorities_range(pos, p, n)
+                self._pos = end
+                self._size = self._filled = min(self.capacity, self._size + n)
+            else:
+                slots = self._write(arrays, p, n)
+        if top is not None:
             self._raise_max(top)
         self._counts["added"] += n
         self._times["add_s"] += time.perf_counter() - t0
+        return slots
 
     def _write(self, arrays: Mapping[str, np.ndarray], p: np.ndarray | None, n: int) -> np.ndarray:
         """Items and priorities to the next ``n`` slots; returns the slots."""
@@ -387,13 +366,6 @@ class ReplayShard:
         (``ValueError``).
         """
         load_shard_state(self, state)
-
-
-def _check_required(keys: Iterable[str]) -> None:
-    keys = set(keys)
-    missing = [k for k in REQUIRED_KEYS if k not in keys]
-    if missing:
-        raise ValueError(f"batch lacks required key(s) {missing}; it has {sorted(keys)}")
 
 
 def _restore(args: tuple, backend: str, state: dict) -> ReplayShard:

@@ -7,11 +7,14 @@ frame-stacked observations in :mod:`apex_dask.algo.frame_storage`. Pure numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["ItemStorage", "Schema", "schema_of"]
+__all__ = ["REQUIRED_KEYS", "ItemStorage", "Schema", "check_required", "schema_of"]
+
+REQUIRED_KEYS: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done")
+"""Keys every batch added to a replay shard must have."""
 
 PACK_BYTES = 128
 """Keys up to this many bytes per item are stored in one record array."""
@@ -29,6 +32,14 @@ def schema_of(arrays: Mapping[str, np.ndarray]) -> Schema:
             raise ValueError(f"batch[{k!r}] must have a first (batch) dimension")
         schema[k] = (a.dtype, a.shape[1:])
     return schema
+
+
+def check_required(keys: Iterable[str]) -> None:
+    """``ValueError`` naming the :data:`REQUIRED_KEYS` missing from ``keys``."""
+    keys = set(keys)
+    missing = [k for k in REQUIRED_KEYS if k not in keys]
+    if missing:
+        raise ValueError(f"batch lacks required key(s) {missing}; it has {sorted(keys)}")
 
 
 class ItemStorage:
