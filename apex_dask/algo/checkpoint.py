@@ -1,36 +1,104 @@
-"""Checkpoint directories, written atomically.
+"""Checkpoint directories: numpy ``.npz`` and JSON only, checksummed, written atomically.
 
-A checkpoint is a directory holding one pickle file per named part (state
-dicts of plain dicts and numpy arrays: the learner, each replay shard, ...)
-and a ``metadata.json``::
+Nothing in a checkpoint is unpickled: a part is one ``.npz`` file loaded with
+``allow_pickle=False``, holding the part's arrays and, as the array
+``__tree__``, a JSON description of its nesting (dicts with any str/int keys,
+lists, numbers, strings, None). A ``manifest.json`` lists every part with its
+file's SHA-256 and size, plus the caller's metadata::
 
-    save_checkpoint("runs/x/checkpoint", {"learner": learner.state_dict(),
-                                          "shard_0": shard.state_dict()},
+    save_checkpoint("runs/x/ckpt", {"learner": learner.state_dict(),
+                                    "shard_0": shard.state_dict()},
                     metadata={"timesteps": 12_345, "config": cfg.to_dict()})
-    parts, metadata = load_checkpoint("runs/x/checkpoint")
+    parts, metadata = load_checkpoint("runs/x/ckpt")
 
-The directory is first written next to its destination under a temporary
-name, every file flushed to disk, then renamed into place, so a crash leaves
-either the previous checkpoint or the new one, never a half-written one. An
-existing checkpoint at the destination is moved aside first and deleted
-after the rename. Only load checkpoints you trust: parts are pickles.
+Parts written by other processes (each replay shard actor writes its own)
+join through a :class:`StagedCheckpoint`: it stages a hidden directory next
+to the destination, :func:`write_part` fills it from anywhere that sees the
+same filesystem, and :meth:`StagedCheckpoint.commit` writes the manifest,
+fsyncs and renames the directory into place. A crash at any moment leaves
+the previous complete checkpoint (a directory with a manifest) and at most a
+hidden temporary one. Any problem on load (a missing, truncated or altered
+file, a foreign format) raises :class:`CheckpointError`, one line naming the
+file and the problem.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
-import pickle
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["save_checkpoint", "load_checkpoint", "METADATA_FILE"]
+import numpy as np
 
-METADATA_FILE = "metadata.json"
-_SUFFIX = ".pkl"
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "CheckpointError",
+    "StagedCheckpoint",
+    "load_checkpoint",
+    "read_manifest",
+    "read_part",
+    "save_checkpoint",
+    "write_part",
+]
+
+FORMAT = "apex-dask-checkpoint/1"
+MANIFEST = "manifest.json"
+_TREE = "__tree__"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be written or read; the message is one line."""
+
+
+# -- trees <-> (JSON, arrays) ---------------------------------------------------
+def _encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(obj, np.ndarray | np.generic) and not isinstance(obj, np.str_):
+        name = f"a{len(arrays)}"
+        arr = np.asarray(obj)
+        if arr.dtype == object:
+            raise CheckpointError(f"object arrays cannot be checkpointed (key {name})")
+        arrays[name] = arr
+        return {"__array__": name}
+    if hasattr(obj, "detach") and hasattr(obj, "cpu"):  # a torch tensor
+        return _encode(obj.detach().cpu().numpy(), arrays)
+    if isinstance(obj, Mapping):
+        items = [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]
+        return {"__dict__": items}
+    if isinstance(obj, list | tuple):
+        return {"__list__": [_encode(v, arrays) for v in obj], "tuple": isinstance(obj, tuple)}
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    raise CheckpointError(f"cannot checkpoint a value of type {type(obj).__name__}")
+
+
+def _decode(obj: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    if isinstance(obj, dict):
+        if "__array__" in obj:
+            arr = arrays[obj["__array__"]]
+            return arr[()] if arr.ndim == 0 else arr
+        if "__dict__" in obj:
+            return {_decode(k, arrays): _decode(v, arrays) for k, v in obj["__dict__"]}
+        if "__list__" in obj:
+            values = [_decode(v, arrays) for v in obj["__list__"]]
+            return tuple(values) if obj.get("tuple") else values
+        raise ValueError(f"unknown node {sorted(obj)}")
+    return obj
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -40,62 +108,137 @@ def _fsync_write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _check_name(name: str) -> None:
+    if not name or name != Path(name).name or name.startswith(".") or name == "manifest":
+        raise ValueError(f"invalid checkpoint part name {name!r}")
+
+
+def write_part(directory: str | os.PathLike[str], name: str, tree: Any) -> dict[str, Any]:
+    """Write ``tree`` as ``directory/name.npz`` (fsynced); its manifest entry.
+
+    The entry (``file``, ``sha256``, ``bytes``) goes to
+    :meth:`StagedCheckpoint.commit` via :meth:`StagedCheckpoint.add_entry`.
+    """
+    _check_name(name)
+    arrays: dict[str, np.ndarray] = {}
+    spec = json.dumps(_encode(tree, arrays))
+    arrays[_TREE] = np.frombuffer(spec.encode(), dtype=np.uint8)
+    path = Path(directory) / f"{name}.npz"
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"file": path.name, "sha256": _sha256(path), "bytes": path.stat().st_size}
+
+
+def read_part(directory: str | os.PathLike[str], entry: Mapping[str, Any]) -> Any:
+    """The tree of one manifest ``entry``, after checking its size and checksum."""
+    path = Path(directory) / str(entry["file"])
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (the checkpoint is incomplete)")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise CheckpointError(f"{path}: {size} bytes, the manifest says {entry['bytes']}")
+    if _sha256(path) != entry["sha256"]:
+        raise CheckpointError(f"{path}: checksum mismatch (the file was altered or corrupted)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        spec = json.loads(arrays.pop(_TREE).tobytes().decode())
+        return _decode(spec, arrays)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, io.UnsupportedOperation) as exc:
+        raise CheckpointError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+
+
+class StagedCheckpoint:
+    """A checkpoint being written into a hidden directory beside ``dest``."""
+
+    def __init__(self, dest: str | os.PathLike[str]) -> None:
+        self.dest = Path(dest)
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-", dir=self.dest.parent))
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def add_part(self, name: str, tree: Any) -> dict[str, Any]:
+        """Write one part from this process."""
+        entry = write_part(self.path, name, tree)
+        self.entries[name] = entry
+        return entry
+
+    def add_entry(self, name: str, entry: Mapping[str, Any]) -> None:
+        """Record a part another process wrote into :attr:`path` with :func:`write_part`."""
+        _check_name(name)
+        if not (self.path / str(entry["file"])).is_file():
+            raise CheckpointError(
+                f"{self.path / str(entry['file'])}: part {name!r} was not written"
+            )
+        self.entries[name] = dict(entry)
+
+    def commit(self, metadata: Mapping[str, Any] | None = None) -> Path:
+        """Write the manifest, then move the directory into place (replacing ``dest``)."""
+        manifest = {"format": FORMAT, "parts": self.entries, "metadata": dict(metadata or {})}
+        text = json.dumps(manifest, indent=1, default=str)
+        _fsync_write(self.path / MANIFEST, text.encode())
+        old = None
+        if self.dest.exists():
+            old = self.dest.parent / f".{self.dest.name}.old-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.dest, old)
+        os.replace(self.path, self.dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        dir_fd = os.open(self.dest.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return self.dest
+
+    def abort(self) -> None:
+        """Remove what was staged."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 def save_checkpoint(
     path: str | os.PathLike[str],
     parts: Mapping[str, Any],
     *,
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``parts`` (name -> picklable object) and ``metadata`` (JSON) to directory ``path``.
+    """Write ``parts`` (name -> tree of arrays, numbers, strings) and ``metadata`` (JSON).
 
-    Part names must be plain file names (letters, digits, ``_``, ``-``, ``.``).
-    Returns the checkpoint's path.
+    Part names must be plain file names. Returns the checkpoint's path.
     """
-    dest = Path(path)
     for name in parts:
-        if not name or name != Path(name).name or name.startswith(".") or name == "metadata":
-            raise ValueError(f"invalid checkpoint part name {name!r}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+        _check_name(name)
+    staged = StagedCheckpoint(path)
     try:
-        for name, obj in parts.items():
-            _fsync_write(
-                tmp / f"{name}{_SUFFIX}", pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-            )
-        meta = {"parts": sorted(parts), **dict(metadata or {})}
-        _fsync_write(tmp / METADATA_FILE, json.dumps(meta, indent=2, default=str).encode())
-        old = None
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        dir_fd = os.open(dest.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        for name, tree in parts.items():
+            staged.add_part(name, tree)
+        return staged.commit(metadata)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staged.abort()
         raise
-    return dest
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of the checkpoint at ``path`` (:class:`CheckpointError` if none)."""
+    src = Path(path)
+    manifest_path = src / MANIFEST
+    if not manifest_path.is_file():
+        raise CheckpointError(f"{src}: not a checkpoint (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{manifest_path}: unreadable ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"{manifest_path}: format {found!r}, expected {FORMAT!r}")
+    return manifest
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(parts, metadata)`` from a directory written by :func:`save_checkpoint`.
-
-    Raises ``FileNotFoundError`` naming the path if it is not a checkpoint.
-    """
-    src = Path(path)
-    meta_path = src / METADATA_FILE
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {str(src)!r} (missing {METADATA_FILE})")
-    metadata = json.loads(meta_path.read_text())
-    parts = {}
-    for name in metadata.get("parts", []):
-        with open(src / f"{name}{_SUFFIX}", "rb") as f:
-            parts[name] = pickle.load(f)
-    return parts, metadata
+    """``(parts, metadata)`` of the checkpoint at ``path``, every file verified."""
+    manifest = read_manifest(path)
+    parts = {name: read_part(path, entry) for name, entry in manifest["parts"].items()}
+    return parts, manifest["metadata"]
