@@ -8,6 +8,7 @@ checked against its annotation, and reading field docstrings from source.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from typing import Any
 
@@ -51,6 +52,8 @@ def is_section(root: Any, dotted: str) -> bool:
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> None:
     """Set ``key`` (dotted) in the nested ``tree``; unknown keys name a close match in ``names``."""
+    if not isinstance(key, str):
+        raise ConfigError(f"config key {key!r} must be a string such as 'replay.alpha'")
     if key.startswith("env.env_kwargs."):
         if isinstance(value, str):
             import yaml
@@ -137,7 +140,13 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{name}={value!r} is invalid: must be a number")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{name}={value!r} is invalid: must be a finite number")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{name}={value!r} is invalid: must be a string")
@@ -153,6 +162,9 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{name}={value!r} is invalid: must be a mapping")
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise ConfigError(f"{name} key {bad[0]!r} is invalid: keys must be strings")
         return dict(value)
     return value
 

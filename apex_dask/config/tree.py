@@ -16,7 +16,9 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,7 +230,7 @@ class ApexConfig:
     @classmethod
     def preset(cls, name: str) -> ApexConfig:
         """A named preset: one of :data:`PRESETS`."""
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ConfigError(
                 f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}"
             )
@@ -252,11 +254,15 @@ class ApexConfig:
         """Load a YAML file (nested sections, dotted keys, optional ``preset``)."""
         import yaml
 
+        if not isinstance(path, str | os.PathLike):
+            raise ConfigError(f"config file must be a path, got {path!r}")
         path = Path(path)
         try:
             text = path.read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {str(path)!r} is not a UTF-8 text file") from None
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
@@ -270,6 +276,10 @@ class ApexConfig:
         String values (from ``--set key=value``) are parsed as YAML scalars and
         then checked against the field's type.
         """
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(
+                f"overrides must be a mapping of dotted keys to values, got {overrides!r}"
+            )
         tree = self.to_dict()
         for key, value in overrides.items():
             set_dotted(tree, key, value, list(_FIELD_DOCS))

@@ -1,28 +1,89 @@
-"""Checks of a whole :class:`~apex_dask.config.ApexConfig`, run when one is built."""
+"""Checks of a whole :class:`~apex_dask.config.ApexConfig`, run when one is built.
+
+First every field's type, walking the dataclass tree (so a config built in
+Python, ``ApexConfig(seed="x")``, fails like a YAML one: one ``ConfigError``
+naming the field); every number must be finite. Then the ranges and the
+relations between fields.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+import typing
 from typing import Any
 
 from apex_dask.config.plumbing import ConfigError
 
-__all__ = ["validate"]
+__all__ = ["check_types", "validate"]
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+def _type_error(name: str, value: Any, tp: Any) -> str | None:
+    """Why ``value`` does not fit the annotation ``tp`` (None: it fits)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        return _type_error(name, value, next(a for a in args if a is not type(None)))
+    if tp is bool:
+        return None if isinstance(value, bool) else "must be true or false"
+    if tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else "must be an integer"
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "must be a number"
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            finite = False
+        return None if finite else "must be a finite number"
+    if tp is str:
+        return None if isinstance(value, str) else "must be a string"
+    if origin is tuple:
+        if not isinstance(value, tuple | list):
+            return "must be a tuple of integers, e.g. (256, 256)"
+        return next((e for v in value if (e := _type_error(name, v, args[0]))), None)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            return "must be a mapping"
+        return next((f"key {k!r} must be a string" for k in value if not isinstance(k, str)), None)
+    return None
+
+
+def check_types(node: Any, prefix: str = "") -> None:
+    """Raise a :class:`ConfigError` for the first field of the tree ``node`` whose value
+    does not fit its annotation (a section that is not its dataclass included)."""
+    hints = typing.get_type_hints(type(node))
+    for f in dataclasses.fields(node):
+        name, tp, value = f"{prefix}{f.name}", hints[f.name], getattr(node, f.name)
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, tp):
+                raise ConfigError(f"{name} must be a {tp.__name__} section, got {value!r}")
+            check_types(value, name + ".")
+            continue
+        why = _type_error(name, value, tp)
+        if why is not None:
+            raise ConfigError(f"{name}={value!r} is invalid: {why}")
 
 
 def validate(cfg: Any) -> None:
     """Raise one :class:`ConfigError` naming the first invalid field of ``cfg``."""
+    check_types(cfg)
     r, lr, w = cfg.replay, cfg.learner, cfg.workers
 
     def bad(name: str, value: Any, allowed: str) -> ConfigError:
         return ConfigError(f"{name}={value!r} is invalid: {allowed}")
 
     def positive(name: str, value: Any) -> None:
-        if value is None or value <= 0:
+        if value is None or not value > 0:
             raise bad(name, value, "must be > 0")
 
     def nonneg(name: str, value: Any) -> None:
-        if value is None or value < 0:
+        if value is None or not value >= 0:
             raise bad(name, value, "must be >= 0")
 
     def unit(name: str, value: float, lo_open: bool = False) -> None:
@@ -74,7 +135,7 @@ def validate(cfg: Any) -> None:
                 f"must be <= learner.max_replay_ratio ({lr.max_replay_ratio}); "
                 "lower it or unset it with learner.min_replay_ratio=null",
             )
-    if not (lr.device in ("auto", "cpu", "cuda") or lr.device.startswith("cuda:")):
+    if not _DEVICE.match(lr.device):
         raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     positive("learner.num_threads", lr.num_threads)
     hook = lr.before_learn_on_batch
