@@ -18,6 +18,7 @@ from apex_dask.config.plumbing import ConfigError
 from apex_dask.config.presets import PRESETS
 from apex_dask.config.tree import (
     ApexConfig,
+    CheckpointConfig,
     EnvConfig,
     EnvWorkersConfig,
     EvalConfig,
@@ -31,6 +32,7 @@ from apex_dask.config.tree import (
 __all__ = [
     "PRESETS",
     "ApexConfig",
+    "CheckpointConfig",
     "ConfigError",
     "EnvConfig",
     "EnvWorkersConfig",

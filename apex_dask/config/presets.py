@@ -22,6 +22,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "workers": {"num_workers": 8, "rollout_fragment_length": 50},
         "eval": {"interval_s": 60.0, "episodes": 5},
         "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
+        "checkpoint": {"interval_s": 600.0},
     },
     # CartPole-v1 sized for a 2-core machine.
     "cartpole": {
@@ -38,5 +39,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
         "eval": {"interval_s": 1.0, "episodes": 10},
         "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
+        "checkpoint": {"interval_s": 60.0},
     },
 }

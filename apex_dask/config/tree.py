@@ -36,6 +36,7 @@ from apex_dask.config.validate import validate
 
 __all__ = [
     "ApexConfig",
+    "CheckpointConfig",
     "ConfigError",
     "EnvConfig",
     "EnvWorkersConfig",
@@ -187,6 +188,20 @@ class TopologyConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints of a run with an output folder (``--out DIR``: ``DIR/checkpoints/``)."""
+
+    interval_s: float = 1800.0
+    """Write a checkpoint every this many seconds of wall time (also at the end, on
+    Ctrl-C and on SIGTERM/SIGUSR1). 0 disables the periodic ones."""
+    keep: int = 2
+    """Keep the newest this many complete checkpoints (>= 1)."""
+    grace_s: float = 120.0
+    """Seconds a preemption signal (SIGTERM/SIGUSR1) leaves to write the last checkpoint;
+    the SLURM script asks for the signal this long before the time limit."""
+
+
+@dataclass(frozen=True)
 class StopConfig:
     """When training stops; the first condition met wins. None disables one."""
 
@@ -220,6 +235,8 @@ class ApexConfig:
     """Placement on the cluster."""
     stop: StopConfig = field(default_factory=StopConfig)
     """Stop conditions."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints: how often, how many kept."""
     seed: int = 0
     """Base seed; each worker and shard derives its own from it."""
 

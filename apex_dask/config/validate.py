@@ -157,6 +157,9 @@ def validate(cfg: Any) -> None:
     nonneg("eval.episodes", cfg.eval.episodes)
     nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)
     nonneg("report.timesteps_per_iteration", cfg.report.timesteps_per_iteration)
+    nonneg("checkpoint.interval_s", cfg.checkpoint.interval_s)
+    positive("checkpoint.keep", cfg.checkpoint.keep)
+    positive("checkpoint.grace_s", cfg.checkpoint.grace_s)
     if cfg.topology.local_workers is not None:
         positive("topology.local_workers", cfg.topology.local_workers)
     positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
