@@ -8,15 +8,25 @@
     workers = wait_for_workers(client, n=1, timeout_s=30)
 
 Every failure raises :class:`~apex_dask.runtime.errors.ApexRuntimeError`
-whose message is one line (scheduler unreachable, scheduler file missing or
-unreadable, no workers within the wait). Clients made here talk to workers
-directly (``direct_to_workers=True``): actor calls skip the scheduler hop.
+whose message is one line (scheduler unreachable, a listener that is not a
+Dask scheduler, scheduler file missing or unreadable, no workers within the
+wait). ``connect``'s ``timeout`` bounds the whole connection: before making a
+``Client`` it opens the TCP connection and asks the peer for its identity
+over Dask's own comm, in a thread with a hard deadline (a ``Client`` pointed
+at, say, the dashboard port can hang far past its ``timeout=``, or read HTTP
+bytes as a frame length and raise ``MemoryError``). Clients made here talk to
+workers directly (``direct_to_workers=True``): actor calls skip the scheduler
+hop. :func:`shield_workers_from_ctrl_c` makes the worker processes of local
+clusters started afterwards ignore the terminal's Ctrl-C, so the driver alone
+decides how a run ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +37,7 @@ from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_s
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
-__all__ = ["connect", "start_local_cluster", "wait_for_workers"]
+__all__ = ["connect", "shield_workers_from_ctrl_c", "start_local_cluster", "wait_for_workers"]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -63,8 +73,11 @@ def connect(
                 f"scheduler file {str(path)!r} is not a Dask scheduler file ({_first_line(exc)})"
             ) from None
     assert address is not None
+    deadline = time.monotonic() + timeout
+    _probe_scheduler(address, timeout)
+    left = max(1.0, deadline - time.monotonic())
     try:
-        return Client(address, timeout=timeout, direct_to_workers=True)
+        return Client(address, timeout=left, direct_to_workers=True)
     except (OSError, TimeoutError) as exc:
         raise ApexRuntimeError(
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
@@ -72,6 +85,112 @@ def connect(
         ) from None
     except ValueError as exc:  # malformed address
         raise ApexRuntimeError(f"bad scheduler address {address!r}: {_first_line(exc)}") from None
+
+
+async def _identity(address: str, timeout: float) -> tuple[str, Any]:
+    """``("unreachable", exc)``, ``("silent", exc)`` or ``("answered", identity)``."""
+    from distributed.comm import connect as comm_connect
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.security import Security
+
+    deadline = time.monotonic() + timeout
+    scheme, loc = parse_address(address)
+    if scheme in ("tcp", "tls"):  # first: does anything listen there at all?
+        host, port = parse_host_port(loc)
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            return "unreachable", exc
+        writer.close()
+    try:
+        args = Security().get_connection_args("client")
+        left = max(0.1, deadline - time.monotonic())
+        comm = await asyncio.wait_for(comm_connect(address, timeout=left, **args), left)
+        try:
+            left = max(0.1, deadline - time.monotonic())
+            await asyncio.wait_for(comm.write({"op": "identity", "reply": True}), left)
+            reply = await asyncio.wait_for(comm.read(), max(0.1, deadline - time.monotonic()))
+        finally:
+            comm.abort()
+    except BaseException as exc:  # noqa: BLE001 - MemoryError: bytes read as a frame length
+        return "silent", exc
+    return "answered", reply
+
+
+def _probe_scheduler(address: str, timeout: float) -> None:
+    """Raise a one-line :class:`ApexRuntimeError` unless a Dask scheduler answers at
+    ``address`` within ``timeout`` seconds (the probe runs in its own thread and loop)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, loc = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            parse_host_port(loc)
+    except (ValueError, TypeError) as exc:
+        raise ApexRuntimeError(f"bad scheduler address {address!r}: {_first_line(exc)}") from None
+    box: dict[str, Any] = {}
+
+    def probe() -> None:
+        try:
+            box["out"] = asyncio.run(_identity(address, timeout))
+        except BaseException as exc:  # noqa: BLE001
+            box["out"] = ("silent", exc)
+
+    thread = threading.Thread(target=probe, name="apex-scheduler-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 2.0)
+    kind, got = box.get("out", ("silent", TimeoutError("no answer")))
+    if kind == "unreachable":
+        raise ApexRuntimeError(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+            f"({_first_line(got)}); is `dask scheduler` running there?"
+        )
+    if kind == "silent":
+        if isinstance(got, TimeoutError | asyncio.TimeoutError):
+            why = f"no answer within {timeout:g} s"
+        elif isinstance(got, MemoryError):  # its bytes were read as a frame length
+            why = "it sent bytes that are not Dask's protocol"
+        else:
+            why = _first_line(got)
+        raise ApexRuntimeError(
+            f"{address} is not a Dask scheduler: it accepted the connection but did not answer "
+            f"Dask's handshake ({why}); check the port (a scheduler usually listens on :8786, "
+            "its dashboard on :8787)"
+        )
+    kind_of_peer = got.get("type") if isinstance(got, dict) else None
+    if kind_of_peer != "Scheduler":
+        raise ApexRuntimeError(
+            f"{address} is not a Dask scheduler (it says it is a {kind_of_peer or 'something else'}); "
+            "pass the scheduler's address, e.g. tcp://host:8786"
+        )
+
+
+def shield_workers_from_ctrl_c() -> None:
+    """Worker processes of local clusters started from now on ignore SIGINT.
+
+    Ctrl-C in a terminal reaches the whole process group; the workers must
+    survive it so the driver can stop the run, fetch the weights and close
+    the cluster itself. Dask then starts worker processes through a
+    multiprocessing *forkserver* that was started while SIGINT was ignored:
+    every process forked from it (nanny restarts included) keeps ignoring it,
+    while this process keeps its own handler (only the forkserver's start,
+    a few milliseconds, runs with SIGINT ignored). A no-op outside the main
+    thread.
+    """
+    import multiprocessing.forkserver as forkserver
+    import signal
+
+    import dask
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.set_forkserver_preload([])  # never re-import the caller's __main__
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
 
 
 def wait_for_workers(client: Client, n: int = 1, timeout_s: float = 30.0) -> list[WorkerInfo]:
