@@ -57,6 +57,7 @@ class StoreRollouts:
         self.plan = plan
         self.w = plan.cfg.workers
         self.steps_total = 0
+        self.rollouts_returned = 0  # sample_into calls that returned (their rollout was stored)
         self.weight_syncs = 0
         self.window = IterationWindow()
         self.lowest = set(lowest_epsilon_workers(len(plan.slots)))
@@ -85,6 +86,7 @@ class StoreRollouts:
             self.plan.faults.env_failed(slot, exc, relaunch=True)
             return
         s: RolloutSummary = task.result()
+        self.rollouts_returned += 1
         self.steps_total += s.steps
         self.window.steps += s.steps
         slot.steps_since_sync += s.steps
@@ -280,7 +282,11 @@ class Report:
             acting_versions=[s.version for s in p.slots],
             weight_syncs=p.store.weight_syncs,
             eval_result=eval_result,
-            extra=p.faults.counters(),
+            extra={
+                **p.faults.counters(),
+                # asked of env workers and finished, dead ones' included (docs/metrics.md)
+                "flow/rollouts_sent": float(p.store.rollouts_returned + p.faults.rollouts_failed),
+            },
         )
 
     async def final(self, learner: dict) -> dict[str, float]:
