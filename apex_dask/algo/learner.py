@@ -19,6 +19,7 @@ one per update, so a weights version is the number of updates behind it.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,19 @@ from gymnasium import spaces
 from apex_dask.algo.loss import dqn_loss
 from apex_dask.algo.networks import build_q_network
 
-__all__ = ["Learner", "resolve_device", "module_weights", "to_numpy_tree", "to_torch_tree"]
+__all__ = [
+    "Learner",
+    "NonFiniteLossError",
+    "resolve_device",
+    "module_weights",
+    "to_numpy_tree",
+    "to_torch_tree",
+]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A NaN or infinite loss or gradient norm; raised before the step, so the weights
+    stay those of the last finite update. The message is one line naming the update."""
 
 
 def resolve_device(device: str) -> str:
@@ -129,7 +142,8 @@ class Learner:
         ``data`` holds ``obs, action, reward, next_obs, discount`` arrays (extra keys
         are ignored); ``weights`` the importance weights. Returns float32 |td| per
         item (computed before the step, the new priorities) and
-        ``{"loss", "mean_q", "grad_norm"}`` (norm before clipping).
+        ``{"loss", "mean_q", "grad_norm"}`` (norm before clipping). A non-finite loss or
+        gradient norm raises :class:`NonFiniteLossError` before the optimizer step.
         """
         batch = {
             "obs": self._tensor(data["obs"]),
@@ -143,6 +157,15 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
+        scalars = torch.stack([out.loss.detach(), out.mean_q, grad_norm.detach()]).cpu()
+        loss, mean_q, norm = (float(x) for x in scalars.tolist())
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            # before the step: the weights stay those of the last finite update
+            raise NonFiniteLossError(
+                f"non-finite loss ({loss}) or gradient norm ({norm}) at update "
+                f"{self.num_updates + 1} (after {self.steps_trained} transitions trained); "
+                f"the weights of update {self.num_updates} are kept"
+            )
         self.optimizer.step()
 
         n = int(batch["action"].shape[0])
@@ -151,8 +174,6 @@ class Learner:
         self._version += 1
         if self.steps_trained - self._last_target_update >= self.target_update_freq:
             self.update_target()
-        scalars = torch.stack([out.loss.detach(), out.mean_q, grad_norm.detach()]).cpu()
-        loss, mean_q, norm = (float(x) for x in scalars.tolist())
         td_abs = out.td_abs.to("cpu").numpy().astype(np.float32, copy=False)
         return td_abs, {"loss": loss, "mean_q": mean_q, "grad_norm": norm}
 
