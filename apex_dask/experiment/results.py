@@ -142,7 +142,11 @@ def build_result(
     (``return_mean``, ``return_std``, ``duration_s``, ``weights_version``);
     ``eval/*`` appears only then. ``sync/policy_lag`` = learner version -
     mean(acting versions); ``learner/replay_ratio`` = transitions trained /
-    env steps sampled. ``extra`` (fault counters) is copied as is.
+    env steps sampled. ``extra`` (fault counters) is copied as is; a runner whose env
+    workers can die passes its own ``flow/rollouts_sent`` there (rollouts it asked
+    for whose call finished, a dead worker's included: its own counter died with
+    it). ``flow/rollouts_lost`` = sent - stored, never below 0: the rollouts whose
+    call failed and that no shard stored, once nothing is in transit.
     """
     wall = max(window.wall_s, 1e-9)
     out: dict[str, float] = {
@@ -188,4 +192,6 @@ def build_result(
     out["sync/policy_lag"] = float(version - mean_or_nan([float(v) for v in acting_versions]))
     if extra:
         out.update({k: float(v) for k, v in extra.items()})
+    # sent = stored + lost + in transit; after a halt nothing is in transit
+    out["flow/rollouts_lost"] = max(0.0, out["flow/rollouts_sent"] - stored)
     return out
