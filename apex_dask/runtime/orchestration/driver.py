@@ -29,7 +29,7 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -184,17 +184,24 @@ class ApexDriver:
             loop = self._client.loop.asyncio_loop
             self._core = asyncio.run_coroutine_threadsafe(self._plan.run(), loop)
 
-    def iterate(self) -> Iterator[dict[str, float]]:
+    def iterate(
+        self, stop_check: Callable[[], bool] | None = None
+    ) -> Iterator[dict[str, float]]:
         """Start (or resume) training and yield one result dict per iteration, forever.
 
         Break out of the loop to pause the consumer; :meth:`halt` pauses the
-        actors, :meth:`stop` releases them.
+        actors, :meth:`stop` releases them. ``stop_check()``, if given, is called
+        about every 0.2 s while a result is awaited; when it returns True the
+        iterator ends mid-iteration (the actors run on: :meth:`halt`, whose
+        ``final`` then covers the partial iteration).
         """
         self._ensure_running()
         while True:
             try:
                 item = self._results.get(timeout=0.2)
             except queue.Empty:
+                if stop_check is not None and stop_check():
+                    return
                 core = self._core
                 if core is None or not core.done():
                     continue
