@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from frame_rollouts import StackedEpisodes
@@ -150,3 +153,23 @@ def test_bad_input_raises():
             split_compact({**good, key: value}, 4)
     with pytest.raises(ValueError, match="lacks"):
         split_compact({"frames": good["frames"], "obs_refs": good["obs_refs"]})
+
+
+def test_without_numba_the_numpy_path_encodes_the_same(tmp_path):
+    rng = np.random.default_rng(5)
+    batch = StackedEpisodes(rng, lengths=(1, 15)).fragment(40)
+    np.savez(tmp_path / "batch.npz", obs=batch["obs"], next_obs=batch["next_obs"])
+    code = (
+        "import sys; sys.modules['numba'] = None\n"  # numba cannot be imported
+        "import numpy as np\n"
+        "from apex_dask.algo import frame_codec\n"
+        "assert not frame_codec.HAVE_NUMBA\n"
+        f"b = np.load({str(tmp_path / 'batch.npz')!r})\n"
+        "out = frame_codec.encode_stacks(b['obs'], b['next_obs'])\n"
+        f"np.savez({str(tmp_path / 'out.npz')!r}, *out)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    with np.load(tmp_path / "out.npz") as out:
+        want = encode_stacks(batch["obs"], batch["next_obs"])
+        for i in range(3):
+            np.testing.assert_array_equal(out[f"arr_{i}"], want[i])
