@@ -1,0 +1,144 @@
+"""Bytes per host on a multi-host site made of network namespaces (cluster/netns.sh).
+
+Builds a site (scheduler, driver, learner and env-worker hosts, each its own
+namespace), runs ``apex-dask-submit`` on the driver's host and reads every
+host's interface counters between two result dicts of the run (steady-state
+training: start-up, the final halt and the weights download fall outside).
+Prints the byte table and the driver-to-learner ratio; writes JSON.
+
+    sudo .venv/bin/python benchmarks/multihost.py --preset minatar --seconds 90 \\
+        --env-hosts 2 --workers-per-host 2 --set workers.num_workers=4 --tls
+
+Needs root (ip netns) and the venv's bin on PATH (it is put there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "cluster"))
+
+from netns_bytes import Site, format_table, total, window_between_iterations  # noqa: E402
+
+
+def run_site(args: argparse.Namespace, workdir: Path) -> dict:
+    out = workdir / "out"
+    iter_s = max(1.0, args.seconds / max(1, args.iterations))
+    submit = [
+        "--preset", args.preset,
+        "--set", f"report.min_iter_time_s={iter_s:g}",
+        "--set", "report.timesteps_per_iteration=1",
+        "--stop-iterations", str(args.iterations + 2),
+        "--out", str(out), "--quiet", "--no-tensorboard",
+    ]  # fmt: skip
+    for s in args.set:
+        submit += ["--set", s]
+    site_args = [
+        "--workdir", str(workdir),
+        "--env-hosts", str(args.env_hosts),
+        "--workers-per-host", str(args.workers_per_host),
+        "--learner-processes", str(args.learner_processes),
+        "--interface", args.interface,
+    ]  # fmt: skip
+    if args.tls:
+        site_args.append("--tls-generate")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env["APEX_NETNS_PREFIX"] = "ab" + uuid.uuid4().hex[:4]
+    log = open(workdir / "netns.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [str(ROOT / "cluster" / "netns.sh"), *site_args, "--", *submit],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        site = None
+        deadline = time.monotonic() + 120
+        while site is None:
+            if (workdir / "hosts.json").exists():
+                site = Site(workdir)
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the site did not come up; see {workdir}/netns.log")
+            else:
+                time.sleep(0.1)
+        moved, r0, r1 = window_between_iterations(
+            site,
+            out / "results.jsonl",
+            1,
+            args.iterations + 1,
+            timeout_s=args.seconds + 900,
+            alive=lambda: proc.poll() is None,
+        )
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+        log.close()
+    iface = args.interface
+    learner_rx = moved["learner"][iface]["rx"]
+    driver = moved["driver"][iface]
+    steps = r1["timesteps_total"] - r0["timesteps_total"]
+    return {
+        "args": vars(args),
+        "exit_code": rc,
+        "seconds": r1["time_s"] - r0["time_s"],
+        "env_steps": steps,
+        "env_steps_per_s": steps / max(1e-9, r1["time_s"] - r0["time_s"]),
+        "learner_busy_frac": r1.get("learner/busy_frac"),
+        "rollouts_stored": r1["flow/rollouts_stored"] - r0["flow/rollouts_stored"],
+        "driver_bytes": driver["rx"] + driver["tx"],
+        "learner_rx_bytes": learner_rx,
+        "driver_over_learner_rx": (driver["rx"] + driver["tx"]) / max(1, learner_rx),
+        "bytes": moved,
+        "host_totals": {h: total(v) for h, v in moved.items()},
+        "placement": json.loads((out / "placement.json").read_text())
+        if (out / "placement.json").exists()
+        else None,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="minatar")
+    p.add_argument("--seconds", type=float, default=90.0, help="length of the measured window")
+    p.add_argument("--iterations", type=int, default=3, help="result dicts in the window")
+    p.add_argument("--env-hosts", type=int, default=2)
+    p.add_argument("--workers-per-host", type=int, default=2)
+    p.add_argument("--learner-processes", type=int, default=0)
+    p.add_argument("--interface", default="eth0", choices=["eth0", "ib0"])
+    p.add_argument("--tls", action="store_true", help="tls:// with a throwaway CA")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "multihost.json"))
+    p.add_argument("--label", default="", help="name of this measurement in the JSON file")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="apex-multihost-") as tmp:
+        r = run_site(args, Path(tmp))
+    print(format_table(r["bytes"]))
+    print(
+        f"\nwindow {r['seconds']:.1f} s, {r['env_steps']:.0f} env steps "
+        f"({r['env_steps_per_s']:.0f}/s), rollouts stored {r['rollouts_stored']:.0f}, "
+        f"learner busy {r['learner_busy_frac']}\n"
+        f"driver host moved {r['driver_bytes'] / 1e6:.3f} MB = "
+        f"{100 * r['driver_over_learner_rx']:.2f}% of the {r['learner_rx_bytes'] / 1e6:.2f} MB "
+        f"the learner's host received"
+    )
+    path = Path(args.json)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[args.label or f"{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"] = r
+    path.write_text(json.dumps(data, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
