@@ -77,8 +77,16 @@ class ReplayConfig:
     """Added to every priority so no item has zero probability (> 0)."""
     learning_starts: int = 50_000
     """Total transitions stored before sampling starts, split evenly over shards."""
-    colocate_with_learner: bool = True
-    """Place the shards on the learner's host (as RLlib did); else spread them."""
+    placement: str = "learner_process"
+    """Where the shards go: ``learner_process`` (in the learner's Dask worker: local
+    calls, one event loop and GIL), ``learner_host`` (the other worker processes on the
+    learner's host, as RLlib placed them) or ``spread`` (round-robin over all workers).
+    Replaces ``colocate_with_learner`` (true: learner_process, false: spread)."""
+
+    @property
+    def colocate_with_learner(self) -> bool:
+        """Whether the shards share the learner's process (the key ``placement`` replaced)."""
+        return self.placement == "learner_process"
 
     @property
     def shard_capacity(self) -> int:
@@ -299,6 +307,7 @@ class ApexConfig:
             )
         tree = self.to_dict()
         for key, value in overrides.items():
+            key, value = _renamed(key, value)
             set_dotted(tree, key, value, list(_FIELD_DOCS))
         return build(ApexConfig, tree, "", list(_FIELD_DOCS))
 
@@ -316,6 +325,15 @@ class ApexConfig:
     def field_docs() -> dict[str, str]:
         """Dotted field name -> its docstring (for ``--help`` and docs)."""
         return dict(_FIELD_DOCS)
+
+
+def _renamed(key: Any, value: Any) -> tuple[Any, Any]:
+    """Keys that were renamed, as their new key and value (old config files keep working)."""
+    if key == "replay.colocate_with_learner":
+        if isinstance(value, str):
+            value = value.strip().lower() in ("true", "yes", "on", "1")
+        return "replay.placement", "learner_process" if value else "spread"
+    return key, value
 
 
 _FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig")

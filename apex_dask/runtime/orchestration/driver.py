@@ -119,7 +119,7 @@ class ApexDriver:
                 num_shards=config.replay.num_shards,
                 num_env_workers=config.workers.num_workers,
                 learner_worker=config.topology.learner_worker,
-                colocate_shards=config.replay.colocate_with_learner,
+                replay_placement=config.replay.placement,
             )
             self.dashboard_link: str | None = self._dashboard()
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)

@@ -6,12 +6,15 @@ Rules (``docs/architecture.md``):
   address) if given; else the first worker advertising a ``GPU`` resource
   (``dask worker --resources GPU=1``); else the first worker (workers sorted
   by name, numeric names numerically, then address).
-- **Replay shards**: on the learner's worker (``colocate_shards``, the
-  default: sampling and priority updates stay in one process, the way RLlib
-  colocated them with the learner); otherwise round-robin over all workers,
-  starting after the learner.
-- **Env workers**: round-robin over the workers other than the learner's, or
-  over all workers when the learner's is the only one.
+- **Replay shards** (``replay.placement``):
+  ``learner_process`` (default): on the learner's worker, so sampling and
+  priority updates are local calls in one process; ``learner_host``:
+  round-robin over the *other* workers on the learner's host (own processes,
+  as RLlib placed its shards), the learner's worker if it has no peer there;
+  ``spread``: round-robin over all workers, starting after the learner.
+- **Env workers**: round-robin over the workers holding neither the learner
+  nor (``learner_host``) a shard; failing that, over the workers other than
+  the learner's, or over all workers when the learner's is the only one.
 - **Evaluator** (greedy evaluation): on the env-worker worker holding the
   fewest env workers (the first such).
 
@@ -27,7 +30,16 @@ from typing import Any
 
 from apex_dask.runtime.errors import ApexRuntimeError
 
-__all__ = ["Placement", "WorkerInfo", "plan_placement", "workers_from_scheduler_info"]
+__all__ = [
+    "REPLAY_PLACEMENTS",
+    "Placement",
+    "WorkerInfo",
+    "plan_placement",
+    "workers_from_scheduler_info",
+]
+
+REPLAY_PLACEMENTS = ("learner_process", "learner_host", "spread")
+"""Values of ``replay.placement``: where the replay shards go relative to the learner."""
 
 
 @dataclass(frozen=True)
@@ -105,13 +117,23 @@ def plan_placement(
     num_shards: int,
     num_env_workers: int,
     learner_worker: str | None = None,
-    colocate_shards: bool = True,
+    replay_placement: str = "learner_process",
+    colocate_shards: bool | None = None,
 ) -> Placement:
     """Choose a worker for the learner, each shard, each env worker and the evaluator.
 
-    Raises :class:`ApexRuntimeError` when there are no workers or
-    ``learner_worker`` names none of them.
+    ``replay_placement`` is one of :data:`REPLAY_PLACEMENTS`. Raises
+    :class:`ApexRuntimeError` when there are no workers, ``learner_worker``
+    names none of them, or ``replay_placement`` is unknown. ``colocate_shards``
+    (the older form) True means ``learner_process``, False ``spread``.
     """
+    if colocate_shards is not None:
+        replay_placement = "learner_process" if colocate_shards else "spread"
+    if replay_placement not in REPLAY_PLACEMENTS:
+        raise ApexRuntimeError(
+            f"replay.placement={replay_placement!r} is unknown; choose one of: "
+            + ", ".join(REPLAY_PLACEMENTS)
+        )
     if not workers:
         raise ApexRuntimeError("the Dask cluster has no workers; start some with `dask worker`")
     workers = sorted(workers, key=_order)
@@ -127,9 +149,14 @@ def plan_placement(
         gpus = [w for w in workers if float(w.resources.get("GPU", 0)) > 0]
         learner = gpus[0] if gpus else workers[0]
     others = [w for w in workers if w.address != learner.address] or [learner]
-    if colocate_shards:
+    if replay_placement == "learner_process":
         shards = [learner] * num_shards
-    else:
+    elif replay_placement == "learner_host":
+        peers = [w for w in others if w.host == learner.host and w is not learner] or [learner]
+        shards = [peers[k % len(peers)] for k in range(num_shards)]
+        holding = {w.address for w in shards}
+        others = [w for w in others if w.address not in holding] or others
+    else:  # spread
         start = workers.index(learner) + 1
         ring = workers[start:] + workers[:start]
         shards = [ring[k % len(ring)] for k in range(num_shards)]
