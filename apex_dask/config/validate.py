@@ -102,7 +102,9 @@ def validate(cfg: Any) -> None:
     positive("replay.eps", r.eps)
     nonneg("replay.learning_starts", r.learning_starts)
     if r.placement not in ("learner_process", "learner_host", "spread"):
-        raise bad("replay.placement", r.placement, "must be learner_process, learner_host or spread")
+        raise bad(
+            "replay.placement", r.placement, "must be learner_process, learner_host or spread"
+        )
     if r.learning_starts > r.capacity:
         raise bad(
             "replay.learning_starts",
