@@ -1,16 +1,12 @@
 """What ``apex-dask-submit`` prints and writes, computed from result dicts.
 
-One progress line per iteration, the closing summary, the final dict taken
-after the halt, and the files under ``--out`` (written atomically).
+One progress line per iteration, the closing summary and the final dict taken
+after the halt. The files under ``--out`` are written by :mod:`.outdir`.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
-
-from apex_dask.config import ApexConfig
 
 PROGRESS_KEYS = [
     ("it", "iteration", "{:>4.0f}"),
@@ -93,16 +89,3 @@ def merge_final(last: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
         ):
             merged[key] = value
     return merged
-
-
-def save_outputs(out: Path, cfg: ApexConfig, weights: tuple[int, dict] | None) -> None:
-    import numpy as np
-
-    tmp = out / "config.yaml.tmp"
-    tmp.write_text(cfg.to_yaml())
-    os.replace(tmp, out / "config.yaml")
-    if weights is not None:
-        version, arrays = weights
-        tmp_w = out / "weights.tmp.npz"
-        np.savez(tmp_w, __version__=np.asarray(version), **arrays)
-        os.replace(tmp_w, out / "weights.npz")

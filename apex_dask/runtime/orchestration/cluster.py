@@ -184,6 +184,15 @@ def shield_workers_from_ctrl_c() -> None:
 
     if threading.current_thread() is not threading.main_thread():
         return
+    # what the nanny would set before a spawn must be in place before the forkserver
+    # starts: its children are forked with its environment (hash seed, BLAS threads)
+    env = {
+        k: str(v) for k, v in (dask.config.get("distributed.nanny.pre-spawn-environ") or {}).items()
+    }
+    if os.environ.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"  # the nanny's choice, so every worker hashes alike
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         forkserver.set_forkserver_preload([])  # never re-import the caller's __main__

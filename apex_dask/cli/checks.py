@@ -1,0 +1,264 @@
+"""Everything ``apex-dask-submit`` checks before it starts anything.
+
+::
+
+    check_cluster_flags(args)              # exclusive flags, finite positive waits
+    cfg = resolve_config(args)             # --preset / --config / --set / --stop-*
+    spaces = probe_env(cfg)                # one env, made here: spaces, env_kwargs
+    check_device(cfg)                      # embedded runs: the learner's device exists
+    check_replay_memory(cfg, spaces, limit_bytes, where)
+
+Each failure is a :class:`UsageError` (or the config's ``ConfigError``) whose
+message is one line naming the input and how to fix it; the CLI prints it
+and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from apex_dask.config import ApexConfig
+
+__all__ = [
+    "EnvSpaces",
+    "UsageError",
+    "check_cluster_flags",
+    "check_device",
+    "check_replay_memory",
+    "probe_env",
+    "replay_bytes",
+    "resolve_config",
+]
+
+DEFAULT_PRESET = "cartpole"
+"""The base of a run when neither --preset nor the --config file names one."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def _short(obj: Any, n: int = 100) -> str:
+    text = " ".join(str(obj).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+# ---------------------------------------------------------------------------
+# flags and config
+# ---------------------------------------------------------------------------
+
+
+def _seconds(flag: str, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{flag} {value} must be a finite number of seconds > 0")
+
+
+def check_cluster_flags(args: argparse.Namespace) -> None:
+    """At most one cluster flag; a scheduler file that exists; finite positive waits."""
+    chosen = [f for f in ("scheduler", "scheduler_file", "cluster") if getattr(args, f)]
+    if len(chosen) > 1:
+        names = " and ".join("--" + f.replace("_", "-") for f in chosen)
+        raise UsageError(f"{names} exclude each other; give at most one")
+    if args.scheduler_file and not Path(args.scheduler_file).expanduser().is_file():
+        raise UsageError(
+            f"scheduler file {args.scheduler_file!r} does not exist; start "
+            f"`dask scheduler --scheduler-file {args.scheduler_file}` first or fix the path"
+        )
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs} must be >= 1")
+    _seconds("--connect-timeout", args.connect_timeout)
+    _seconds("--jobqueue-wait", args.jobqueue_wait)
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"config file {path!r} is not a UTF-8 text (YAML) file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+        raise UsageError(f"config file {path!r} is not valid YAML: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"config file {path!r} must hold a mapping of sections, got {type(data).__name__}"
+        )
+    return data
+
+
+def resolve_config(args: argparse.Namespace) -> ApexConfig:
+    """The one ApexConfig from --preset, --config, --set and --stop-*.
+
+    The base is --preset, else the file's ``preset:``, else
+    :data:`DEFAULT_PRESET` (what ``--help`` says); the file's keys apply on
+    top, then every --set, then the --stop-* flags.
+    """
+    if args.config:
+        data = _read_yaml(args.config)
+        if args.preset or "preset" not in data:
+            data["preset"] = args.preset or DEFAULT_PRESET
+        cfg = ApexConfig.from_dict(data)
+    else:
+        cfg = ApexConfig.preset(args.preset or DEFAULT_PRESET)
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        if "=" not in item:
+            raise UsageError(
+                f"--set {item!r} must look like KEY=VALUE, e.g. --set replay.alpha=0.5"
+            )
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = value
+    for flag, key in (
+        ("stop_timesteps", "stop.timesteps"),
+        ("stop_reward", "stop.reward"),
+        ("stop_time", "stop.time_s"),
+        ("stop_iterations", "stop.iterations"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    return cfg.override(overrides) if overrides else cfg
+
+
+# ---------------------------------------------------------------------------
+# the environment, the device, the replay's memory
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvSpaces:
+    """What one env made by the driver says about itself."""
+
+    observation_space: Any
+    action_space: Any
+
+
+def probe_env(cfg: ApexConfig) -> EnvSpaces:
+    """Make one env as the env workers will; check its spaces and ``env_kwargs``.
+
+    The action space must be ``Discrete``; the observation space a ``Box`` of
+    rank 1 (vector) or 2-3 (image), the ones the Q-networks take.
+    """
+    from gymnasium import spaces
+
+    from apex_dask.algo.envs import UnknownEnvError, make_env_factory
+
+    env_id, kwargs = cfg.env.env_id, dict(cfg.env.env_kwargs)
+    try:
+        factory = make_env_factory(env_id, kwargs)
+    except UnknownEnvError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        env = factory()
+    except TypeError as exc:
+        if kwargs:
+            raise UsageError(
+                f"env.env_kwargs {_short(kwargs, 60)} are not accepted by "
+                f"gymnasium.make({env_id!r}): {_short(exc)}"
+            ) from None
+        raise UsageError(f"cannot make env {env_id!r}: TypeError: {_short(exc)}") from None
+    except Exception as exc:
+        raise UsageError(
+            f"cannot make env {env_id!r}{' with env.env_kwargs ' + _short(kwargs, 60) if kwargs else ''}: "
+            f"{type(exc).__name__}: {_short(exc)}"
+        ) from None
+    try:
+        obs, act = env.observation_space, env.action_space
+    finally:
+        try:
+            env.close()
+        except Exception:  # closing a probe env must not fail the run
+            pass
+    if not isinstance(act, spaces.Discrete):
+        raise UsageError(
+            f"env {env_id!r} has action space {_short(act, 60)}; Ape-X (DQN) needs a "
+            "Discrete action space (e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5)"
+        )
+    if not isinstance(obs, spaces.Box) or len(obs.shape) not in (1, 2, 3):
+        raise UsageError(
+            f"env {env_id!r} has observation space {_short(obs, 60)}; the Q-networks take a "
+            "Box of rank 1 (vector) or 2-3 (image): wrap the env (e.g. FlattenObservation)"
+        )
+    return EnvSpaces(obs, act)
+
+
+def check_device(cfg: ApexConfig) -> None:
+    """The learner's device exists on this machine (embedded runs: the learner runs here)."""
+    device = cfg.learner.device
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if count == 0:
+        raise UsageError(
+            f"learner.device={device!r} but torch sees no CUDA device on this machine; "
+            "use learner.device=cpu (or auto)"
+        )
+    if index >= count:
+        raise UsageError(
+            f"learner.device={device!r} but torch sees {count} CUDA device(s) "
+            f"(cuda:0..cuda:{count - 1})"
+        )
+
+
+_ITEM_OVERHEAD = 48
+"""Bytes per replay item besides the observations: action, reward, discount,
+sum- and min-tree nodes and the priority."""
+
+
+def replay_bytes(cfg: ApexConfig, spaces_: EnvSpaces) -> tuple[int, int]:
+    """``(total, per_item)``: an estimate of the bytes all replay shards hold when full.
+
+    Without frame stacking an item stores ``obs`` and ``next_obs``; with
+    ``replay.frame_stack=k`` (when the config has it) each frame is stored
+    about once (1.2 frames per item).
+    """
+    import numpy as np
+
+    obs = spaces_.observation_space
+    obs_bytes = int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
+    stack = getattr(cfg.replay, "frame_stack", None)
+    if stack:
+        per_item = int(1.2 * obs_bytes / int(stack)) + 16 + _ITEM_OVERHEAD
+    else:
+        per_item = 2 * obs_bytes + _ITEM_OVERHEAD
+    return cfg.replay.capacity * per_item, per_item
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
+
+
+def check_replay_memory(
+    cfg: ApexConfig, spaces_: EnvSpaces, limit_bytes: float | None, where: str
+) -> None:
+    """Refuse a replay whose estimate exceeds 80% of ``limit_bytes`` (the memory of the
+    worker that holds the shards, or of each worker when they are spread)."""
+    if not limit_bytes:
+        return
+    total, per_item = replay_bytes(cfg, spaces_)
+    r = cfg.replay
+    held = total if r.colocate_with_learner else -(-total // r.num_shards)
+    budget = 0.8 * limit_bytes
+    if held <= budget:
+        return
+    fits = int(budget // per_item) * (1 if r.colocate_with_learner else r.num_shards)
+    raise UsageError(
+        f"replay.capacity={r.capacity:,} needs about {_gib(held)} "
+        f"({per_item:,} B per item, observations {tuple(spaces_.observation_space.shape)} "
+        f"{spaces_.observation_space.dtype}) on one worker, but {where} has {_gib(limit_bytes)}; "
+        f"lower it, e.g. --set replay.capacity={max(fits, r.num_shards)}"
+    )

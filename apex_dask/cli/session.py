@@ -1,0 +1,385 @@
+"""One ``apex-dask-submit`` run once its input is checked: start, train, stop, save.
+
+::
+
+    session = RunSession(args, cfg, out, reporter, spaces)
+    code = session.run()        # prints progress, one line per fault, the summary
+
+Start-up (cluster, driver) can be interrupted at any moment by Ctrl-C or
+SIGTERM; training stops when a stop condition is met (time and signals are
+checked at least once a second, whatever the iteration length: a partial
+iteration then gets its own result line), when a runtime fault ends it, or on
+a signal. Whatever ends it, the session halts the actors, records the final
+counters, saves the learner's weights (never NaN ones), writes a checkpoint
+on SIGTERM/SIGUSR1 when the driver offers ``save_checkpoint`` and releases
+everything; then one stderr line names the cause and the exit code says it
+(:mod:`apex_dask.cli.exitcodes`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from apex_dask.cli.checks import EnvSpaces, check_replay_memory
+from apex_dask.cli.exitcodes import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_TERMINATED,
+    classify,
+)
+from apex_dask.cli.outdir import LOG_NAME, ResultsLog, save_weights, write_json, write_text
+from apex_dask.cli.output import format_summary, merge_final
+from apex_dask.cli.signals import StopSignals
+from apex_dask.cli.watch import PlacementWatcher, log_traceback, route_logs
+from apex_dask.config import ApexConfig
+
+__all__ = ["RunSession"]
+
+PREFIX = "apex-dask-submit:"
+
+
+def _note(line: str) -> None:
+    print(f"{PREFIX} note: {line}", flush=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class RunSession:
+    """Start, train, stop and save one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cfg: ApexConfig,
+        out: Path | None,
+        reporter: Any,
+        spaces: EnvSpaces,
+    ) -> None:
+        self.args, self.cfg, self.out, self.reporter, self.spaces = args, cfg, out, reporter, spaces
+        self.log_file = None if out is None else out / LOG_NAME
+        self.embedded = not (args.scheduler or args.scheduler_file or args.cluster)
+        self.client: Any = None
+        self.cluster: Any = None
+        self.driver: Any = None
+        self.log: ResultsLog | None = None
+        self.results: list[dict[str, Any]] = []
+        self.reason = "finished"
+        self.partial = False
+        self.started = False
+        self.error: BaseException | None = None
+        self.checkpoint: Any = None
+        self.signals = StopSignals()
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        self.signals = StopSignals.install()
+        route_logs(self.log_file, debug=self.args.debug)
+        try:
+            if self.out is not None:
+                write_text(self.out / "config.yaml", self.cfg.to_yaml())
+                self.log = ResultsLog(self.out / "results.jsonl")
+            self._start()
+            self.signals.phase = "running"
+            self.started = True
+            self._train()
+        except BaseException as exc:  # noqa: BLE001 - every end is classified below
+            self.error = exc
+        finally:
+            self.signals.phase = "saving"
+            self._teardown()
+            self.signals.restore()
+        return self._finish()
+
+    def _start(self) -> None:
+        from apex_dask.runtime.orchestration.driver import ApexDriver
+
+        self.client, self.cluster = self._connect()
+        if not self.embedded:
+            self._check_remote_memory()
+        self.driver = ApexDriver(
+            self.cfg, client=self.client, tensorboard_dir=self.reporter.tensorboard_dir
+        )
+        self.reporter.start(self.driver.run_id)
+        link = getattr(self.driver, "dashboard_link", None)
+        where = "embedded LocalCluster" if self.embedded else "cluster"
+        print(f"{PREFIX} training {self.cfg.env.env_id} on the {where}", flush=True)
+        if link:
+            print(f"{PREFIX} dashboard {link}", flush=True)
+        if not (link or "").rstrip("/").endswith("/apex"):
+            print(
+                f"{PREFIX} no Ape-X page on this scheduler (metrics still go to "
+                "/apex/metrics.json and /metrics); start it with "
+                "`dask scheduler --preload apex_dask.runtime.preload` to get /apex",
+                flush=True,
+            )
+        self.watcher = PlacementWatcher(self.driver, self.out)
+        learner = self.watcher.placement.get("learner", {})
+        if learner and not self.args.quiet:
+            print(f"{PREFIX} learner on {learner.get('name') or learner}", flush=True)
+
+    def _connect(self) -> tuple[Any, Any]:
+        """``(client, cluster)``: the cluster is ours to close (embedded, jobqueue)."""
+        args = self.args
+        from apex_dask.runtime.orchestration.cluster import connect
+
+        if args.cluster:
+            from distributed import Client
+
+            from apex_dask.cli.jobqueue import (
+                make_jobqueue_cluster,
+                parse_jobqueue_opts,
+                wait_for_jobqueue_workers,
+            )
+
+            opts = parse_jobqueue_opts(args.jobqueue_opt)
+            cluster = make_jobqueue_cluster(args.cluster, args.jobs, self.cfg, **opts)
+            try:
+                wait = "no limit" if args.jobqueue_wait is None else f"{args.jobqueue_wait:g} s"
+                print(f"{PREFIX} submitted {args.cluster} jobs; waiting for their workers ({wait})")
+                wait_for_jobqueue_workers(cluster, args.jobqueue_wait)
+                client = Client(cluster, direct_to_workers=True)
+            except BaseException:
+                cluster.close()
+                raise
+            return client, cluster
+        if args.scheduler or args.scheduler_file:
+            client = connect(
+                address=args.scheduler,
+                scheduler_file=args.scheduler_file,
+                timeout=args.connect_timeout,
+            )
+            return client, None
+        return self._start_embedded()
+
+    def _start_embedded(self) -> tuple[Any, Any]:
+        """The embedded LocalCluster, started in a helper thread so that the main thread
+        stays free for signals; workers ignore the terminal's Ctrl-C (the driver decides)."""
+        from apex_dask.runtime.orchestration.cluster import (
+            shield_workers_from_ctrl_c,
+            start_local_cluster,
+        )
+
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        shield_workers_from_ctrl_c()
+        box: dict[str, Any] = {}
+
+        def start() -> None:
+            try:
+                box["cluster"], box["client"] = start_local_cluster(self.cfg.topology.local_workers)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=start, name="apex-start-cluster", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.1)
+        except BaseException:
+            thread.join()  # Dask's own start-up is bounded; a second Ctrl-C exits at once
+            if "client" in box:
+                box["client"].close()
+                box["cluster"].close()
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["client"], box["cluster"]
+
+    def _check_remote_memory(self) -> None:
+        """The replay estimate against the memory limit of the worker that will hold it."""
+        from apex_dask.runtime.orchestration.placement import (
+            plan_placement,
+            workers_from_scheduler_info,
+        )
+
+        try:
+            info = self.client.scheduler_info(n_workers=-1)
+            workers = workers_from_scheduler_info(info)
+            if not workers:
+                return  # the driver waits for workers and says so
+            placement = plan_placement(
+                workers,
+                num_shards=self.cfg.replay.num_shards,
+                num_env_workers=self.cfg.workers.num_workers,
+                learner_worker=self.cfg.topology.learner_worker,
+                colocate_shards=self.cfg.replay.colocate_with_learner,
+            )
+            address = placement.learner.address
+            limit = info["workers"][address].get("memory_limit") or 0
+        except Exception:  # placement errors are the driver's to report
+            return
+        check_replay_memory(self.cfg, self.spaces, limit, f"the learner's worker {address}")
+
+    # ---------------------------------------------------------------- train
+    def _train(self) -> None:
+        from apex_dask.experiment.stop import StopRule
+
+        rule = StopRule(self.cfg.stop, use_eval=self.cfg.eval.episodes > 0)
+        time_s = rule.stop.time_s
+        t0 = time.monotonic()
+        ended: list[str] = []
+
+        def stop_check() -> bool:
+            self.watcher.poll()
+            if self.signals.requested:
+                ended.append(self.signals.reason())
+            elif time_s is not None and time.monotonic() - t0 >= time_s:
+                ended.append(f"time_s >= {time_s:g}")
+            return bool(ended)
+
+        for result in self.driver.iterate(stop_check=stop_check):
+            self._record(result)
+            self.watcher.poll()
+            why = self.signals.reason() if self.signals.requested else rule.after_result(result)
+            if why:
+                self.reason = why
+                return
+        if ended:
+            self.reason, self.partial = ended[0], True
+
+    def _record(self, result: dict[str, Any]) -> None:
+        self.results.append(result)
+        if self.log is not None:
+            self.log.append(result)
+        self.reporter.update(result)
+
+    # ------------------------------------------------------------- teardown
+    def _scheduler_lost(self) -> bool:
+        status = getattr(self.client, "status", "running")
+        return self.client is not None and status not in ("running", "newly-created")
+
+    def _teardown(self) -> None:
+        d = self.driver
+        if d is not None and self._scheduler_lost():
+            _note("the Dask scheduler is gone: nothing more can be fetched")
+        elif d is not None:
+            self._save(d)
+            try:
+                d.stop()
+            except Exception as exc:
+                _note(f"error while releasing actors: {_first_line(exc)}")
+        if self.log is not None:
+            self.log.close()
+        self.reporter.close(EXIT_OK if self.error is None and not self.signals.requested else 1)
+        _quiet_teardown_logs()
+        if self.client is not None:
+            try:
+                self.client.close(timeout=10)
+            except Exception:
+                pass
+        if self.cluster is not None:
+            try:
+                self.cluster.close(timeout=30)
+            except Exception:
+                pass
+
+    def _save(self, d: Any) -> None:
+        try:
+            final = d.halt()  # calls in flight finish: every hop's counters agree
+        except Exception as exc:
+            final = None
+            _note(f"could not halt cleanly: {_first_line(exc)}")
+        try:
+            self._record_final(final)
+        except Exception as exc:  # a full disk: what is written stays whole
+            _note(str(exc))
+        try:
+            weights = d.learner_weights()
+        except Exception as exc:  # the learner may be gone; keep what is saved
+            weights = None
+            _note(f"could not fetch the final weights: {_first_line(exc)}")
+        if weights is not None and self.out is not None:
+            try:
+                refused = save_weights(self.out, weights)
+            except Exception as exc:
+                refused = str(exc)
+            if refused:
+                _note(refused)
+        if self.signals.preempted and hasattr(d, "save_checkpoint"):
+            try:
+                self.checkpoint = d.save_checkpoint("preempted")
+            except Exception as exc:
+                _note(f"no checkpoint written: {_first_line(exc)}")
+
+    def _record_final(self, final: dict[str, Any] | None) -> None:
+        if not final:
+            return
+        if self.partial and final.get("timesteps_total", 0) > (
+            self.results[-1].get("timesteps_total", 0) if self.results else 0
+        ):
+            record = dict(final)  # the partial iteration: its window, the totals after the halt
+            record["iteration"] = float(final.get("iteration", len(self.results))) + 1
+            self._record(record)
+        elif self.results:
+            record = self.results[-1] = merge_final(self.results[-1], final)
+        else:
+            record = final
+        if self.out is not None:
+            write_json(self.out / "final.json", record)
+
+    # ---------------------------------------------------------------- finish
+    def _finish(self) -> int:
+        if self.started:
+            print(format_summary(self.results, self._summary_reason()), flush=True)
+        if self.out is not None and self.started:
+            names = ("results.jsonl", "final.json", "config.yaml", "weights.npz", "placement.json")
+            wrote = [n for n in names + self.reporter.outputs if (self.out / n).exists()]
+            print(f"{PREFIX} wrote {', '.join(wrote)} to {self.out}", flush=True)
+        if self.error is not None:
+            if self.args.debug:
+                raise self.error
+            hint = (
+                f"traceback in {self.log_file}"
+                if log_traceback(self.log_file, self.error)
+                else "rerun with --debug for the traceback"
+            )
+            code, line = classify(self.error, started=self.started, log_hint=hint)
+            if self.started and self._scheduler_lost():
+                address = getattr(getattr(self.client, "scheduler", None), "address", "?")
+                line = f"error: lost the Dask scheduler at {address}; the run ended"
+            print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
+            return code
+        if self.signals.requested == "SIGINT":
+            print(f"{PREFIX} interrupted (Ctrl-C); saved what existed", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if self.signals.preempted:
+            if self.checkpoint is not None:
+                print(
+                    f"{PREFIX} preempted ({self.signals.requested}); checkpoint {self.checkpoint}",
+                    file=sys.stderr,
+                )
+                return EXIT_PREEMPTED
+            print(
+                f"{PREFIX} terminated ({self.signals.requested}); no checkpoint, "
+                "the weights were saved if the learner answered",
+                file=sys.stderr,
+            )
+            return EXIT_TERMINATED
+        return EXIT_OK
+
+    def _summary_reason(self) -> str:
+        if self.error is not None:
+            return f"{type(self.error).__name__}: {' '.join(str(self.error).split())[:80]}"
+        return self.reason + (" (mid-iteration)" if self.partial else "")
+
+
+def _quiet_teardown_logs() -> None:
+    """Closing a cluster whose actors hold threads makes Dask log kill warnings; expected."""
+    import logging
+
+    for name in (
+        "distributed.nanny",
+        "distributed.worker",
+        "distributed.core",
+        "distributed.client",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)

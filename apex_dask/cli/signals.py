@@ -1,0 +1,122 @@
+"""Ctrl-C, SIGTERM and SIGUSR1 for ``apex-dask-submit``: honoured at any moment.
+
+::
+
+    stops = StopSignals.install()          # in the main thread, before anything starts
+    stops.phase = "running"                # from now on a signal only asks to stop
+    ... if stops.requested: break          # polled at least once a second
+    stops.restore()
+
+- **Start-up** (``phase == "startup"``): the first signal raises
+  :class:`Interrupted` in the main thread, so a cluster being started or
+  actors being created are released again on the way out.
+- **Running / saving**: the first signal is recorded (``requested``) and
+  one line says what happens next; the run loop stops, saves what exists
+  and exits with the documented code.
+- A **second** Ctrl-C (or SIGTERM), at any moment, prints one line and
+  exits at once (``os._exit``: nothing more is saved; the processes this one
+  started, an embedded cluster's workers, are killed first).
+
+SIGTERM and SIGUSR1 (``scancel``, a batch system's time limit with
+``--signal=B:USR1@...``, ``docker stop``) mean *preempted*: the CLI writes a
+checkpoint when the driver can and exits 75 then, else 143
+(:mod:`apex_dask.cli.exitcodes`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from apex_dask.cli.exitcodes import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+__all__ = ["Interrupted", "StopSignals"]
+
+PREFIX = "apex-dask-submit:"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal during start-up; ``signame`` is ``SIGINT``, ``SIGTERM`` or ``SIGUSR1``."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(signame)
+        self.signame = signame
+
+
+class StopSignals:
+    """The CLI's handlers for SIGINT, SIGTERM and SIGUSR1 (see the module docstring)."""
+
+    HANDLED = ("SIGINT", "SIGTERM", "SIGUSR1")
+
+    def __init__(self) -> None:
+        self.phase = "startup"
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    @classmethod
+    def install(cls) -> StopSignals:
+        self = cls()
+        if threading.current_thread() is threading.main_thread():
+            for name in cls.HANDLED:
+                signum = getattr(signal, name, None)
+                if signum is not None:
+                    self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    @property
+    def preempted(self) -> bool:
+        """Stopped by SIGTERM or SIGUSR1 (a batch system or container manager)."""
+        return self.requested in ("SIGTERM", "SIGUSR1")
+
+    def reason(self) -> str:
+        if self.requested == "SIGINT":
+            return "interrupted (Ctrl-C)"
+        return f"preempted ({self.requested})"
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is not None and name in ("SIGINT", "SIGTERM"):
+            code = EXIT_INTERRUPTED if name == "SIGINT" else EXIT_TERMINATED
+            _say(f"{name} again: exiting now, without saving more (exit {code})")
+            _kill_children()
+            os._exit(code)
+        if self.requested is not None:
+            return  # a repeated SIGUSR1: already stopping
+        self.requested = name
+        if self.phase == "startup":
+            _say(f"{name}: stopping while the run starts (Ctrl-C again to exit at once)")
+            raise Interrupted(name)
+        what = "a checkpoint and " if name != "SIGINT" else ""
+        _say(f"{name}: stopping, saving {what}the weights (Ctrl-C again to exit at once)")
+
+
+def _kill_children() -> None:
+    """SIGKILL the processes this one started (an embedded cluster's workers, its
+    forkserver): they would otherwise outlive it and print their errors."""
+    try:
+        import psutil
+
+        children = psutil.Process().children(recursive=True)
+    except Exception:  # psutil missing or the process table unreadable
+        return
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # already gone
+            pass
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(f"\n{PREFIX} {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
