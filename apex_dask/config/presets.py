@@ -19,7 +19,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "env": {"env_id": "MinAtar/Breakout-v1"},
         "replay": {"capacity": 400_000, "num_shards": 2, "learning_starts": 10_000},
         "learner": {"batch_size": 128, "lr": 2.5e-4, "target_update_freq": 20_000},
-        "workers": {"num_workers": 8, "rollout_fragment_length": 50},
+        # 4 x 50 steps per call: the driver moves < 1% of what the learner's host gets
+        "workers": {"num_workers": 8, "rollout_fragment_length": 50, "rollouts_per_call": 4},
         "eval": {"interval_s": 60.0, "episodes": 5},
         "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
         "checkpoint": {"interval_s": 600.0},

@@ -160,6 +160,9 @@ class EnvWorkersConfig:
     """Ape-X epsilon exponent spread (>= 0)."""
     rollouts_in_flight: int = 2
     """Sample requests kept in flight per env worker (RLlib num_async=2)."""
+    rollouts_per_call: int = 1
+    """Rollouts one sample request makes (each to its own random shard), summarised in one
+    reply: fewer, smaller driver messages (Dask runner; weights still sync between calls)."""
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,7 @@ def validate(cfg: Any) -> None:
     unit("workers.epsilon_base", w.epsilon_base, lo_open=True)
     nonneg("workers.epsilon_alpha", w.epsilon_alpha)
     positive("workers.rollouts_in_flight", w.rollouts_in_flight)
+    positive("workers.rollouts_per_call", w.rollouts_per_call)
     nonneg("eval.interval_s", cfg.eval.interval_s)
     nonneg("eval.episodes", cfg.eval.episodes)
     nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)

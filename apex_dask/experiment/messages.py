@@ -22,23 +22,20 @@ __all__ = ["PriorityUpdate", "ReplayedBatch", "RolloutSummary"]
 
 @dataclass(frozen=True, slots=True)
 class RolloutSummary:
-    """What an env worker tells the driver about one rollout it stored in a shard.
+    """What an env worker tells the driver about the rollouts one call stored in shards.
 
-    ``episode_returns`` / ``episode_lengths`` are the episodes that ended in
-    this fragment; ``weights_version`` the learner version the worker acted
-    with; ``sample_s`` / ``send_s`` the time to sample and to store it.
+    Only what the driver uses, since one crosses the network per call (the
+    driver's share of a site's bytes, ``docs/cluster.md``): ``steps`` env
+    steps in ``rollouts`` rollouts; ``weights_version`` the learner version
+    the last one acted with; ``episode_returns`` / ``episode_lengths`` the
+    episodes that ended in them. Per-worker counters travel in ``stats()``.
     """
 
-    worker: int
-    shard_id: int
     steps: int
-    episode_returns: tuple[float, ...]
-    episode_lengths: tuple[int, ...]
+    rollouts: int
     weights_version: int
-    epsilon: float
-    rollouts_sent: int
-    sample_s: float = 0.0
-    send_s: float = 0.0
+    episode_returns: tuple[float, ...] = ()
+    episode_lengths: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,8 +209,8 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
     assert s1["replay/1/rollouts_stored"] == 3
     steps = sum(s.steps for s in summaries)
     assert steps - 2 <= s1["replay/1/size"] <= steps  # up to n-1 steps still pending
-    assert [s.rollouts_sent for s in summaries] == [1, 2, 3]
-    assert summaries[0].weights_version == -1 and summaries[0].epsilon == 0.3
+    assert [s.rollouts for s in summaries] == [1, 1, 1]
+    assert summaries[0].weights_version == -1
 
     learner = learner_fut.result()
     blobs = [learner.weights_if_newer(-1) for _ in range(3)]  # three asks, one version
@@ -222,3 +222,9 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
     stats = env.stats().result()
     assert stats["env/epsilon/5"] == 0.3
     assert stats["env/5/rollouts_sent"] == 4
+    # several rollouts per call: one per shard id, one summary for them all
+    batched = env.sample_into([0, 1, 1]).result()
+    assert batched.rollouts == 3 and batched.steps == 3 * 20
+    assert shard_futs[0].result().stats().result()["replay/0/rollouts_stored"] == 2
+    assert shard_futs[1].result().stats().result()["replay/1/rollouts_stored"] == 5
+    assert env.stats().result()["env/5/rollouts_sent"] == 7

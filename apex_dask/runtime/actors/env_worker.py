@@ -28,7 +28,9 @@ class EnvWorkerActor:
     ``sample_into(k)`` runs one rollout of ``fragment_length`` env steps with
     the worker's current (possibly stale) weights, computes its initial
     priorities |TD| there, sends the rollout straight to shard ``k`` and
-    returns a :class:`~apex_dask.experiment.messages.RolloutSummary`.
+    returns a :class:`~apex_dask.experiment.messages.RolloutSummary`;
+    ``sample_into([k1, k2, ...])`` does one rollout per shard id in turn and
+    returns one summary for them all (fewer, smaller driver messages).
 
     ``sync_weights()`` pulls the learner's weights if it has a newer version
     (one pickled blob per version, made once by the learner) and returns the
@@ -86,30 +88,36 @@ class EnvWorkerActor:
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def sample_into(self, shard_id: int) -> RolloutSummary:
-        """One rollout, stored in shard ``shard_id``; returns its small summary."""
-        t0 = time.perf_counter()
-        out = await self._in_pool(self._worker.sample)
-        t1 = time.perf_counter()
-        self.rollouts_sent += 1
-        await call_with_timeout(
-            self._shards[shard_id].add(out["batch"], out["priorities"]), self._timeout
-        )
-        t2 = time.perf_counter()
-        self.steps_sampled += int(out["steps"])
+    async def sample_into(self, shard_ids: int | Sequence[int]) -> RolloutSummary:
+        """One rollout per shard id, each stored in its shard; one small summary of them.
+
+        A failure in the first rollout raises; a later one ends the call early
+        with the summary of the rollouts already stored (the next call meets
+        the failure again and raises), so the summary counts every stored rollout.
+        """
+        ids = [int(shard_ids)] if isinstance(shard_ids, int) else [int(k) for k in shard_ids]
+        steps = version = done = 0
+        returns: list[float] = []
+        lengths: list[int] = []
+        for k in ids:
+            try:
+                out = await self._in_pool(self._worker.sample)
+                self.rollouts_sent += 1
+                await call_with_timeout(
+                    self._shards[k].add(out["batch"], out["priorities"]), self._timeout
+                )
+            except Exception:
+                if done == 0:
+                    raise
+                break
+            done += 1
+            steps += int(out["steps"])
+            version = int(out["weights_version"])
+            returns += [float(x) for x in out["episode_returns"]]
+            lengths += [int(x) for x in out["episode_lengths"]]
+        self.steps_sampled += steps
         self._pub.maybe(self._metrics)
-        return RolloutSummary(
-            worker=self.index,
-            shard_id=int(shard_id),
-            steps=int(out["steps"]),
-            episode_returns=tuple(float(x) for x in out["episode_returns"]),
-            episode_lengths=tuple(int(x) for x in out["episode_lengths"]),
-            weights_version=int(out["weights_version"]),
-            epsilon=float(out["epsilon"]),
-            rollouts_sent=self.rollouts_sent,
-            sample_s=t1 - t0,
-            send_s=t2 - t1,
-        )
+        return RolloutSummary(steps, done, version, tuple(returns), tuple(lengths))
 
     async def sync_weights(self) -> int | None:
         """Pull and apply the learner's weights if newer; the version applied, or None."""

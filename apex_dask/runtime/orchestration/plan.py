@@ -57,7 +57,7 @@ class StoreRollouts:
         self.plan = plan
         self.w = plan.cfg.workers
         self.steps_total = 0
-        self.rollouts_returned = 0  # sample_into calls that returned (their rollout was stored)
+        self.rollouts_returned = 0  # rollouts that returned sample_into calls stored
         self.weight_syncs = 0
         self.window = IterationWindow()
         self.lowest = set(lowest_epsilon_workers(len(plan.slots)))
