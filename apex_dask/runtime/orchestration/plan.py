@@ -75,9 +75,12 @@ class StoreRollouts:
             self.launch(slot)
 
     def launch(self, slot: EnvSlot) -> None:
-        k = int(self.plan.rng.integers(len(self.plan.shards)))
+        """One call of ``rollouts_per_call`` rollouts, each to a uniformly random shard."""
+        n = self.w.rollouts_per_call
+        ks = [int(k) for k in self.plan.rng.integers(len(self.plan.shards), size=n)]
+        arg = ks[0] if n == 1 else ks
         slot.in_flight += 1
-        self.plan.tasks.spawn(lambda: slot.handle.sample_into(k), lambda t: self._stored(slot, t))
+        self.plan.tasks.spawn(lambda: slot.handle.sample_into(arg), lambda t: self._stored(slot, t))
 
     def _stored(self, slot: EnvSlot, task: asyncio.Future) -> None:
         slot.in_flight -= 1
@@ -86,7 +89,7 @@ class StoreRollouts:
             self.plan.faults.env_failed(slot, exc, relaunch=True)
             return
         s: RolloutSummary = task.result()
-        self.rollouts_returned += 1
+        self.rollouts_returned += s.rollouts
         self.steps_total += s.steps
         self.window.steps += s.steps
         slot.steps_since_sync += s.steps
