@@ -9,8 +9,6 @@ with the metric names of ``docs/metrics.md``:
   finished in the window.
 * :func:`window_stat_metrics` -- a :class:`~apex_dask.algo.timers.WindowStat`
   flattened to ``name`` (mean), ``name/std``, ``name/q0`` ... ``name/q100``.
-* :func:`replay_metrics` -- one shard's ``stats()`` as ``replay/<k>/...``,
-  plus ``replay/size`` over all shards.
 * :func:`derive_seed` -- the seed of each component from the run's base seed.
 """
 
@@ -28,14 +26,11 @@ __all__ = [
     "derive_seed",
     "episode_metrics",
     "mean_or_nan",
-    "replay_metrics",
     "window_stat_metrics",
 ]
 
 ROLES: dict[str, int] = {"learner": 0, "worker": 1, "shard": 2, "eval": 3, "driver": 4}
 """Component roles that get their own seed stream."""
-
-_REPLAY_KEYS = ("size", "added", "sampled", "evicted", "add_s", "sample_s", "update_s")
 
 
 def derive_seed(base_seed: int, role: str, index: int = 0) -> int:
@@ -71,16 +66,4 @@ def window_stat_metrics(name: str, stats: Mapping[str, object]) -> dict[str, flo
     assert isinstance(quantiles, Iterable)
     for q, v in zip(QUANTILES, quantiles, strict=True):
         out[f"{name}/q{q}"] = float(v)
-    return out
-
-
-def replay_metrics(shard_stats: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Per-shard ``replay/<k>/{size,added,sampled,evicted,add_s,sample_s,update_s}``
-    and ``replay/size`` (sum of sizes)."""
-    out: dict[str, float] = {}
-    for k, stats in enumerate(shard_stats):
-        for key in _REPLAY_KEYS:
-            if key in stats:
-                out[f"replay/{k}/{key}"] = float(stats[key])
-    out["replay/size"] = float(sum(s.get("size", 0) for s in shard_stats))
     return out

@@ -13,7 +13,8 @@ __all__ = ["PRESETS"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     # RLlib's Ape-X defaults: 32 workers, 4 shards, 2M replay, batch 512.
-    "atari": {"env": {"env_id": "ALE/Pong-v5"}},
+    # Frames are stored once each (replay.frame_stack), not as whole 4-frame stacks.
+    "atari": {"env": {"env_id": "ALE/Pong-v5"}, "replay": {"frame_stack": 4}},
     # MinAtar (10x10 images): RLlib's shape scaled to a workstation.
     "minatar": {
         "env": {"env_id": "MinAtar/Breakout-v1"},

@@ -77,6 +77,10 @@ class ReplayConfig:
     """Added to every priority so no item has zero probability (> 0)."""
     learning_starts: int = 50_000
     """Total transitions stored before sampling starts, split evenly over shards."""
+    frame_stack: int | None = None
+    """With observations that are stacks of k frames (first axis k, as Atari's 4 x 84 x 84),
+    store each frame once per rollout (and send it once) instead of whole stacks:
+    about 7x less replay memory and wire bytes on Atari. None: store observations whole."""
     placement: str = "learner_process"
     """Where the shards go: ``learner_process`` (in the learner's Dask worker: local
     calls, one event loop and GIL), ``learner_host`` (the other worker processes on the

@@ -101,6 +101,8 @@ def validate(cfg: Any) -> None:
     unit("replay.beta", r.beta)
     positive("replay.eps", r.eps)
     nonneg("replay.learning_starts", r.learning_starts)
+    if r.frame_stack is not None and not (isinstance(r.frame_stack, int) and r.frame_stack >= 2):
+        raise bad("replay.frame_stack", r.frame_stack, "must be an integer >= 2, or null (off)")
     if r.placement not in ("learner_process", "learner_host", "spread"):
         raise bad(
             "replay.placement", r.placement, "must be learner_process, learner_host or spread"

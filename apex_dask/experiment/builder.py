@@ -59,6 +59,7 @@ def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "hiddens": lc.hiddens,
         "dueling": lc.dueling,
         "double_q": lc.double_q,
+        "frame_stack": cfg.replay.frame_stack,
     }
 
 
@@ -70,6 +71,7 @@ def shard_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
         "alpha": rc.alpha,
         "eps": rc.eps,
         "seed": derive_seed(cfg.seed, "shard", shard_id),
+        "frame_stack": rc.frame_stack,
     }
 
 

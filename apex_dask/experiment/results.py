@@ -28,7 +28,7 @@ __all__ = [
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
 _INTERNAL = ("errors", "thread_error", "device")
-_SHARD_KEYS = ("size", "added", "sampled", "evicted", "add_s", "sample_s", "update_s")
+_SHARD_KEYS = ("size", "added", "sampled", "evicted", "bytes", "add_s", "sample_s", "update_s")
 LEARNER_FLOW_KEYS = (
     "flow/batches_received",
     "flow/batches_in_queue",

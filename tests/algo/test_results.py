@@ -7,10 +7,10 @@ from apex_dask.algo.replay import ReplayShard
 from apex_dask.algo.results import (
     derive_seed,
     episode_metrics,
-    replay_metrics,
     window_stat_metrics,
 )
 from apex_dask.algo.timers import WindowStat
+from apex_dask.experiment.results import shard_metrics
 
 
 def test_derive_seed_is_stable_and_distinct_per_component():
@@ -62,8 +62,11 @@ def test_replay_metrics_cover_every_shard():
     shards[1].add(batch)
     shards[1].add(batch)
     shards[1].sample(3, 0.4)
-    m = replay_metrics([s.stats() for s in shards])
+    m = {}
+    for k, shard in enumerate(shards):
+        counters = {"rollouts_stored": k + 1, "batches_sampled": k, "priority_updates_applied": 0}
+        m.update(shard_metrics(k, shard.stats(), **counters))
     assert m["replay/0/size"] == 5 and m["replay/1/size"] == 8
     assert m["replay/1/added"] == 10 and m["replay/1/evicted"] == 2
-    assert m["replay/1/sampled"] == 3 and m["replay/size"] == 13
-    assert "replay/0/sample_s" in m
+    assert m["replay/1/sampled"] == 3 and m["replay/1/rollouts_stored"] == 2
+    assert "replay/0/sample_s" in m and m["replay/1/bytes"] >= m["replay/0/bytes"] > 0

@@ -56,6 +56,7 @@ class EnvWorkerActor:
         hiddens: Sequence[int],
         dueling: bool,
         double_q: bool,
+        frame_stack: int | None = None,
         call_timeout_s: float = 60.0,
         run: str = "",
     ) -> None:
@@ -76,6 +77,7 @@ class EnvWorkerActor:
             hiddens=tuple(hiddens),
             dueling=dueling,
             double_q=double_q,
+            frame_stack=frame_stack,
         )
         self.epsilon = float(epsilon)
         self.rollouts_sent = 0

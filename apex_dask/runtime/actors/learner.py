@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
@@ -293,6 +294,40 @@ class LearnerActor:
                 return self._learner.state_dict()
 
         return await asyncio.get_running_loop().run_in_executor(self._snap_pool, read)
+
+    async def save_part(self, directory: str, name: str) -> dict[str, Any]:
+        """Write the learner's state into checkpoint ``directory`` as part ``name``.
+
+        The training thread pauses only while the state is copied (under the
+        model lock); the file is written after the lock is released.
+        """
+
+        def save() -> dict[str, Any]:
+            with self._model_lock:
+                state = self._learner.state_dict()
+            return write_part(directory, name, state)
+
+        return await asyncio.get_running_loop().run_in_executor(self._snap_pool, save)
+
+    async def load_part(self, directory: str, entry: dict[str, Any]) -> int:
+        """Restore from a checkpoint part (checksum verified); the weights version."""
+
+        def load() -> int:
+            state = read_part(directory, entry)
+            try:
+                with self._model_lock:
+                    self._learner.load_state_dict(state)
+            except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                raise CheckpointError(
+                    f"{directory}/{entry['file']}: does not fit this learner (another "
+                    f"network or env?): {type(exc).__name__}: {first}"
+                ) from None
+            self._blob = None
+            self._prefetcher.trained_before = int(self._learner.steps_trained)
+            return int(self._learner.version)
+
+        return await asyncio.get_running_loop().run_in_executor(self._snap_pool, load)
 
     async def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (between updates)."""

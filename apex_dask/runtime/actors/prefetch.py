@@ -19,7 +19,8 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
   called directly (its async methods run on this loop anyway), and its slot
   waits for queue space *before* sampling, so it never holds a stale batch.
 - ``max_replay_ratio`` (rho): a slot waits before requesting while
-  (batches received + requests in flight + 1) * batch_size > rho * (items
+  (transitions trained before a resume + (batches received + requests in
+  flight + 1) * batch_size) > rho * (items
   added to all shards), refreshing the shards' ``added`` counts every 50 ms
   while it waits (``ratio_wait_s``).
 
@@ -68,6 +69,9 @@ class ReplayPrefetcher:
         self._batch_size = int(batch_size)
         self._per_shard = int(prefetch_per_shard)
         self._ratio = max_replay_ratio
+        # transitions a restored learner had trained before this prefetcher started:
+        # the shards' ``added`` counts continue too, so the ratio holds across a resume
+        self.trained_before = 0
         self._timeout = float(call_timeout_s)
         self._idle_poll_s = float(idle_poll_s)
         self._low_water = inqueue.maxsize // 2
@@ -153,7 +157,8 @@ class ReplayPrefetcher:
         """True if one more batch keeps the replay ratio; else waits a little and says False."""
         assert self._ratio is not None
         added = sum(self._added)
-        wanted = (self.batches_received + self._in_flight + 1) * self._batch_size
+        batches = self.batches_received + self._in_flight + 1
+        wanted = self.trained_before + batches * self._batch_size
         if added == 0 or wanted <= self._ratio * added:
             return True
         t0 = time.perf_counter()

@@ -8,10 +8,13 @@ of numpy at most). ``sample()`` answers with a
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.experiment.messages import ReplayedBatch
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled
@@ -62,6 +65,7 @@ class ReplayShardActor:
         self.batches_sampled = 0
         self.priority_updates_applied = 0
         self._pub = Throttled(f"replay/{self.shard_id}", run)
+        self._io = ThreadPoolExecutor(1, thread_name_prefix=f"apex-shard-{shard_id}-io")
 
     async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
         """Store one rollout (dict of arrays) with its initial priorities; return the size."""
@@ -101,9 +105,34 @@ class ReplayShardActor:
         """Restore what :meth:`state_dict` returned."""
         self._shard.load_state_dict(state)
 
+    async def save_part(self, directory: str, name: str) -> dict[str, Any]:
+        """Write this shard into checkpoint ``directory`` as part ``name``; its manifest entry.
+
+        The snapshot is a copy taken at once (a memory copy); the file is
+        written by a thread, so the shard keeps taking adds and samples
+        meanwhile. Bulk data goes straight to the (shared) filesystem.
+        """
+        state = self._shard.state_dict()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, write_part, directory, name, state)
+
+    async def load_part(self, directory: str, entry: dict[str, Any]) -> int:
+        """Restore from a checkpoint part (checksum verified); the items now held."""
+        loop = asyncio.get_running_loop()
+        state = await loop.run_in_executor(self._io, read_part, directory, entry)
+        try:
+            self._shard.load_state_dict(state)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"{directory}/{entry['file']}: does not fit replay shard {self.shard_id} "
+                f"(another capacity or env?): {exc}"
+            ) from None
+        return len(self._shard)
+
     async def close(self) -> None:
         """Flush pending metrics."""
         self._pub.now(self._metrics)
+        self._io.shutdown(wait=False)
 
     def _metrics(self) -> dict[str, float]:
         return shard_metrics(

@@ -30,6 +30,7 @@ import queue
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from apex_dask.experiment.builder import Hook, resolve_hook
 from apex_dask.experiment.stop import StopRule
 from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
 from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import plan_placement
@@ -79,8 +81,19 @@ class ApexDriver:
         worker_wait_s: float = 30.0,
         min_replay_ratio: float | None = None,
         tensorboard_dir: str | os.PathLike[str] | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        resume_from: str | os.PathLike[str] | None = None,
     ) -> None:
         self.config = config
+        self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        resume = None
+        if resume_from is not None:
+            resume = latest_checkpoint(resume_from)
+            if resume is None:
+                raise ApexRuntimeError(
+                    f"no checkpoint in {str(resume_from)!r} (nothing to resume); "
+                    "start a new run instead"
+                )
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         try:
             self._env_factory = make_env_factory(config.env.env_id, config.env.env_kwargs)
@@ -90,6 +103,8 @@ class ApexDriver:
         self._tensorboard = self._open_tensorboard(tensorboard_dir)
         self._cluster = None
         self._stopped = False
+        self._saved_at = -1
+        self.resumed_from = None
         self._actors: ActorSet | None = None
         self._core: Any = None
         self._results: queue.Queue = queue.Queue()
@@ -125,6 +140,10 @@ class ApexDriver:
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._actors.create(hook)
             self._plan = self._make_plan(self._actors)
+            if resume is not None:
+                self.resumed_from: dict[str, Any] | None = self._sync(
+                    self._plan.checkpoints.restore(resume)
+                )
         except BaseException:
             self._release()
             raise
@@ -174,7 +193,30 @@ class ApexDriver:
             replace_env_worker=actors.replace_env_worker,
             seed=self.config.seed,
             min_replay_ratio=self._min_replay_ratio,
+            checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),
         )
+
+    def _sync(self, coro: Any, timeout_s: float | None = None) -> Any:
+        """Run ``coro`` on the client's loop (where the plan runs); its result."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self._client.loop.asyncio_loop)
+        return fut.result(timeout=timeout_s)
+
+    def save_checkpoint(self, reason: str = "requested") -> Path:
+        """Write a checkpoint now (while training or halted) under ``checkpoint_dir``; its path.
+
+        The learner and every shard write their own part in parallel; see
+        :mod:`apex_dask.runtime.orchestration.checkpointing`.
+        """
+        if self._plan is None:
+            raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
+        path = self._sync(self._plan.checkpoints.save(reason))
+        self._saved_at = self._plan.store.steps_total
+        return path
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint this driver wrote or resumed from."""
+        return None if self._plan is None else self._plan.checkpoints.last_path
 
     # ---------------------------------------------------------------- running
     def _ensure_running(self) -> None:
@@ -184,9 +226,7 @@ class ApexDriver:
             loop = self._client.loop.asyncio_loop
             self._core = asyncio.run_coroutine_threadsafe(self._plan.run(), loop)
 
-    def iterate(
-        self, stop_check: Callable[[], bool] | None = None
-    ) -> Iterator[dict[str, float]]:
+    def iterate(self, stop_check: Callable[[], bool] | None = None) -> Iterator[dict[str, float]]:
         """Start (or resume) training and yield one result dict per iteration, forever.
 
         Break out of the loop to pause the consumer; :meth:`halt` pauses the
@@ -265,6 +305,13 @@ class ApexDriver:
             self.halt()
         except Exception:
             pass
+        plan = self._plan
+        if plan is not None and self._checkpoint_dir is not None:
+            if plan.store.steps_total > self._saved_at:  # something new since the last one
+                try:
+                    self.save_checkpoint("end")
+                except Exception:  # a lost learner or shard: the previous checkpoint stands
+                    pass
         if self._actors is not None:
             self._actors.close()
         self._release()

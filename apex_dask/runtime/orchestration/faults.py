@@ -71,6 +71,11 @@ class FaultHandler:
             "faults/rollouts_failed": float(self.rollouts_failed),
         }
 
+    def load_counters(self, counters: dict[str, float]) -> None:
+        """Continue counting from a checkpoint's :meth:`counters`."""
+        self.env_workers_replaced = int(counters.get("faults/env_workers_replaced", 0))
+        self.rollouts_failed = int(counters.get("faults/rollouts_failed", 0))
+
     def env_failed(self, slot: EnvSlot, exc: BaseException, relaunch: bool) -> None:
         """A call to an env worker (or the evaluator) failed: a bug stops the run; a lost
         peer starts a check that replaces the actor if its worker is gone."""

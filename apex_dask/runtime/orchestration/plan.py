@@ -39,6 +39,7 @@ from apex_dask.experiment.results import IterationWindow, build_result
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.observability.metrics import TOPIC, make_message
+from apex_dask.runtime.orchestration.checkpointing import Checkpointer
 from apex_dask.runtime.orchestration.faults import EnvSlot, FaultHandler
 from apex_dask.runtime.orchestration.pacing import ReplayRatioPacer
 from apex_dask.runtime.orchestration.tasks import TaskSet
@@ -166,10 +167,16 @@ class Report:
         self.prev_learner: dict[str, Any] | None = None
         self.eval_result: dict[str, Any] | None = None  # finished this iteration
         self.last_eval: dict[str, Any] | None = None
+        self.eval_history: list[dict[str, Any]] = []
+        self.notes: list[str] = []  # things that went wrong without ending the run
         self._window_t0 = time.monotonic()
         self._last_eval = -float("inf")
         self._report_pending = False
         self._eval_pending = False
+
+    def note(self, message: str) -> None:
+        """Record a problem that does not end the run (kept: the last 20)."""
+        self.notes = [*self.notes[-19:], message]
 
     def new_session(self) -> None:
         self.plan.store.window, self._window_t0 = IterationWindow(), time.monotonic()
@@ -205,6 +212,13 @@ class Report:
             **task.result(),
             "duration_s": time.monotonic() - t0,
         }
+        self.eval_history.append(
+            {
+                "timesteps_total": self.plan.store.steps_total,
+                "return_mean": float(self.last_eval["return_mean"]),
+                "weights_version": int(self.last_eval.get("weights_version", -1)),
+            }
+        )
 
     # -- results ---------------------------------------------------------------
     def _maybe_report(self) -> None:
@@ -319,6 +333,7 @@ class ExecutionPlan:
         replace_env_worker: Callable[[EnvSlot, dict[str, Any]], Any],
         seed: int = 0,
         min_replay_ratio: float | None = None,
+        checkpoint_root: str | None = None,
     ) -> None:
         self.cfg = config
         self.client = client
@@ -340,6 +355,7 @@ class ExecutionPlan:
         self.report = Report(self)
         self.pacer = ReplayRatioPacer(self, min_replay_ratio)
         self.faults = FaultHandler(self, shard_addresses, replace_env_worker)
+        self.checkpoints = Checkpointer(self, checkpoint_root)
 
     @property
     def iteration(self) -> int:
@@ -358,6 +374,7 @@ class ExecutionPlan:
         try:
             while not self.halting:
                 self.report.tick()
+                self.checkpoints.tick()
                 await self.tasks.step(0.1)
         except BaseException:
             self.halting = True

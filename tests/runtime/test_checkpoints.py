@@ -1,0 +1,123 @@
+"""Checkpoints of a Dask run: written by the actors, resumed without a collapse, refused when bad."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from apex_dask.algo.checkpoint import CheckpointError, read_manifest
+from apex_dask.config import ApexConfig
+from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
+from apex_dask.runtime.orchestration.driver import ApexDriver, ApexRuntimeError
+
+
+def config(**overrides) -> ApexConfig:
+    base = {
+        "eval.interval_s": 0.0,
+        "eval.episodes": 10,
+        "topology.call_timeout_s": 30.0,
+        "checkpoint.interval_s": 2.0,
+        "checkpoint.keep": 2,
+        "seed": 1,
+    }
+    return ApexConfig.preset("cartpole").override({**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(client, tmp_path_factory):
+    """A CartPole run trained to a good greedy return, stopped (final checkpoint written)."""
+    root = tmp_path_factory.mktemp("run") / "checkpoints"
+    with ApexDriver(config(), client, checkpoint_dir=root) as driver:
+        results = driver.run(stop={"reward": 450, "time_s": 240})
+        # a few more iterations, so the last evaluation is not the one the stop rule picked
+        results += driver.run(stop={"iterations": results[-1]["iteration"] + 3})
+        state = driver.learner_state()
+    return {"root": root, "results": results, "learner_state": state}
+
+
+def test_checkpoints_are_written_periodically_and_at_the_end_keeping_the_newest(trained):
+    found = checkpoints_in(trained["root"])
+    assert 1 <= len(found) <= 2  # keep=2 after several periodic ones and the final one
+    assert sorted(p.name for p in trained["root"].iterdir() if p.name.startswith(".")) == []
+    manifest = read_manifest(found[-1])
+    assert manifest["metadata"]["reason"] == "end"
+    assert set(manifest["parts"]) == {"learner", "shard_0", "shard_1", "driver"}
+    last = trained["results"][-1]
+    assert manifest["metadata"]["timesteps_total"] >= last["timesteps_total"]
+    assert manifest["metadata"]["iteration"] == last["iteration"]
+    name = found[-1].name
+    assert int(name.split("-")[1]) >= 2, name  # numbered: earlier ones were written and pruned
+
+
+def test_the_checkpoint_holds_the_learner_exactly(trained):
+    from apex_dask.algo.checkpoint import load_checkpoint
+
+    parts, _ = load_checkpoint(latest_checkpoint(trained["root"]))
+    saved, live = parts["learner"], trained["learner_state"]
+    assert saved["counters"] == live["counters"]
+    for name, arr in live["online"].items():
+        np.testing.assert_array_equal(saved["online"][name], arr)
+
+
+def test_resume_continues_counters_and_replay_without_a_collapse(trained, client):
+    before = trained["results"]
+    last_eval = [r["eval/return_mean"] for r in before if "eval/return_mean" in r][-1]
+    ckpt = latest_checkpoint(trained["root"])
+    meta = read_manifest(ckpt)["metadata"]
+    with ApexDriver(
+        config(), client, checkpoint_dir=trained["root"], resume_from=trained["root"]
+    ) as d:
+        evals, after = [], []
+        for result in d.iterate():
+            after.append(result)
+            if "eval/return_mean" in result:
+                evals.append(result["eval/return_mean"])
+            if len(evals) >= 2:
+                break
+        d.halt()
+    first = after[0]
+    assert first["iteration"] == meta["iteration"] + 1
+    assert first["timesteps_total"] > meta["timesteps_total"]
+    assert first["learner/steps_trained"] >= before[-1]["learner/steps_trained"]
+    assert first["replay/size"] >= before[-1]["replay/size"]  # the replay came back
+    assert math.isfinite(first["learner/updates_per_s"]) and first["learner/updates_per_s"] < 5000
+    assert all(e >= 0.8 * last_eval for e in evals), (last_eval, evals)
+
+
+def test_resume_without_a_checkpoint_is_one_line(tmp_path, client):
+    with pytest.raises(ApexRuntimeError, match="no checkpoint in") as info:
+        ApexDriver(config(), client, resume_from=tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_corrupt_checkpoint_is_refused_naming_the_file(trained, client, tmp_path):
+    import shutil
+
+    copy = tmp_path / "ckpt-000001"
+    shutil.copytree(latest_checkpoint(trained["root"]), copy)
+    data = bytearray((copy / "shard_1.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / "shard_1.npz").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="shard_1.npz: checksum mismatch"):
+        ApexDriver(config(), client, resume_from=copy)
+
+
+def test_a_checkpoint_of_another_network_is_refused(trained, client):
+    other = config(**{"learner.hiddens": [64]})
+    with pytest.raises(CheckpointError, match="learner.npz: does not fit this learner"):
+        ApexDriver(other, client, resume_from=trained["root"])
+
+
+def test_a_checkpoint_of_another_env_is_refused(trained, client, tmp_path):
+    import shutil
+
+    copy = tmp_path / "ckpt-000001"
+    shutil.copytree(latest_checkpoint(trained["root"]), copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["metadata"]["env_id"] = "Acrobot-v1"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="written for env 'Acrobot-v1'"):
+        ApexDriver(config(), client, resume_from=copy)
