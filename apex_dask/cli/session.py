@@ -101,11 +101,11 @@ class RunSession:
         return self._finish()
 
     def _start(self) -> None:
-        from apex_dask.runtime.orchestration.driver import ApexDriver
-
         self.client, self.cluster = self._connect()
         if not self.embedded:
             self._check_remote_memory()
+        from apex_dask.runtime.orchestration.driver import ApexDriver  # torch: after connecting
+
         self.driver = ApexDriver(
             self.cfg, client=self.client, tensorboard_dir=self.reporter.tensorboard_dir
         )

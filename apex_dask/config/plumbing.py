@@ -120,6 +120,11 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
             value = yaml.safe_load(value)
         except yaml.YAMLError:
             pass
+    if isinstance(value, str) and tp in (int, float, int | None, float | None):
+        try:  # YAML 1.1 reads 1e12 and nan as strings; numbers are meant
+            value = float(value)
+        except ValueError:
+            pass
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):

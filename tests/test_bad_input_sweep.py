@@ -1,0 +1,310 @@
+"""Bad input, signals and edge cases, through the real entry point (``python -m apex_dask``).
+
+Every row checks the exit code, at most 3 lines on stderr, no traceback on
+the console, a time bound, and that an earlier run's folder is byte-identical
+afterwards. The rows of ``FAST`` fail before any cluster starts; the runs
+below them share one explicit cluster (a ``dask scheduler`` and a
+``dask worker --nworkers 2`` process, started once for the module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+from polling import poll  # noqa: E402
+
+SUBMIT = [sys.executable, "-m", "apex_dask"]
+FAST_S = 10.0  # a row that fails before anything starts (about 1 s unloaded)
+
+
+# ---------------------------------------------------------------------------
+# helpers and shared fixtures
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Done:
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def submit(*args: str, env: dict | None = None, timeout: float = 120) -> Done:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [*SUBMIT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
+    return Done(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+
+def check_console(done: Done, code: int | set[int], *needles: str) -> None:
+    codes = {code} if isinstance(code, int) else code
+    assert done.code in codes, (done.code, done.stdout[-2000:], done.stderr)
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr
+    assert len(done.err_lines) <= 3, done.stderr
+    for needle in needles:
+        assert needle in done.stderr, (needle, done.stderr)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def old_run(tmp_path_factory) -> Path:
+    """An earlier run's folder: results, config, weights, final dict."""
+    run = tmp_path_factory.mktemp("runs") / "ok"
+    run.mkdir()
+    (run / "config.yaml").write_text("env:\n  env_id: CartPole-v1\n")
+    lines = [json.dumps({"iteration": i, "timesteps_total": 1000 * i}) for i in (1, 2, 3)]
+    (run / "results.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "final.json").write_text(json.dumps({"iteration": 3}))
+    np.savez(run / "weights.npz", __version__=np.asarray(7), w=np.ones(4, np.float32))
+    return run
+
+
+@pytest.fixture
+def untouched(old_run):
+    before = snapshot(old_run)
+    yield old_run
+    assert snapshot(old_run) == before, "an earlier run's folder changed"
+
+
+class _Listeners:
+    """A silent TCP listener, one that talks first, and an HTTP server (not Dask)."""
+
+    def __init__(self) -> None:
+        self.silent = socket.create_server(("127.0.0.1", 0))
+        self.talker = socket.create_server(("127.0.0.1", 0))
+        self.http = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _QuietHTTP)
+        self.http.daemon_threads = True
+        threading.Thread(target=self._talk, daemon=True).start()
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def _talk(self) -> None:
+        while True:
+            try:
+                conn, _ = self.talker.accept()
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n" * 4)
+            except OSError:
+                return
+
+    def address(self, name: str) -> str:
+        sock = {"silent": self.silent, "talker": self.talker}.get(name)
+        port = sock.getsockname()[1] if sock else self.http.server_address[1]
+        return f"tcp://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        self.silent.close()
+        self.talker.close()
+        self.http.shutdown()
+
+
+class _QuietHTTP(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def listeners():
+    got = _Listeners()
+    yield got
+    got.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------
+# rows that fail before anything starts
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    id: str
+    args: list[str]
+    needles: list[str]
+    code: int = 2
+    files: dict[str, bytes] = field(default_factory=dict)  # written to tmp_path first
+    max_s: float = FAST_S
+    skip: str | None = None
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+NAN_KEYS = [
+    "learner.grad_clip",
+    "learner.lr",
+    "replay.eps",
+    "topology.call_timeout_s",
+    "eval.interval_s",
+    "learner.max_replay_ratio",
+    "workers.epsilon_alpha",
+]
+
+FAST = [
+    Row("unknown-preset", ["--preset", "pong"], ["unknown preset", "cartpole"]),
+    *(Row(f"nan-{k}", ["--set", f"{k}=.nan"], [k, "finite"]) for k in NAN_KEYS),
+    Row("inf-lr", ["--set", "learner.lr=.inf"], ["learner.lr", "finite"]),
+    Row("stop-time-nan", ["--stop-time", "nan"], ["stop.time_s", "finite"]),
+    Row("stop-reward-inf", ["--stop-reward", "inf"], ["stop.reward", "finite"]),
+    Row(
+        "connect-timeout-nan",
+        ["--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "nan"],
+        ["--connect-timeout", "finite"],
+    ),
+    Row("jobqueue-wait-inf", ["--jobqueue-wait", "inf"], ["--jobqueue-wait"]),
+    Row("seed-type", ["--set", "seed=x"], ["seed", "integer"]),
+    Row("pendulum", ["--set", "env.env_id=Pendulum-v1"], ["Pendulum-v1", "Discrete"]),
+    Row(
+        "continuous-mountaincar",
+        ["--set", "env.env_id=MountainCarContinuous-v0"],
+        ["MountainCarContinuous-v0", "Discrete"],
+    ),
+    Row("tuple-observations", ["--set", "env.env_id=Blackjack-v1"], ["observation space"]),
+    Row(
+        "cuda-without-cuda",
+        ["--set", "learner.device=cuda"],
+        ["learner.device", "CUDA"],
+        max_s=3 * FAST_S,  # imports torch to ask
+        skip="this machine has CUDA" if _cuda() else None,
+    ),
+    Row("cuda-x", ["--set", "learner.device=cuda:x"], ["learner.device", "cuda:N"]),
+    Row("unknown-env-kwarg", ["--set", "env.env_kwargs.foo=1"], ["env_kwargs", "foo"]),
+    Row("replay-too-large", ["--set", "replay.capacity=1e12"], ["replay.capacity", "lower it"]),
+    Row(
+        "config-without-preset-is-cartpole",  # atari's learning_starts would reject capacity 1000
+        ["--config", "{tmp}/run.yaml", "--set", "env.env_id=Pendulum-v1"],
+        ["Discrete"],
+        files={"run.yaml": b"replay:\n  capacity: 1000\n"},
+    ),
+    Row(
+        "binary-config",
+        ["--config", "{tmp}/run.yaml"],
+        ["not a UTF-8"],
+        files={"run.yaml": bytes(range(256)) * 4},
+    ),
+    Row(
+        "yaml-bad-type",
+        ["--config", "{tmp}/run.yaml"],
+        ["learner.lr", "fast"],
+        files={"run.yaml": b"learner:\n  lr: fast\n"},
+    ),
+    Row(
+        "used-out-then-bad-env",  # before: truncated results.jsonl, overwrote config.yaml
+        ["--set", "env.env_id=Pendulum-v1", "--out", "{old}"],
+        ["already holds another run's files"],
+    ),
+    Row("used-out", ["--out", "{old}"], ["already holds another run's files"]),
+    Row("out-is-a-file", ["--out", "{old}/results.jsonl"], ["not writable"]),
+    Row("scheduler-file-missing", ["--scheduler-file", "{tmp}/none.json"], ["does not exist"]),
+    Row(
+        "two-cluster-flags",
+        ["--scheduler", "tcp://127.0.0.1:9", "--scheduler-file", "x"],
+        ["exclude each other"],
+    ),
+    Row(
+        "nothing-listens",
+        ["--scheduler", "tcp://127.0.0.1:{free}", "--connect-timeout", "2"],
+        ["cannot reach"],
+    ),
+    *(
+        Row(
+            f"not-a-scheduler-{kind}",
+            ["--scheduler", "{%s}" % kind, "--connect-timeout", "2"],
+            ["is not a Dask scheduler"],
+        )
+        for kind in ("silent", "talker", "http")
+    ),
+]
+
+
+@pytest.mark.parametrize("row", FAST, ids=[r.id for r in FAST])
+def test_bad_input_fails_before_anything_starts(row: Row, untouched, listeners, tmp_path):
+    if row.skip:
+        pytest.skip(row.skip)
+    for name, data in row.files.items():
+        (tmp_path / name).write_bytes(data)
+    fill = {
+        "tmp": str(tmp_path),
+        "old": str(untouched),
+        "free": str(_free_port()),
+        **{k: listeners.address(k) for k in ("silent", "talker", "http")},
+    }
+    args = [a.format(**fill) for a in row.args]
+    done = submit(*args, timeout=60)
+    check_console(done, row.code, *row.needles)
+    assert done.err_lines[-1].startswith("apex-dask-submit: error:"), done.stderr
+    assert done.seconds < row.max_s, done.seconds
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_names_the_default_preset_and_the_exit_codes():
+    done = submit("--help")
+    assert done.code == 0
+    text = " ".join(done.stdout.split())
+    assert "default: cartpole" in text
+    for words in ("0 done", "2 bad input", "3 a runtime fault", "75 preempted", "130 interrupted"):
+        assert words in text, words
+
+
+def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*SUBMIT, "--set", "topology.local_workers=2", "--out", str(out), "--stop-time", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=ROOT,
+    )
+    try:
+        poll(lambda: (out / "config.yaml").exists(), timeout_s=30)  # checks done: starting
+        os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    done = Done(proc.returncode, stdout, stderr, took)
+    check_console(done, 130, "interrupted")
+    assert took < 30, took
+    assert not (out / "results.jsonl").read_bytes()
