@@ -7,12 +7,16 @@ Usage loop (a runner or actor drives it)::
     rollout = worker.sample()         # fragment_length env steps
     shard.add(rollout["batch"], rollout["priorities"])
 
-Acting: with probability ``epsilon`` a uniform random action (drawn from the
+Batched acting: a worker steps ``num_envs`` envs of its own in a plain loop
+(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8) and picks
+their actions with one forward pass per step for all of them. Every env
+keeps its own n-step adder and episode stats; all use the worker's epsilon.
+For each env, with probability ``epsilon`` a uniform random action (drawn from the
 worker's own seeded ``numpy.random.Generator``; no forward pass is made),
 else ``argmax_a Q(s, a)`` under the last synced weights. Vector observations
 use a numpy forward pass (:class:`~apex_dask.algo.networks.NumpyMLPQ`),
 images go through torch. The caller should run ``torch.set_num_threads(1)``
-in the worker's process: batch-1 forwards are slower with more threads.
+in the worker's process: small-batch forwards are slower with more threads.
 
 Each step goes through an :class:`~apex_dask.algo.nstep.NStepAdder` whose
 pending steps carry over between fragments, so a fragment holds the
@@ -32,6 +36,7 @@ stores it as it is. Priorities are computed on the full stacks first.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -78,11 +83,15 @@ class EnvWorker:
         dueling: bool = True,
         double_q: bool = True,
         frame_stack: int | None = None,
+        num_envs: int = 1,
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
         if fragment_length < 1:
             raise ValueError(f"fragment_length must be >= 1, got {fragment_length}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.num_envs = int(num_envs)
         self.env_factory = env_factory
         self.env = env_factory()
         self.observation_space = self.env.observation_space
@@ -111,13 +120,21 @@ class EnvWorker:
         self.rng = np.random.default_rng(seed)
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
-        self.adder = NStepAdder(n_step, gamma)
+        self.envs = [self.env] + [env_factory() for _ in range(self.num_envs - 1)]
+        self.adders = [NStepAdder(n_step, gamma) for _ in range(self.num_envs)]
+        self.adder = self.adders[0]
         self.weights_version = -1
         self.steps_sampled = 0
         self.episodes = 0
-        self._obs = self._as_obs(self.env.reset(seed=self.seed)[0])
-        self._episode_return = 0.0
-        self._episode_length = 0
+        # env j resets first with seed + j, then continues its own generator
+        self._obs = [self._as_obs(e.reset(seed=self.seed + j)[0]) for j, e in enumerate(self.envs)]
+        self._episode_return = [0.0] * self.num_envs
+        self._episode_length = [0] * self.num_envs
+
+    @property
+    def num_pending(self) -> int:
+        """Steps of all envs whose transition is not emitted yet."""
+        return sum(a.num_pending for a in self.adders)
 
     # -- policy ---------------------------------------------------------
     def _as_obs(self, obs: Any) -> np.ndarray:
@@ -133,10 +150,21 @@ class EnvWorker:
     def _greedy(self, obs: np.ndarray) -> int:
         return int(np.argmax(self.q_values(obs[None])[0]))
 
-    def _act(self, obs: np.ndarray) -> int:
-        if self.epsilon > 0.0 and self.rng.random() < self.epsilon:
-            return int(self.rng.integers(self.num_actions))
-        return self._greedy(obs)
+    def _act(self, obs: Sequence[np.ndarray]) -> np.ndarray:
+        """One action per env: epsilon-greedy, one forward for all greedy ones."""
+        n = len(obs)
+        actions = np.zeros(n, np.int64)
+        explore = np.zeros(n, bool)
+        if self.epsilon > 0.0:
+            for j in range(n):  # the same draws as one env at a time
+                if self.rng.random() < self.epsilon:
+                    explore[j] = True
+                    actions[j] = self.rng.integers(self.num_actions)
+        greedy = np.flatnonzero(~explore)
+        if len(greedy):
+            q = self.q_values(np.stack([obs[j] for j in greedy]))
+            actions[greedy] = np.argmax(q, axis=1)
+        return actions
 
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
         """Act with these weights (a learner's ``get_weights()``) from now on."""
@@ -148,35 +176,53 @@ class EnvWorker:
 
     # -- rollouts -------------------------------------------------------
     def sample(self) -> dict[str, Any]:
-        """Run ``fragment_length`` env steps; return the completed transitions and stats.
+        """Run ``fragment_length`` steps of every env; return the completed transitions and stats.
 
         Keys: ``batch`` (``obs, action, reward, next_obs, done, discount`` arrays;
         with ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs,
-        done, discount``), ``priorities`` (float32 |td|), ``steps``, ``episode_returns``,
+        done, discount``), ``priorities`` (float32 |td|), ``steps``
+        (``fragment_length * num_envs``), ``episode_returns``,
         ``episode_lengths``, ``weights_version``, ``epsilon``.
+
+        Each env has its own n-step adder; the batch holds env 0's transitions,
+        then env 1's, and so on. The adder gets ``info["train_reward"]`` and
+        ``info["train_terminated"]`` when the env gives them (clipped rewards,
+        a life loss: :mod:`apex_dask.algo.atari`); episode returns and lengths
+        count raw rewards over whole episodes (``terminated or truncated``).
         """
-        env, adder = self.env, self.adder
-        transitions: list[dict[str, Any]] = []
+        per_env: list[list[dict[str, Any]]] = [[] for _ in self.envs]
         returns: list[float] = []
         lengths: list[int] = []
         obs = self._obs
         for _ in range(self.fragment_length):
-            action = self._act(obs)
-            next_obs, reward, terminated, truncated, _ = env.step(action + self._action_offset)
-            next_obs = self._as_obs(next_obs)
-            self._episode_return += float(reward)
-            self._episode_length += 1
-            transitions += adder.add(obs, action, reward, next_obs, terminated, truncated)
-            if terminated or truncated:
-                returns.append(self._episode_return)
-                lengths.append(self._episode_length)
-                self._episode_return, self._episode_length = 0.0, 0
-                self.episodes += 1
-                obs = self._as_obs(env.reset()[0])
-            else:
-                obs = next_obs
-        self._obs = obs
-        self.steps_sampled += self.fragment_length
+            actions = self._act(obs)
+            for j, env in enumerate(self.envs):
+                action = int(actions[j])
+                next_obs, reward, terminated, truncated, info = env.step(
+                    action + self._action_offset
+                )
+                next_obs = self._as_obs(next_obs)
+                self._episode_return[j] += float(reward)
+                self._episode_length[j] += 1
+                per_env[j] += self.adders[j].add(
+                    obs[j],
+                    action,
+                    info.get("train_reward", reward),
+                    next_obs,
+                    bool(info.get("train_terminated", terminated)),
+                    truncated,
+                )
+                if terminated or truncated:
+                    returns.append(self._episode_return[j])
+                    lengths.append(self._episode_length[j])
+                    self._episode_return[j], self._episode_length[j] = 0.0, 0
+                    self.episodes += 1
+                    obs[j] = self._as_obs(env.reset()[0])
+                else:
+                    obs[j] = next_obs
+        steps = self.fragment_length * self.num_envs
+        self.steps_sampled += steps
+        transitions = [t for env_transitions in per_env for t in env_transitions]
         batch = stack_transitions(transitions, self._obs_shape, self._obs_dtype)
         priorities = self.td_errors(batch)
         if self.frame_stack is not None:
@@ -184,7 +230,7 @@ class EnvWorker:
         return {
             "batch": batch,
             "priorities": priorities,
-            "steps": self.fragment_length,
+            "steps": steps,
             "episode_returns": returns,
             "episode_lengths": lengths,
             "weights_version": self.weights_version,
@@ -210,31 +256,49 @@ class EnvWorker:
 
     # -- evaluation -----------------------------------------------------
     def evaluate(
-        self, num_episodes: int, seed: int | None = None, max_steps: int | None = None
+        self,
+        num_episodes: int,
+        seed: int | None = None,
+        max_steps: int | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        """Greedy (epsilon 0) episodes on a separate env instance.
+        """Greedy (epsilon 0) episodes on a separate env instance, bounded in steps and time.
 
         Episode i resets with ``seed + i`` when ``seed`` is given, else with a seed
         from the worker's evaluation generator. ``max_steps`` cuts an episode
-        (for envs without a time limit). Returns ``return_mean``, ``return_std``
-        (NaN for zero episodes), ``returns`` and ``lengths``.
+        (it then counts as a finished episode, as a time limit would).
+        ``timeout_s`` bounds the whole evaluation: once that much wall time has
+        passed, the episode in progress is dropped and no further one starts.
+        Returns ``return_mean``, ``return_std`` (over the finished episodes;
+        NaN for none), ``returns``, ``lengths`` and ``timed_out`` (bool).
+        Returns and ``terminated`` are the env's own (raw scores, whole games).
         """
         if self._eval_env is None:
             self._eval_env = self.env_factory()
         env = self._eval_env
+        deadline = math.inf if timeout_s is None else time.monotonic() + float(timeout_s)
         returns: list[float] = []
         lengths: list[int] = []
+        timed_out = False
         for i in range(int(num_episodes)):
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
             ep_seed = seed + i if seed is not None else int(self._eval_rng.integers(2**31))
             obs = self._as_obs(env.reset(seed=ep_seed)[0])
             total, length, done = 0.0, 0, False
             while not done:
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
                 action = self._greedy(obs)
                 obs, reward, terminated, truncated, _ = env.step(action + self._action_offset)
                 obs = self._as_obs(obs)
                 total += float(reward)
                 length += 1
                 done = terminated or truncated or (max_steps is not None and length >= max_steps)
+            if timed_out:
+                break
             returns.append(total)
             lengths.append(length)
         return {
@@ -242,10 +306,12 @@ class EnvWorker:
             "return_std": float(np.std(returns)) if returns else math.nan,
             "returns": returns,
             "lengths": lengths,
+            "timed_out": timed_out,
         }
 
     def close(self) -> None:
         """Close the envs."""
-        self.env.close()
+        for env in self.envs:
+            env.close()
         if self._eval_env is not None:
             self._eval_env.close()

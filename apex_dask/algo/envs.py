@@ -9,10 +9,14 @@ picklable object) rather than a live env::
 Ids may name the module that registers them, as gymnasium allows
 (``"my_pkg.envs:MyEnv-v0"``). For the ``ALE/`` and ``MinAtar/`` namespaces the
 registering module (``ale_py``, ``minatar``) is imported on demand. ``ALE/``
-envs get the standard DQN preprocessing unless ``atari_wrappers=False``:
-``frameskip=1`` in the emulator, then no-op starts (up to 30), frame skip 4
-with max-pooling, 84x84 grayscale ``uint8`` frames, and a stack of the last 4
-frames -> observations of shape (4, 84, 84).
+envs get the standard DQN preprocessing of :mod:`apex_dask.algo.atari` unless
+``atari_wrappers=False``: ``frameskip=1`` and ``repeat_action_probability=0.0``
+(no sticky actions; set 0.25 for ALE v5's default) in the emulator, then
+no-op starts (1 to 30 frames), frame skip 4 with max-pooling, FIRE on reset
+where the game needs it, a life loss as a *training* terminal only, rewards
+clipped to their sign *for training only* (``clip_rewards``), 84x84
+grayscale ``uint8`` frames, and a stack of the last 4 frames -> observations
+of shape (4, 84, 84).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+
+from apex_dask.algo.atari import TrainingSignals, wrap_atari
 
 __all__ = ["EnvFactory", "UnknownEnvError", "check_env_id", "make_env_factory"]
 
@@ -96,18 +102,25 @@ class EnvFactory:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     atari_wrappers: bool | None = None
     """Apply the DQN Atari preprocessing; None: only for ``ALE/`` ids."""
+    clip_rewards: bool | None = None
+    """Train on sign(reward) (``info["train_reward"]``; metrics keep the raw score).
+    None: only with the Atari preprocessing."""
+    repeat_action_probability: float = 0.0
+    """Sticky actions of the ALE emulator (Atari preprocessing only; ``env_kwargs`` wins)."""
 
     def __call__(self) -> gym.Env:
         _import_registering_module(self.env_id)
         kwargs = dict(self.env_kwargs)
-        if not _wants_atari_wrappers(self.env_id, self.atari_wrappers):
-            return gym.make(self.env_id, **kwargs)
-        from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
-
+        atari = _wants_atari_wrappers(self.env_id, self.atari_wrappers)
+        clip = atari if self.clip_rewards is None else bool(self.clip_rewards)
+        if not atari:
+            env = gym.make(self.env_id, **kwargs)
+            if clip:
+                env = TrainingSignals(env, clip_rewards=True, life_loss_terminal=False)
+            return env
         kwargs.setdefault("frameskip", 1)
-        env = gym.make(self.env_id, **kwargs)
-        env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
-        return FrameStackObservation(env, 4)
+        kwargs.setdefault("repeat_action_probability", float(self.repeat_action_probability))
+        return wrap_atari(gym.make(self.env_id, **kwargs), clip_rewards=clip)
 
 
 def make_env_factory(
@@ -115,10 +128,18 @@ def make_env_factory(
     env_kwargs: dict[str, Any] | None = None,
     *,
     atari_wrappers: bool | None = None,
+    clip_rewards: bool | None = None,
+    repeat_action_probability: float = 0.0,
 ) -> EnvFactory:
     """A checked, picklable factory for ``gymnasium.make(env_id, **env_kwargs)``.
 
     Raises :class:`UnknownEnvError` for an id gymnasium does not know.
     """
     check_env_id(env_id)
-    return EnvFactory(env_id, dict(env_kwargs or {}), atari_wrappers)
+    return EnvFactory(
+        env_id,
+        dict(env_kwargs or {}),
+        atari_wrappers,
+        clip_rewards=clip_rewards,
+        repeat_action_probability=float(repeat_action_probability),
+    )

@@ -10,8 +10,9 @@ on the shared features; with ``dueling=False`` a single linear layer gives Q.
 * Vector observations (``Box`` of shape ``(d,)``): an MLP with ReLU layers of
   sizes ``hiddens`` feeds the head.
 * Image observations (``Box`` of shape ``(H, W)``, ``(H, W, C)`` or
-  ``(C, H, W)``): ``uint8`` frames are scaled to [0, 1] inside the network (so
-  replay stores ``uint8``), HWC is permuted to CHW, then the Nature-DQN
+  ``(C, H, W)``): frames are scaled to [0, 1] inside the network by the
+  space's bounds (``Box(0, 255)``: / 255, so replay stores ``uint8``; ``Box(0, 1)``
+  and ``bool``: as they are; see :func:`input_scale`), HWC is permuted to CHW, then the Nature-DQN
   convolutions (32x8x8/4, 64x4x4/2, 64x3x3/1) when both sides are >= 36 pixels,
   or one 16x3x3/1 convolution (the MinAtar network) for small grids, then
   ReLU layers of sizes ``hiddens``, then the head.
@@ -29,7 +30,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-__all__ = ["build_q_network", "MLPQNetwork", "ConvQNetwork", "NumpyMLPQ", "is_image_space"]
+__all__ = [
+    "build_q_network",
+    "input_scale",
+    "MLPQNetwork",
+    "ConvQNetwork",
+    "NumpyMLPQ",
+    "is_image_space",
+]
 
 
 class _Head(nn.Module):
@@ -126,6 +134,23 @@ def is_image_space(observation_space: spaces.Space) -> bool:
     return isinstance(observation_space, spaces.Box) and len(observation_space.shape) in (2, 3)
 
 
+def input_scale(observation_space: spaces.Box) -> float:
+    """The factor image inputs are multiplied by: ``1 / high`` for a space bounded in
+    ``[0, high]`` with ``high > 1`` (``Box(0, 255, uint8)``: 1/255), else 1.
+
+    Read from the space's bounds, not its dtype: ``Box(0, 1, uint8)`` and ``bool``
+    frames (MinAtar) are already in [0, 1]; unbounded or signed spaces are left as they are.
+    """
+    low = np.asarray(observation_space.low, dtype=np.float64)
+    high = np.asarray(observation_space.high, dtype=np.float64)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        return 1.0
+    top = float(high.max()) if high.size else 1.0
+    if float(low.min(initial=0.0)) < 0.0 or top <= 1.0:
+        return 1.0
+    return 1.0 / top
+
+
 def build_q_network(
     observation_space: spaces.Space,
     action_space: spaces.Space,
@@ -160,7 +185,7 @@ def build_q_network(
             f"unsupported observation space {observation_space!r}: "
             f"Box of rank {len(shape)}; need rank 1 (vector) or 2-3 (image)"
         )
-    scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else 1.0
+    scale = input_scale(observation_space)
     if len(shape) == 2:
         return ConvQNetwork(
             (1, *shape), num_actions, hiddens, dueling, channels_last=False, scale=scale

@@ -171,7 +171,8 @@ def test_evaluate_is_greedy_and_reproducible_with_seed():
     r1 = worker.evaluate(3, seed=10)
     r2 = worker.evaluate(3, seed=10)
     assert r1 == r2
-    assert set(r1) == {"return_mean", "return_std", "returns", "lengths"}
+    assert set(r1) == {"return_mean", "return_std", "returns", "lengths", "timed_out"}
+    assert r1["timed_out"] is False
     assert r1["return_mean"] == pytest.approx(np.mean(r1["returns"]))
     assert r1["returns"] == [float(n) for n in r1["lengths"]]  # CartPole: +1 per step
     assert worker.evaluate(2, max_steps=5)["lengths"] == [5, 5]

@@ -108,3 +108,30 @@ def test_unsupported_spaces_raise_naming_the_space(obs_space, act_space, fragmen
     with pytest.raises(ValueError, match="unsupported") as info:
         build_q_network(obs_space, act_space)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "space, scale",
+    [
+        (spaces.Box(0, 255, (10, 10, 4), np.uint8), 1 / 255),
+        (spaces.Box(0, 1, (10, 10, 4), np.uint8), 1.0),  # MinAtar master's declared space
+        (spaces.Box(0, 1, (10, 10, 4), bool), 1.0),  # MinAtar 1.0.15 declares bool frames
+        (spaces.Box(0.0, 255.0, (4, 84, 84), np.float32), 1 / 255),
+        (spaces.Box(-1.0, 1.0, (10, 10, 4), np.float32), 1.0),
+        (spaces.Box(-np.inf, np.inf, (10, 10, 4), np.float32), 1.0),
+    ],
+    ids=["uint8-0-255", "uint8-0-1", "bool", "float-0-255", "float-signed", "unbounded"],
+)
+def test_image_inputs_are_scaled_by_the_space_bounds_not_the_dtype(space, scale):
+    torch.manual_seed(0)
+    net = build_q_network(space, spaces.Discrete(3), hiddens=(16,))
+    assert net.scale == pytest.approx(scale)
+    # The network sees the frame in [0, 1] for all of them: an all-"high" frame
+    # gives the same Q-values as a float frame of ones through an unscaled copy.
+    high = np.broadcast_to(np.minimum(space.high, 255), space.shape).astype(space.dtype)
+    q = net(torch.as_tensor(high[None]))
+    ones = torch.as_tensor(high[None]).float() * scale
+    net.scale = 1.0
+    torch.testing.assert_close(net(ones), q)
+    if space.dtype != np.float32:
+        assert ones.max().item() == pytest.approx(1.0)
