@@ -69,6 +69,8 @@ class FaultHandler:
         return {
             "faults/env_workers_replaced": float(self.env_workers_replaced),
             "faults/rollouts_failed": float(self.rollouts_failed),
+            # rollout calls finished, a lost env worker's included (its own counter died)
+            "flow/rollouts_sent": float(self.plan.store.rollouts_returned + self.rollouts_failed),
         }
 
     def load_counters(self, counters: dict[str, float]) -> None:

@@ -41,6 +41,7 @@ from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.observability.metrics import TOPIC, make_message
 from apex_dask.runtime.orchestration.checkpointing import Checkpointer
 from apex_dask.runtime.orchestration.faults import EnvSlot, FaultHandler
+from apex_dask.runtime.orchestration.health import LearnerHealth
 from apex_dask.runtime.orchestration.pacing import ReplayRatioPacer
 from apex_dask.runtime.orchestration.tasks import TaskSet
 
@@ -184,6 +185,7 @@ class Report:
     def tick(self) -> None:
         self._maybe_evaluate()
         self._maybe_report()
+        self.plan.health.tick()
 
     # -- evaluation ----------------------------------------------------------
     def _maybe_evaluate(self) -> None:
@@ -299,11 +301,7 @@ class Report:
             acting_versions=[s.version for s in p.slots],
             weight_syncs=p.store.weight_syncs,
             eval_result=eval_result,
-            extra={
-                **p.faults.counters(),
-                # asked of env workers and finished, dead ones' included (docs/metrics.md)
-                "flow/rollouts_sent": float(p.store.rollouts_returned + p.faults.rollouts_failed),
-            },
+            extra=p.faults.counters(),
         )
 
     async def final(self, learner: dict) -> dict[str, float]:
@@ -355,6 +353,7 @@ class ExecutionPlan:
         self.report = Report(self)
         self.pacer = ReplayRatioPacer(self, min_replay_ratio)
         self.faults = FaultHandler(self, shard_addresses, replace_env_worker)
+        self.health = LearnerHealth(self)
         self.checkpoints = Checkpointer(self, checkpoint_root)
 
     @property
