@@ -163,7 +163,8 @@ done
       "$(link_of "$h" 0)" "$(link_of "$h" 1)" "$sep"
   done
   echo "}"
-} >"$WORKDIR/hosts.json"
+} >"$WORKDIR/hosts.json.tmp"
+mv "$WORKDIR/hosts.json.tmp" "$WORKDIR/hosts.json"  # whole or absent for readers
 echo "netns.sh: site $PREFIX: ${#HOSTS[@]} hosts (${HOSTS[*]}), Dask on $IFACE; workdir $WORKDIR" >&2
 
 # ---- TLS ---------------------------------------------------------------------

@@ -1,0 +1,242 @@
+"""Ape-X on a real multi-host site: Linux network namespaces built by cluster/netns.sh.
+
+Hosts: ``sched`` (dask scheduler), ``driver`` (apex-dask-submit), ``learner``
+(a ``GPU=1`` worker) and ``env1``, ``env2`` (CPU workers), each a namespace
+with its own addresses on two networks (``eth0``, ``ib0``) and its own byte
+counters. Two runs keep CI short (about 3 minutes on 2 cores):
+
+* plain TCP over eth0: CartPole trains to greedy 475; ``placement.json`` puts
+  the learner and its shards on the learner's host and every env worker on an
+  env host; ib0 carries nothing.
+* TLS over ib0 (certificates made by netns.sh with openssl, ``tls://``,
+  ``require-encryption``): clients without a certificate, or speaking plain
+  TCP, are refused; a short MinAtar run (a window of about 10 s between two
+  result dicts; ``benchmarks/multihost.py`` measures 90 s) in which the
+  driver's host moves < 3% of the bytes the learner's host receives, the env
+  hosts send at least the rollout bytes the shards stored, and eth0 carries
+  nothing (traffic took the chosen interface).
+
+Skipped, with the reason, only where network namespaces cannot be made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from proctrack import MARK, assert_nothing_left
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "cluster"))
+
+from netns_bytes import Site, window_between_iterations  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+from polling import poll  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def _namespaces_unavailable() -> str | None:
+    if sys.platform != "linux":
+        return "network namespaces are Linux only"
+    if os.geteuid() != 0:
+        return "creating network namespaces needs root"
+    if shutil.which("ip") is None or shutil.which("openssl") is None:
+        return "needs iproute2 (ip) and openssl"
+    probe = "apexprobe" + uuid.uuid4().hex[:6]
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+_REASON = _namespaces_unavailable()
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_REASON is not None, reason=str(_REASON)),
+    pytest.mark.timeout(420),
+]
+
+
+class Run:
+    """cluster/netns.sh in the background, in its own session; stopped and checked on exit."""
+
+    def __init__(self, tmp: Path, site_args: list[str], args: list[str]) -> None:
+        self.workdir = tmp / "site"
+        self.prefix = "at" + uuid.uuid4().hex[:4]
+        self.marker = uuid.uuid4().hex
+        env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+        env.update({"APEX_NETNS_PREFIX": self.prefix, MARK: self.marker})
+        self.log = tmp / "netns.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [str(ROOT / "cluster" / "netns.sh"), "--workdir", str(self.workdir), *site_args,
+                 "--", *args],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    def output(self) -> str:
+        return self.log.read_text()[-4000:]
+
+    def site(self) -> Site:
+        poll(lambda: (self.workdir / "hosts.json").exists() or self.proc.poll() is not None, 120)
+        assert (self.workdir / "hosts.json").exists(), self.output()
+        return Site(self.workdir)
+
+    def wait(self, timeout_s: float) -> int:
+        return self.proc.wait(timeout=timeout_s)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=90)
+        assert_nothing_left(self.marker, grace_s=10, what="netns.sh")
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert self.prefix not in left and self.prefix not in links, "the site was not removed"
+
+
+@pytest.fixture
+def netns_run(tmp_path):
+    runs: list[Run] = []
+
+    def start(site_args: list[str], args: list[str]) -> Run:
+        run = Run(tmp_path, site_args, args)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.close()
+
+
+def host_of(site: Site, worker: dict) -> str | None:
+    return site.host_of(worker["host"])
+
+
+def check_placement(site: Site, placement: dict) -> None:
+    """The learner (and its shards) on the learner's host, env workers on env hosts."""
+    assert host_of(site, placement["learner"]) == "learner", placement["learner"]
+    assert placement["learner"]["resources"] == {"GPU": 1.0}
+    assert {host_of(site, s) for s in placement["shards"]} == {"learner"}
+    env_hosts = [host_of(site, w) for w in [*placement["env_workers"], placement["evaluator"]]]
+    assert set(env_hosts) == {"env1", "env2"}, env_hosts
+
+
+def test_cartpole_trains_to_475_across_hosts_with_each_actor_on_its_host(netns_run, tmp_path):
+    out = tmp_path / "cartpole"
+    run = netns_run(
+        ["--env-hosts", "2", "--interface", "eth0"],
+        ["--preset", "cartpole", "--stop-reward", "475", "--stop-time", "240",
+         "--out", str(out), "--quiet", "--no-tensorboard"],
+    )  # fmt: skip
+    site = run.site()
+    assert run.wait(330) == 0, run.output()
+    final = json.loads((out / "final.json").read_text())
+    assert final["eval/return_mean"] >= 475, final.get("eval/return_mean")
+    assert final["flow/batches_lost"] == 0
+    placement = json.loads((out / "placement.json").read_text())
+    check_placement(site, placement)
+    assert placement["learner"]["address"].startswith(f"tcp://{site.address('learner')}:")
+    moved = json.loads((run.workdir / "bytes.json").read_text())["hosts"]
+    assert moved["learner"]["eth0"]["rx"] > 1e6
+    assert all(v["ib0"]["rx"] + v["ib0"]["tx"] == 0 for v in moved.values()), moved
+
+
+DRIVER_SCRIPT = """
+import json, os, subprocess, sys
+
+sched = json.load(open(os.environ["APEX_SCHEDULER_FILE"]))["address"]
+probe = (
+    "import sys\\nfrom distributed import Client\\n"
+    "with Client(sys.argv[1], timeout=8) as c: print('CONNECTED', len(c.scheduler_info()['workers']))"
+)
+def connects(address, drop):
+    env = {k: v for k, v in os.environ.items() if not any(k.startswith(d) for d in drop)}
+    try:
+        p = subprocess.run([sys.executable, "-c", probe, address], env=env, capture_output=True,
+                           text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False
+    return "CONNECTED" in p.stdout
+tls = "DASK_DISTRIBUTED__COMM__TLS__"
+result = {
+    "address": sched,
+    "with_certificate": connects(sched, []),
+    "without_client_certificate": connects(sched, [tls + "CLIENT__"]),
+    "plain_tcp": connects(sched.replace("tls://", "tcp://"), [tls, "DASK_DISTRIBUTED__COMM__REQ"]),
+}
+json.dump(result, open(sys.argv[1], "w"))
+sys.exit(subprocess.call(["apex-dask-submit", "--scheduler-file", os.environ["APEX_SCHEDULER_FILE"],
+                          *sys.argv[2:]]))
+"""
+
+
+def rollout_bytes_per_item() -> float:
+    """Bytes one stored MinAtar transition takes in an env worker's message to a shard."""
+    from apex_dask.algo.env_worker import EnvWorker
+    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.config import ApexConfig
+    from apex_dask.experiment.builder import env_worker_kwargs
+
+    cfg = ApexConfig.preset("minatar")
+    factory = make_env_factory(cfg.env.env_id, cfg.env.env_kwargs)
+    out = EnvWorker(factory, epsilon=1.0, seed=0, **env_worker_kwargs(cfg)).sample()
+    items = len(out["priorities"])
+    data = sum(v.nbytes for v in out["batch"].values()) + out["priorities"].nbytes
+    return data / items
+
+
+def test_tls_minatar_driver_moves_under_3_percent_of_learner_bytes_over_ib0(netns_run, tmp_path):
+    pytest.importorskip("minatar", reason="the MinAtar byte count needs the minatar package")
+    out = tmp_path / "minatar"
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(DRIVER_SCRIPT))
+    probes = tmp_path / "probes.json"
+    submit = [
+        "--preset", "minatar", "--set", "workers.num_workers=4",
+        "--set", "replay.learning_starts=1000", "--set", "eval.interval_s=1000",
+        "--set", "report.min_iter_time_s=4", "--set", "report.timesteps_per_iteration=1",
+        "--stop-iterations", "4", "--out", str(out), "--quiet", "--no-tensorboard",
+    ]  # fmt: skip
+    run = netns_run(
+        ["--env-hosts", "2", "--workers-per-host", "2", "--interface", "ib0", "--tls-generate",
+         "--command"],
+        [sys.executable, str(script), str(probes), *submit],
+    )  # fmt: skip
+    site = run.site()
+    moved, first, last = window_between_iterations(
+        site, out / "results.jsonl", 1, 3, timeout_s=300, alive=lambda: run.proc.poll() is None
+    )
+    assert run.wait(120) == 0, run.output()
+
+    p = json.loads(probes.read_text())
+    assert p["address"].startswith(f"tls://{site.address('sched', 'ib0')}:"), p
+    assert p["with_certificate"], "the probe cannot connect even with a certificate"
+    assert not p["without_client_certificate"], "a client without a certificate got in"
+    assert not p["plain_tcp"], "a plain-TCP client got in"
+    check_placement(site, json.loads((out / "placement.json").read_text()))
+
+    # Traffic took ib0: eth0 moved nothing on any host during the window.
+    assert all(v["eth0"]["rx"] + v["eth0"]["tx"] == 0 for v in moved.values()), moved
+    learner_rx = moved["learner"]["ib0"]["rx"]
+    driver = moved["driver"]["ib0"]["rx"] + moved["driver"]["ib0"]["tx"]
+    assert learner_rx > 1e6, moved
+    assert driver < 0.03 * learner_rx, f"driver {driver} B vs learner rx {learner_rx} B: {moved}"
+    # Rollouts leave the env hosts themselves: at least the bytes the shards stored.
+    items = sum(
+        last[f"replay/{k}/added"] - first[f"replay/{k}/added"] for k in range(2)
+    )  # two shards in the minatar preset
+    env_sent = moved["env1"]["ib0"]["tx"] + moved["env2"]["ib0"]["tx"]
+    assert items > 0 and env_sent >= items * rollout_bytes_per_item(), (items, env_sent)
+    assert last["learner/steps_trained"] > first["learner/steps_trained"]
