@@ -308,3 +308,183 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_p
     check_console(done, 130, "interrupted")
     assert took < 30, took
     assert not (out / "results.jsonl").read_bytes()
+
+
+# ---------------------------------------------------------------------------
+# runs on one shared cluster
+# ---------------------------------------------------------------------------
+
+HOOKS = '''
+import numpy as np
+
+CALLS = 0
+
+
+def nan_rewards_after_20(batch, shard_id):
+    """Rewards turn NaN from the 21st replayed batch on (the loss then does too)."""
+    global CALLS
+    CALLS += 1
+    if CALLS <= 20:
+        return batch
+    data = dict(batch["data"])
+    data["reward"] = np.full(np.shape(data["reward"]), np.nan, np.float32)
+    return {**batch, "data": data}
+'''
+
+RUN = [
+    "--preset",
+    "cartpole",
+    "--quiet",
+    "--set",
+    "report.min_iter_time_s=1",
+    "--set",
+    "topology.call_timeout_s=10",
+]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """``(scheduler file, env)``: a ``dask scheduler`` and 2 worker processes with nannies;
+    ``env`` puts the test hooks on PYTHONPATH of the workers and of the CLI."""
+    from distributed import Client
+
+    root = tmp_path_factory.mktemp("shared")
+    (root / "sweep_hooks.py").write_text(HOOKS)
+    sched_file = root / "scheduler.json"
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    bindir = Path(sys.executable).parent
+    procs = [
+        subprocess.Popen(
+            [str(bindir / "dask"), "scheduler", "--scheduler-file", str(sched_file), "--port", "0"]
+            + ["--dashboard-address", ":0", "--preload", "apex_dask.runtime.preload"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    ]
+    try:
+        poll(sched_file.exists, timeout_s=60)
+        procs.append(
+            subprocess.Popen(
+                [str(bindir / "dask"), "worker", "--scheduler-file", str(sched_file)]
+                + ["--nworkers", "2", "--nthreads", "1", "--memory-limit", "2GiB"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+        with Client(scheduler_file=str(sched_file), timeout=30) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield sched_file, {"PYTHONPATH": env["PYTHONPATH"]}
+    finally:
+        for p in reversed(procs):
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_stop_time_is_checked_within_an_iteration(shared, untouched, tmp_path):
+    sched_file, env = shared
+    out = tmp_path / "run"
+    args = [*RUN, "--scheduler-file", str(sched_file), "--out", str(out), "--stop-time", "6"]
+    done = submit(*args, "--set", "report.timesteps_per_iteration=100000000", env=env, timeout=240)
+    check_console(done, 0)
+    results = _lines(out / "results.jsonl")
+    assert len(results) == 1, results  # the partial iteration, recorded at the stop
+    assert 6 <= results[0]["time_s"] < 6 + 4, results[0]["time_s"]
+    assert "mid-iteration" in done.stdout
+    final = json.loads((out / "final.json").read_text())
+    assert final["timesteps_total"] == results[0]["timesteps_total"] > 0
+    assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"] > 0
+    assert final["flow/rollouts_lost"] == 0
+    assert (out / "weights.npz").exists() and (out / "placement.json").exists()
+
+
+def test_sigterm_mid_run_saves_and_exits_with_the_preemption_code(shared, untouched, tmp_path):
+    sched_file, env = shared
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
+        + ["--stop-time", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
+    try:
+        poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = Done(proc.returncode, stdout, stderr, time.monotonic() - t0)
+    check_console(done, {75, 143}, "SIGTERM")
+    assert done.seconds < 60, done.seconds
+    with np.load(out / "weights.npz") as w:
+        assert int(w["__version__"]) > 0
+        assert all(np.isfinite(w[k]).all() for k in w.files)
+    assert (out / "final.json").exists()
+    text = (out / "results.jsonl").read_text()
+    assert text.endswith("\n") and all(json.loads(x) for x in text.splitlines())
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_finite_weights(shared, untouched, tmp_path):
+    sched_file, env = shared
+    out = tmp_path / "run"
+    hook = "learner.before_learn_on_batch=sweep_hooks:nan_rewards_after_20"
+    args = [*RUN, "--scheduler-file", str(sched_file), "--out", str(out), "--stop-time", "120"]
+    done = submit(*args, "--set", hook, env=env, timeout=240)
+    check_console(done, 3, "non-finite loss", "update 21")
+    with np.load(out / "weights.npz") as w:
+        assert int(w["__version__"]) == 20
+        assert all(np.isfinite(w[k]).all() for k in w.files)
+
+
+def test_a_lost_env_worker_is_announced_and_accounted(shared, untouched, tmp_path):
+    # Last: it kills a worker process of the shared cluster (its nanny restarts it).
+    from distributed import Client
+
+    sched_file, env = shared
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
+        + ["--stop-time", "45", "--set", "eval.episodes=0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
+    try:
+        poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
+        before = json.loads((out / "placement.json").read_text())
+        victim = before["env_workers"][0]["address"]
+        assert victim != before["learner"]["address"]
+        with Client(scheduler_file=str(sched_file), timeout=30) as client:
+            pid = client.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    check_console(Done(proc.returncode, stdout, stderr, 0.0), 0)
+    assert "env worker 0 was lost with its Dask worker" in stdout
+    after = json.loads((out / "placement.json").read_text())
+    assert victim not in {w["address"] for w in after["env_workers"]}
+    final = json.loads((out / "final.json").read_text())
+    assert final["faults/env_workers_replaced"] >= 1
+    sent, stored, lost = (final[f"flow/rollouts_{k}"] for k in ("sent", "stored", "lost"))
+    assert sent == stored + lost
+    assert 0 <= lost <= final["faults/rollouts_failed"]

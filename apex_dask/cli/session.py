@@ -79,6 +79,7 @@ class RunSession:
         self.error: BaseException | None = None
         self.checkpoint: Any = None
         self.signals = StopSignals()
+        self.lost_scheduler = False
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -94,6 +95,7 @@ class RunSession:
             self._train()
         except BaseException as exc:  # noqa: BLE001 - every end is classified below
             self.error = exc
+            self.lost_scheduler = self._scheduler_lost()
         finally:
             self.signals.phase = "saving"
             self._teardown()
@@ -102,6 +104,7 @@ class RunSession:
 
     def _start(self) -> None:
         self.client, self.cluster = self._connect()
+        self.address = getattr(self.client.scheduler, "address", "?")
         if not self.embedded:
             self._check_remote_memory()
         from apex_dask.runtime.orchestration.driver import ApexDriver  # torch: after connecting
@@ -259,7 +262,7 @@ class RunSession:
 
     def _teardown(self) -> None:
         d = self.driver
-        if d is not None and self._scheduler_lost():
+        if d is not None and (self.lost_scheduler or self._scheduler_lost()):
             _note("the Dask scheduler is gone: nothing more can be fetched")
         elif d is not None:
             self._save(d)
@@ -343,9 +346,8 @@ class RunSession:
                 else "rerun with --debug for the traceback"
             )
             code, line = classify(self.error, started=self.started, log_hint=hint)
-            if self.started and self._scheduler_lost():
-                address = getattr(getattr(self.client, "scheduler", None), "address", "?")
-                line = f"error: lost the Dask scheduler at {address}; the run ended"
+            if self.started and self.lost_scheduler:
+                line = f"error: lost the Dask scheduler at {self.address}; the run ended"
             print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
             return code
         if self.signals.requested == "SIGINT":
