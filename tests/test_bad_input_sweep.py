@@ -248,7 +248,7 @@ FAST = [
     *(
         Row(
             f"not-a-scheduler-{kind}",
-            ["--scheduler", "{%s}" % kind, "--connect-timeout", "2"],
+            ["--scheduler", "{" + kind + "}", "--connect-timeout", "2"],
             ["is not a Dask scheduler"],
         )
         for kind in ("silent", "talker", "http")
