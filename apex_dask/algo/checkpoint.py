@@ -101,6 +101,30 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class _HashingStream:
+    """A write-only, unseekable stream: hashes the bytes as they go to ``f`` (one pass).
+
+    Unseekable, so ``zipfile`` writes each member's sizes after its data
+    instead of seeking back: the bytes hashed are exactly the file's bytes.
+    """
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.written += len(data)
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def read(self, *_: Any) -> bytes:  # numpy takes objects with ``read`` as files
+        raise io.UnsupportedOperation("write-only stream")
+
+
 def _fsync_write(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
@@ -125,10 +149,11 @@ def write_part(directory: str | os.PathLike[str], name: str, tree: Any) -> dict[
     arrays[_TREE] = np.frombuffer(spec.encode(), dtype=np.uint8)
     path = Path(directory) / f"{name}.npz"
     with open(path, "wb") as f:
-        np.savez(f, **arrays)
+        stream = _HashingStream(f)
+        np.savez(stream, **arrays)
         f.flush()
         os.fsync(f.fileno())
-    return {"file": path.name, "sha256": _sha256(path), "bytes": path.stat().st_size}
+    return {"file": path.name, "sha256": stream.sha256.hexdigest(), "bytes": stream.written}
 
 
 def read_part(directory: str | os.PathLike[str], entry: Mapping[str, Any]) -> Any:
