@@ -14,8 +14,14 @@
 #   --workers N    CPU worker processes for env workers (default: CPUs - 1, at least 1)
 #   --workdir DIR  scheduler file and logs (default: a new folder under $TMPDIR)
 #   --serve        start the cluster, print how to connect, wait for Ctrl-C
+#   --interface IF listen on network interface IF (e.g. ib0) instead of APEX_HOST
+#   --tls-ca-file F, --tls-cert F, --tls-key F
+#                  TLS: tls:// addresses, encryption required, this CA, certificate
+#                  and key for the scheduler, the workers and the driver
 # Environment
 #   APEX_HOST            address to listen on (default 127.0.0.1; 0.0.0.0 to serve others)
+#   APEX_INTERFACE       as --interface
+#   APEX_TLS_CA_FILE, APEX_TLS_CERT, APEX_TLS_KEY  as the --tls-* flags
 #   APEX_SCHEDULER_PORT  scheduler port (default 0: any free port, see the scheduler file)
 #   APEX_DASHBOARD       dashboard address (default :8787; :0 for any free port)
 #   APEX_WAIT_WORKERS_S  seconds to wait for the workers to join (default 120)
@@ -23,13 +29,17 @@
 # apex-dask-submit on PATH).
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "local.sh: $*" >&2; exit 2; }
 
 ncpu=$( (command -v nproc >/dev/null && nproc) || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 WORKERS=$((ncpu > 1 ? ncpu - 1 : 1))
 WORKDIR=""
 SERVE=0
+IFACE=${APEX_INTERFACE:-}
+TLS_CA=${APEX_TLS_CA_FILE:-}
+TLS_CERT=${APEX_TLS_CERT:-}
+TLS_KEY=${APEX_TLS_KEY:-}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) [[ $# -ge 2 ]] || die "--workers needs a number"; WORKERS=$2; shift 2 ;;
@@ -37,12 +47,38 @@ while [[ $# -gt 0 ]]; do
     --workdir) [[ $# -ge 2 ]] || die "--workdir needs a folder"; WORKDIR=$2; shift 2 ;;
     --workdir=*) WORKDIR=${1#*=}; shift ;;
     --serve) SERVE=1; shift ;;
+    --interface) [[ $# -ge 2 ]] || die "--interface needs a name"; IFACE=$2; shift 2 ;;
+    --interface=*) IFACE=${1#*=}; shift ;;
+    --tls-ca-file) [[ $# -ge 2 ]] || die "--tls-ca-file needs a file"; TLS_CA=$2; shift 2 ;;
+    --tls-cert) [[ $# -ge 2 ]] || die "--tls-cert needs a file"; TLS_CERT=$2; shift 2 ;;
+    --tls-key) [[ $# -ge 2 ]] || die "--tls-key needs a file"; TLS_KEY=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) break ;;  # everything else goes to apex-dask-submit
   esac
 done
 [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || die "--workers must be a positive integer, got '$WORKERS'"
+net_args=(--host "${APEX_HOST:-127.0.0.1}")
+if [[ -n "$IFACE" ]]; then
+  [[ -e "/sys/class/net/$IFACE" || ! -d /sys/class/net ]] || die "no network interface '$IFACE' here"
+  net_args=(--interface "$IFACE")
+fi
+tls_args=()
+if [[ -n "$TLS_CA$TLS_CERT$TLS_KEY" ]]; then
+  for f in "$TLS_CA" "$TLS_CERT" "$TLS_KEY"; do
+    [[ -n "$f" && -r "$f" ]] || die "TLS needs --tls-ca-file, --tls-cert and --tls-key, all readable (got '$f')"
+  done
+  TLS_CA=$(cd "$(dirname "$TLS_CA")" && pwd)/$(basename "$TLS_CA")
+  TLS_CERT=$(cd "$(dirname "$TLS_CERT")" && pwd)/$(basename "$TLS_CERT")
+  TLS_KEY=$(cd "$(dirname "$TLS_KEY")" && pwd)/$(basename "$TLS_KEY")
+  tls_args=(--protocol tls)
+  # Dask configuration, read by every process (`dask scheduler --tls-*` rejects --interface)
+  export DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True
+  export DASK_DISTRIBUTED__COMM__TLS__CA_FILE="$TLS_CA"
+  export DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS_KEY"
+  export DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__KEY="$TLS_KEY"
+  export DASK_DISTRIBUTED__COMM__TLS__WORKER__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY="$TLS_KEY"
+fi
 
 DASK=$(command -v dask) || die "dask not found on PATH; activate the environment with apex_dask installed"
 PYTHON=$(command -v python3 || command -v python) || die "python not found on PATH"
@@ -50,7 +86,6 @@ SUBMIT=""
 if [[ $SERVE -eq 0 ]]; then
   SUBMIT=$(command -v apex-dask-submit) || die "apex-dask-submit not found on PATH; pip install -e . first"
 fi
-HOST=${APEX_HOST:-127.0.0.1}
 WAIT_S=${APEX_WAIT_WORKERS_S:-120}
 if [[ -z "$WORKDIR" ]]; then
   WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/apex-local.XXXXXX")
@@ -95,7 +130,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "local.sh: scheduler + learner worker + $WORKERS CPU worker(s); logs in $WORKDIR" >&2
-launch "$WORKDIR/scheduler.log" "$DASK" scheduler --host "$HOST" \
+launch "$WORKDIR/scheduler.log" "$DASK" scheduler "${net_args[@]}" ${tls_args[@]+"${tls_args[@]}"} \
   --port "${APEX_SCHEDULER_PORT:-0}" --dashboard-address "${APEX_DASHBOARD:-:8787}" \
   --scheduler-file "$SCHED_FILE" --preload apex_dask.runtime.preload
 for ((i = 0; i < 600; i++)); do
@@ -105,7 +140,7 @@ for ((i = 0; i < 600; i++)); do
 done
 [[ -s "$SCHED_FILE" ]] || die "no scheduler file after 60 s; see $WORKDIR/scheduler.log"
 
-common=(--scheduler-file "$SCHED_FILE" --host "$HOST" --nthreads 1 --death-timeout 60)
+common=(--scheduler-file "$SCHED_FILE" "${net_args[@]}" ${tls_args[@]+"${tls_args[@]}"} --nthreads 1 --death-timeout 60)
 launch "$WORKDIR/learner.log" "$DASK" worker "${common[@]}" --name learner --resources GPU=1
 launch "$WORKDIR/cpu.log" "$DASK" worker "${common[@]}" --name cpu --nworkers "$WORKERS"
 

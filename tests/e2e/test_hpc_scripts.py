@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -37,12 +39,42 @@ def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
     )
 
 
+def tls_files(folder: Path) -> dict[str, str]:
+    """A throwaway CA and one certificate for 127.0.0.1, as the scripts' APEX_TLS_* variables."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make TLS certificates")
+    folder.mkdir()
+    ca, key, cert = folder / "ca.pem", folder / "key.pem", folder / "cert.pem"
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+        "-keyout", str(folder / "ca-key.pem"), "-out", str(ca))  # fmt: skip
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=apex", "-keyout", str(key),
+        "-out", str(folder / "cert.csr"))  # fmt: skip
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", str(folder / "cert.csr"), "-CA", str(ca), "-CAkey",
+        str(folder / "ca-key.pem"), "-CAcreateserial", "-days", "1", "-extfile",
+        str(folder / "ext.cnf"), "-out", str(cert))  # fmt: skip
+    return {"APEX_TLS_CA_FILE": str(ca), "APEX_TLS_CERT": str(cert), "APEX_TLS_KEY": str(key)}
+
+
+def check_tls_scheduler(run_dir: Path) -> None:
+    """The scheduler listened on tls:// (on the loopback interface the test chose)."""
+    log = (run_dir / "scheduler.log").read_text()
+    assert re.search(r"Scheduler at:\s+tls://127\.0\.0\.1:", log), log[-2000:]
+
+
 def calls(state: Path, tool: str) -> list[dict]:
     lines = (state / "calls.jsonl").read_text().splitlines()
     return [c for c in map(json.loads, lines) if c["tool"] == tool]
 
 
 def check_trained_run(run_dir: Path, output: str) -> None:
+    for log in ("scheduler.log", "learner.log"):
+        assert (run_dir / log).exists()
+    run_dir = run_dir / "results"  # apex-dask-submit's --out (it refuses a folder holding files)
     results = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
     assert results and results[-1]["timesteps_total"] >= 3000, output
     assert results[-1]["learner/steps_trained"] > 0
@@ -51,14 +83,14 @@ def check_trained_run(run_dir: Path, output: str) -> None:
     assert placement["learner"]["resources"] == {"GPU": 1.0}
     assert all(w["name"] != "learner" for w in placement["env_workers"])
     assert (run_dir / "weights.npz").stat().st_size > 0
-    for log in ("scheduler.log", "learner.log"):
-        assert (run_dir / log).exists()
 
 
 @pytest.mark.slow
 def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
+    """Over TLS on the interface named by APEX_INTERFACE (lo here)."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
+    env.update(tls_files(tmp_path / "tls"), APEX_INTERFACE="lo")
     env["APEX_DASHBOARD"] = ":0"
     script = ROOT / "cluster" / "slurm" / "apex.sbatch"
     try:
@@ -90,6 +122,9 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
         assert cmd[cmd.index("--name") + 1] == "learner"
         assert env_step["ntasks"] == 2
         assert "--resources" not in env_step["command"]
+        for step in (learner_step, env_step):  # interface and TLS reach every worker
+            c = step["command"]
+            assert c[c.index("--interface") + 1] == "lo" and c[c.index("--protocol") + 1] == "tls"
         run_dir = tmp_path / f"apex-{job_id}"
         sched_file = str(run_dir / "scheduler.json")
         assert cmd[cmd.index("--scheduler-file") + 1] == sched_file
@@ -97,6 +132,7 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
         assert sched_file in env_step["existing_paths"]
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
+        check_tls_scheduler(run_dir)
         assert "stopping the Dask cluster" in output
     finally:
         assert_nothing_left(marker)
@@ -104,8 +140,10 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
 
 @pytest.mark.slow
 def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_path):
+    """Over TLS (pbsdsh tasks get the TLS files as flags, require-encryption in their env)."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state)
+    env.update(tls_files(tmp_path / "tls"))
     script = ROOT / "cluster" / "pbs" / "apex.pbs"
     settings = (
         "APEX_PRESET=cartpole,APEX_WORKERS_PER_NODE=1,APEX_DASHBOARD=:0,APEX_ARGS="
@@ -137,9 +175,13 @@ def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_pat
             index = int(task["argv"][task["argv"].index("-n") + 1])
             assert vnodes[index] == task["targets"][0] and vnodes.index(vnodes[index]) == index
             assert os.path.isabs(task["command"][0])
+            assert "--protocol" in task["command"]  # TLS settings travel in the task's env
+            assert f"DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY={env['APEX_TLS_KEY']}" in task["argv"]
+            assert "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True" in task["argv"]
             assert str(run_dir / "scheduler.json") in task["existing_paths"]
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
+        check_tls_scheduler(run_dir)
     finally:
         assert_nothing_left(marker)
 
