@@ -11,11 +11,9 @@ preloaded, and submits two kinds of batch jobs:
 * ``jobs`` **env-worker jobs**, CPU only, each running ``processes`` Dask
   worker processes with ``cores / processes`` threads each.
 
-dask-jobqueue clusters are homogeneous per object; the learner job is one
-extra entry in the cluster's worker spec (``SpecCluster.worker_spec``) with
-its own job options, inserted before the env-worker jobs so scaling keeps it.
-Every job's workers exit ``death_timeout_s`` after the scheduler goes away, so
-a crashed driver does not leave jobs holding nodes.
+The learner job is an extra worker-spec entry with its own job options, put
+first so scaling keeps it. Workers exit ``death_timeout_s`` after losing the
+scheduler, so a crashed driver leaves no job holding nodes. ``tls_*``: tls://.
 
 Usage::
 
@@ -117,6 +115,14 @@ class JobqueueOptions:
     """Shell lines run in every job before the worker starts, e.g. ``module load cuda``."""
     interface: str | None = None
     """Network interface of the scheduler and workers, e.g. ``ib0``; None: the default route."""
+    scheduler_host: str | None = None
+    """Address the scheduler (in this process) listens on; None: ``interface``'s address."""
+    tls_ca_file: str | None = None
+    """TLS CA file; with ``tls_cert``, ``tls_key``: tls:// only (on a shared filesystem)."""
+    tls_cert: str | None = None
+    """TLS: the certificate of the scheduler, the workers and the driver (PEM)."""
+    tls_key: str | None = None
+    """TLS: its private key (PEM)."""
     dashboard_address: str = ":8787"
     """Address of the scheduler's dashboard (in the submitting process)."""
     local_directory: str | None = None
@@ -147,6 +153,20 @@ class JobqueueOptions:
             raise JobqueueError(
                 f"jobqueue option death_timeout_s={self.death_timeout_s!r} must be > 0"
             )
+        tls = (self.tls_ca_file, self.tls_cert, self.tls_key)
+        if any(tls) and not all(tls):
+            raise JobqueueError("jobqueue options tls_ca_file, tls_cert and tls_key go together")
+
+
+def _security(o: JobqueueOptions) -> Any:
+    """A ``distributed.Security`` requiring TLS with the options' files, or None."""
+    if not o.tls_ca_file:
+        return None
+    from distributed.security import Security
+
+    pem = {"cert": o.tls_cert, "key": o.tls_key}
+    files = {f"tls_{r}_{k}": v for r in ("client", "scheduler", "worker") for k, v in pem.items()}
+    return Security(require_encryption=True, tls_ca_file=o.tls_ca_file, **files)
 
 
 _FIELD_TYPES = typing.get_type_hints(JobqueueOptions)
@@ -242,6 +262,8 @@ def _job_kwargs(kind: str, o: JobqueueOptions, learner: bool) -> dict[str, Any]:
         "job_name": LEARNER_JOB_NAME if learner else "apex-env",
         "interface": o.interface,
     }
+    if o.tls_ca_file:  # workers get --protocol tls:// and --tls-* flags
+        kw["protocol"], kw["security"] = "tls://", _security(o)
     if learner:
         directives += list(o.learner_directives)
         if o.gpus > 0:
@@ -342,14 +364,13 @@ def make_jobqueue_cluster(
     _check_env_capacity(jobs, o, config)
     env_kw = _job_kwargs(kind, o, learner=False)
     learner_kw = _job_kwargs(kind, o, learner=True)
-    cluster = cluster_cls(
-        n_workers=0,
-        scheduler_options={
-            "preload": [PRELOAD_MODULE],
-            "dashboard_address": o.dashboard_address,
-        },
-        **env_kw,
-    )
+    scheduler_options: dict[str, Any] = {
+        "preload": [PRELOAD_MODULE],
+        "dashboard_address": o.dashboard_address,
+    }
+    if o.scheduler_host:
+        scheduler_options["host"] = o.scheduler_host
+    cluster = cluster_cls(n_workers=0, scheduler_options=scheduler_options, **env_kw)
     spec: dict[str, Any] = {"cls": job_cls, "options": {**learner_kw, "config_name": kind}}
     if o.learner_processes > 1:
         spec["group"] = [f"-{i}" for i in range(o.learner_processes)]

@@ -219,3 +219,24 @@ def test_cli_trains_on_shimmed_slurm_jobs(shimmed_batch_system, tmp_path):
     placement = json.loads((out / "placement.json").read_text())
     assert placement["learner"]["name"] == LEARNER_JOB_NAME
     assert placement["learner"]["resources"] == {"GPU": 1.0}
+
+
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_tls_and_interface_reach_every_job_script(kind, tmp_path):
+    files = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "cert", "key")}
+    for path in files.values():
+        Path(path).write_text("PEM")  # rendered offline: nothing reads them
+    scripts = jobqueue_job_scripts(
+        kind, 2, None, interface="ib0", tls_ca_file=files["ca"], tls_cert=files["cert"],
+        tls_key=files["key"], **SMALL,
+    )  # fmt: skip
+    for script in scripts.values():
+        assert "--interface ib0" in script and "--protocol tls://" in script
+        assert f"--tls-ca-file {files['ca']}" in script
+        assert f"--tls-cert {files['cert']}" in script and f"--tls-key {files['key']}" in script
+
+
+def test_tls_options_go_together():
+    with pytest.raises(JobqueueError, match="go together") as err:
+        jobqueue_job_scripts("slurm", 1, None, tls_ca_file="ca.pem", **SMALL)
+    assert "\n" not in str(err.value)
