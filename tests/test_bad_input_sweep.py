@@ -307,7 +307,11 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_p
     done = Done(proc.returncode, stdout, stderr, took)
     check_console(done, 130, "interrupted")
     assert took < 30, took
-    assert not (out / "results.jsonl").read_bytes()
+    results = out / "results.jsonl"
+    assert not results.exists() or not results.read_bytes()
+    names = {p.name for p in out.iterdir()}
+    assert "config.yaml" in names
+    assert names <= {"config.yaml", "results.jsonl", "apex-dask-submit.log"}, names
 
 
 # ---------------------------------------------------------------------------

@@ -134,11 +134,13 @@ def write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # a signal included: no temporary file is left behind
         try:
             tmp.unlink()
         except OSError:
             pass
+        if not isinstance(exc, OSError):
+            raise
         raise OutputError(
             f"cannot write {path} ({exc.strerror or exc}); the previous version, if any, is kept"
         ) from None

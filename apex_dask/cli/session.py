@@ -340,9 +340,12 @@ class RunSession:
         if self.error is not None:
             if self.args.debug:
                 raise self.error
+            logged = not isinstance(self.error, KeyboardInterrupt) and log_traceback(
+                self.log_file, self.error
+            )
             hint = (
                 f"traceback in {self.log_file}"
-                if log_traceback(self.log_file, self.error)
+                if logged
                 else "rerun with --debug for the traceback"
             )
             code, line = classify(self.error, started=self.started, log_hint=hint)
