@@ -296,7 +296,7 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_p
         cwd=ROOT,
     )
     try:
-        poll(lambda: (out / "config.yaml").exists(), timeout_s=30)  # checks done: starting
+        poll(lambda: (out / "config.yaml").exists(), timeout_s=60)  # checks done: starting
         os.killpg(proc.pid, signal.SIGINT)
         t0 = time.monotonic()
         stdout, stderr = proc.communicate(timeout=60)
@@ -306,7 +306,7 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_p
             os.killpg(proc.pid, signal.SIGKILL)
     done = Done(proc.returncode, stdout, stderr, took)
     check_console(done, 130, "interrupted")
-    assert took < 30, took
+    assert took < 60, took  # the cluster being started is closed first (a CPU hog slows it)
     results = out / "results.jsonl"
     assert not results.exists() or not results.read_bytes()
     names = {p.name for p in out.iterdir()}
