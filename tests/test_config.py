@@ -43,7 +43,13 @@ def test_atari_preset_is_rllib_defaults_on_an_atari_env():
     # RLlib's defaults, but frames stored once each (a storage choice, not a hyperparameter)
     assert cfg.replay.frame_stack == 4
     replay = dataclasses.replace(cfg.replay, frame_stack=None)
-    assert dataclasses.replace(cfg, env=ApexConfig().env, replay=replay) == ApexConfig()
+    # and RLlib's tuned Atari Ape-X: 8 envs per worker, the DQN Atari setup of the env
+    assert cfg.workers.envs_per_worker == 8
+    workers = dataclasses.replace(cfg.workers, envs_per_worker=1)
+    assert cfg.env.clip_rewards is True and cfg.env.repeat_action_probability == 0.0
+    assert cfg.eval.max_episode_steps == 27_000  # 108,000 frames
+    same = dataclasses.replace(cfg, env=ApexConfig().env, replay=replay, workers=workers)
+    assert same == ApexConfig()
 
 
 def test_cartpole_preset_is_small():

@@ -120,16 +120,22 @@ class EnvWorker:
         self.rng = np.random.default_rng(seed)
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
-        self.envs = [self.env] + [env_factory() for _ in range(self.num_envs - 1)]
+        self.envs = [self.env]  # the others are made by the first sample() (not for evaluators)
         self.adders = [NStepAdder(n_step, gamma) for _ in range(self.num_envs)]
         self.adder = self.adders[0]
         self.weights_version = -1
         self.steps_sampled = 0
         self.episodes = 0
         # env j resets first with seed + j, then continues its own generator
-        self._obs = [self._as_obs(e.reset(seed=self.seed + j)[0]) for j, e in enumerate(self.envs)]
+        self._obs = [self._as_obs(self.env.reset(seed=self.seed)[0])]
         self._episode_return = [0.0] * self.num_envs
         self._episode_length = [0] * self.num_envs
+
+    def _make_envs(self) -> None:
+        for j in range(len(self.envs), self.num_envs):
+            env = self.env_factory()
+            self.envs.append(env)
+            self._obs.append(self._as_obs(env.reset(seed=self.seed + j)[0]))
 
     @property
     def num_pending(self) -> int:
@@ -190,6 +196,7 @@ class EnvWorker:
         a life loss: :mod:`apex_dask.algo.atari`); episode returns and lengths
         count raw rewards over whole episodes (``terminated or truncated``).
         """
+        self._make_envs()
         per_env: list[list[dict[str, Any]]] = [[] for _ in self.envs]
         returns: list[float] = []
         lengths: list[int] = []

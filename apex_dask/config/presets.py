@@ -14,7 +14,13 @@ __all__ = ["PRESETS"]
 PRESETS: dict[str, dict[str, Any]] = {
     # RLlib's Ape-X defaults: 32 workers, 4 shards, 2M replay, batch 512.
     # Frames are stored once each (replay.frame_stack), not as whole 4-frame stacks.
-    "atari": {"env": {"env_id": "ALE/Pong-v5"}, "replay": {"frame_stack": 4}},
+    # The DQN Atari setup (algo/atari.py): no sticky actions, sign-clipped training
+    # rewards; 8 envs per worker with batched inference, as RLlib's tuned Atari Ape-X.
+    "atari": {
+        "env": {"env_id": "ALE/Pong-v5", "clip_rewards": True, "repeat_action_probability": 0.0},
+        "replay": {"frame_stack": 4},
+        "workers": {"envs_per_worker": 8},
+    },
     # MinAtar (10x10 images): RLlib's shape scaled to a workstation.
     "minatar": {
         "env": {"env_id": "MinAtar/Breakout-v1"},

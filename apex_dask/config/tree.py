@@ -59,6 +59,12 @@ class EnvConfig:
     ``python -c "import gymnasium; gymnasium.pprint_registry()"``."""
     env_kwargs: dict = field(default_factory=dict)
     """Keyword arguments passed to ``gymnasium.make``."""
+    clip_rewards: bool | None = None
+    """Train on rewards clipped to their sign (-1, 0, 1), as DQN/Ape-X on Atari; episode
+    returns and evaluation still report raw game scores. None: on for ``ALE/`` ids only."""
+    repeat_action_probability: float = 0.0
+    """``ALE/`` ids: sticky-action probability of the emulator. 0.0 (the DQN/Ape-X setup)
+    unlike ALE v5's default 0.25; set 0.25 to turn sticky actions back on."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,10 @@ class EnvWorkersConfig:
     rollouts_per_call: int = 1
     """Rollouts one sample request makes (each to its own random shard), summarised in one
     reply: fewer, smaller driver messages (Dask runner; weights still sync between calls)."""
+    envs_per_worker: int = 1
+    """Envs each env worker steps, choosing all their actions with one forward pass per
+    step; each keeps its own n-step state and episode stats, all use the worker's epsilon.
+    A rollout is ``rollout_fragment_length`` steps of every env (RLlib ``num_envs_per_worker``)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +187,12 @@ class EvalConfig:
     """Evaluate at most once per this many seconds of wall time (0: every iteration)."""
     episodes: int = 10
     """Episodes per evaluation (0 disables evaluation)."""
+    max_episode_steps: int | None = 27_000
+    """An evaluation episode is cut after this many agent steps (27,000 = 108,000 Atari
+    frames, as in the literature); a policy that never loses cannot stall it. None: no cap."""
+    timeout_s: float = 300.0
+    """Wall-time bound of one evaluation: the episode in progress is then dropped and the
+    result reported with ``eval/timed_out`` = 1 (the finished episodes' returns, if any)."""
 
 
 @dataclass(frozen=True)

@@ -160,8 +160,13 @@ def validate(cfg: Any) -> None:
     nonneg("workers.epsilon_alpha", w.epsilon_alpha)
     positive("workers.rollouts_in_flight", w.rollouts_in_flight)
     positive("workers.rollouts_per_call", w.rollouts_per_call)
+    positive("workers.envs_per_worker", w.envs_per_worker)
     nonneg("eval.interval_s", cfg.eval.interval_s)
     nonneg("eval.episodes", cfg.eval.episodes)
+    if cfg.eval.max_episode_steps is not None:
+        positive("eval.max_episode_steps", cfg.eval.max_episode_steps)
+    positive("eval.timeout_s", cfg.eval.timeout_s)
+    unit("env.repeat_action_probability", cfg.env.repeat_action_probability)
     nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)
     nonneg("report.timesteps_per_iteration", cfg.report.timesteps_per_iteration)
     nonneg("checkpoint.interval_s", cfg.checkpoint.interval_s)

@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from apex_dask.algo.envs import EnvFactory, make_env_factory
 from apex_dask.algo.replay import ReplayShard
 from apex_dask.algo.results import derive_seed
 from apex_dask.config import ApexConfig, ConfigError
@@ -21,6 +22,7 @@ from apex_dask.config import ApexConfig, ConfigError
 __all__ = [
     "Hook",
     "build_shards",
+    "env_factory",
     "env_worker_kwargs",
     "learner_kwargs",
     "resolve_hook",
@@ -60,7 +62,19 @@ def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "dueling": lc.dueling,
         "double_q": lc.double_q,
         "frame_stack": cfg.replay.frame_stack,
+        "num_envs": cfg.workers.envs_per_worker,
     }
+
+
+def env_factory(cfg: ApexConfig) -> EnvFactory:
+    """The checked, picklable factory of the env every env worker and evaluator makes."""
+    ec = cfg.env
+    return make_env_factory(
+        ec.env_id,
+        ec.env_kwargs,
+        clip_rewards=ec.clip_rewards,
+        repeat_action_probability=ec.repeat_action_probability,
+    )
 
 
 def shard_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:

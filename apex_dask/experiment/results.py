@@ -139,7 +139,8 @@ def build_result(
     above); ``prev_learner`` the learner stats of the previous result (for
     rates); ``window`` holds the episodes of the lowest-epsilon third only.
     ``eval_result`` is an evaluation that finished during this iteration
-    (``return_mean``, ``return_std``, ``duration_s``, ``weights_version``);
+    (``return_mean``, ``return_std``, ``duration_s``, ``weights_version``,
+    ``timed_out``);
     ``eval/*`` appears only then. ``sync/policy_lag`` = learner version -
     mean(acting versions); ``learner/replay_ratio`` = transitions trained /
     env steps sampled. ``extra`` (fault counters) is copied as is; a runner whose env
@@ -166,6 +167,7 @@ def build_result(
         out["eval/return_std"] = float(eval_result.get("return_std", math.nan))
         out["eval/time_s"] = float(eval_result.get("duration_s", math.nan))
         out["eval/weights_version"] = float(eval_result.get("weights_version", math.nan))
+        out["eval/timed_out"] = float(bool(eval_result.get("timed_out", False)))
     for name, value in learner.items():
         if name not in _INTERNAL and isinstance(value, int | float):
             out[name] = float(value)

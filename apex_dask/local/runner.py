@@ -13,7 +13,6 @@ import torch
 
 from apex_dask.algo.checkpoint import load_checkpoint
 from apex_dask.algo.env_worker import EnvWorker, probe_spaces
-from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
 from apex_dask.algo.learner import Learner
 from apex_dask.algo.results import derive_seed
@@ -22,6 +21,7 @@ from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
     Hook,
     build_shards,
+    env_factory,
     env_worker_kwargs,
     learner_kwargs,
     resolve_hook,
@@ -58,7 +58,7 @@ class LocalApex:
         wc = cfg.workers
         self.hook = resolve_hook(cfg, before_learn_on_batch)
         self.hook_calls = 0
-        self.env_factory = make_env_factory(cfg.env.env_id, cfg.env.env_kwargs)
+        self.env_factory = env_factory(cfg)
         obs_space, act_space = probe_spaces(self.env_factory)
         self.learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
         self.epsilons = apex_epsilons(wc.num_workers, wc.epsilon_base, wc.epsilon_alpha)
@@ -195,7 +195,8 @@ class LocalApex:
         version, weights = self._weights()
         if self.evaluator.weights_version != version:
             self.evaluator.set_weights(version, weights)
-        out = self.evaluator.evaluate(self.config.eval.episodes)
+        ev = self.config.eval
+        out = self.evaluator.evaluate(ev.episodes, None, ev.max_episode_steps, ev.timeout_s)
         t1 = time.perf_counter()
         self.eval_time_s += t1 - t0
         self._last_eval_at = t1

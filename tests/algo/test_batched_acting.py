@@ -56,9 +56,10 @@ def test_each_env_keeps_its_own_nstep_state_and_episode_stats():
     worker = EnvWorker(
         CountingEnv, epsilon=0.5, seed=0, n_step=3, gamma=0.5, fragment_length=10, num_envs=4
     )
+    assert len(worker.envs) == 1  # an evaluator never makes the others
+    out = worker.sample()
     envs = {int(e.env_id) for e in worker.envs}
     assert len(worker.envs) == 4 and len(envs) == 4
-    out = worker.sample()
     assert out["steps"] == 40
     b = out["batch"]
     # no transition mixes envs: obs and next_obs come from the same env
@@ -90,6 +91,7 @@ def test_all_envs_use_the_worker_epsilon():
     forwards = []
     worker.q_values = lambda obs: forwards.append(len(obs)) or np.zeros((len(obs), 2), np.float32)
     actions = []
+    worker._make_envs()
     for env in worker.envs:
         orig = env.step
         env.step = lambda a, orig=orig: actions.append(a) or orig(a)

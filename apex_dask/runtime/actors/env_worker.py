@@ -57,6 +57,7 @@ class EnvWorkerActor:
         dueling: bool,
         double_q: bool,
         frame_stack: int | None = None,
+        num_envs: int = 1,
         call_timeout_s: float = 60.0,
         run: str = "",
     ) -> None:
@@ -78,6 +79,7 @@ class EnvWorkerActor:
             dueling=dueling,
             double_q=double_q,
             frame_stack=frame_stack,
+            num_envs=num_envs,
         )
         self.epsilon = float(epsilon)
         self.rollouts_sent = 0
@@ -137,10 +139,19 @@ class EnvWorkerActor:
             self._worker.set_weights(version, weights)
         return int(self._worker.weights_version)
 
-    async def evaluate(self, num_episodes: int, seed: int | None = None) -> dict[str, Any]:
-        """Sync to the newest weights, then ``num_episodes`` greedy episodes; their stats."""
+    async def evaluate(
+        self,
+        num_episodes: int,
+        seed: int | None = None,
+        max_steps: int | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Sync to the newest weights, then ``num_episodes`` greedy episodes of at most
+        ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats."""
         await self.sync_weights()
-        out = await self._in_pool(self._worker.evaluate, int(num_episodes), seed)
+        out = await self._in_pool(
+            self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s
+        )
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         self._last_eval = out

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.envs import UnknownEnvError, make_env_factory
+from apex_dask.algo.envs import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
-from apex_dask.experiment.builder import Hook, resolve_hook
+from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
 from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
 from apex_dask.runtime.errors import ApexRuntimeError
@@ -96,7 +96,7 @@ class ApexDriver:
                 )
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         try:
-            self._env_factory = make_env_factory(config.env.env_id, config.env.env_kwargs)
+            self._env_factory = env_factory(config)
             hook = resolve_hook(config, before_learn_on_batch)
         except (UnknownEnvError, ConfigError) as exc:
             raise ApexRuntimeError(str(exc)) from None

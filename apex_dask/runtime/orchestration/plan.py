@@ -197,16 +197,19 @@ class Report:
             return
         self._last_eval, self._eval_pending = now, True
         seed = int(self.plan.rng.integers(2**31))
-        # no timeout: an evaluation may take long, and it never blocks the loop
+        # the evaluator stops itself at eval.timeout_s; this bound catches a hung env step
         self.plan.tasks.spawn(
-            lambda: slot.handle.evaluate(ev.episodes, seed),
+            lambda: slot.handle.evaluate(ev.episodes, seed, ev.max_episode_steps, ev.timeout_s),
             lambda t: self._evaluated(slot, t, now),
-            timeout=False,
+            timeout=ev.timeout_s + self.plan.timeout,
         )
 
     def _evaluated(self, slot: EnvSlot, task: asyncio.Future, t0: float) -> None:
         self._eval_pending = False
         exc = _error(task)
+        if isinstance(exc, TimeoutError):  # reported as a timed-out evaluation; the run goes on
+            self.eval_result = {"return_mean": float("nan"), "timed_out": True}
+            return
         if exc is not None:
             self.plan.faults.env_failed(slot, exc, relaunch=False)
             return

@@ -36,8 +36,11 @@ class TaskSet:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def spawn(self, make: Callable[[], Any], on_done: Handler, *, timeout: bool = True) -> None:
-        """Run the actor call ``make()`` in a task (with the call timeout unless told not to).
+    def spawn(
+        self, make: Callable[[], Any], on_done: Handler, *, timeout: bool | float = True
+    ) -> None:
+        """Run the actor call ``make()`` in a task with the call timeout (``True``), none
+        (``False``) or ``timeout`` seconds.
 
         The call is made *inside* the task: a handle whose worker was lost
         raises on attribute access, and that error becomes the task's.
@@ -45,7 +48,9 @@ class TaskSet:
 
         async def call() -> Any:
             fut = make()
-            return await (call_with_timeout(fut, self.timeout) if timeout else fut)
+            if timeout is False:
+                return await fut
+            return await call_with_timeout(fut, self.timeout if timeout is True else timeout)
 
         self.add(call(), on_done)
 
