@@ -3,7 +3,8 @@
 Hosts: ``sched`` (dask scheduler), ``driver`` (apex-dask-submit), ``learner``
 (a ``GPU=1`` worker) and ``env1``, ``env2`` (CPU workers), each a namespace
 with its own addresses on two networks (``eth0``, ``ib0``) and its own byte
-counters. Two runs keep CI short (about 3 minutes on 2 cores):
+counters. Two runs keep CI short (both took 6 min here on 2 cores kept at a
+load of 10-15 by other jobs; each is mostly start-up and torch imports):
 
 * plain TCP over eth0: CartPole trains to greedy 475; ``placement.json`` puts
   the learner and its shards on the learner's host and every env worker on an
