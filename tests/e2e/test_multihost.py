@@ -241,3 +241,27 @@ def test_tls_minatar_driver_moves_under_3_percent_of_learner_bytes_over_ib0(netn
     env_sent = moved["env1"]["ib0"]["tx"] + moved["env2"]["ib0"]["tx"]
     assert items > 0 and env_sent >= items * rollout_bytes_per_item(), (items, env_sent)
     assert last["learner/steps_trained"] > first["learner/steps_trained"]
+
+
+def test_the_placement_check_rejects_a_learner_on_the_driver_host(tmp_path):
+    hosts = {
+        name: {"ns": name, "eth0": f"198.18.0.{i}", "ib0": f"198.18.1.{i}", "links": {}}
+        for i, name in ((1, "sched"), (2, "driver"), (3, "learner"), (11, "env1"), (12, "env2"))
+    }
+    (tmp_path / "hosts.json").write_text(json.dumps(hosts))
+    site = Site(tmp_path)
+
+    def worker(ip: str, gpu: bool = False) -> dict:
+        return {"host": ip, "resources": {"GPU": 1.0} if gpu else {}}
+
+    good = {
+        "learner": worker("198.18.0.3", gpu=True),
+        "shards": [worker("198.18.0.3")],
+        "env_workers": [worker("198.18.0.11"), worker("198.18.0.12")],
+        "evaluator": worker("198.18.0.11"),
+    }
+    check_placement(site, good)
+    with pytest.raises(AssertionError):
+        check_placement(site, {**good, "learner": worker("198.18.0.2", gpu=True)})
+    with pytest.raises(AssertionError):  # an env worker on the driver's host
+        check_placement(site, {**good, "env_workers": [worker("198.18.0.2")]})
