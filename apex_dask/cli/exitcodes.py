@@ -50,7 +50,14 @@ HELP = (
 )
 
 
-_BAD_INPUT = {"UsageError", "ConfigError", "UnknownEnvError", "TrackingError", "JobqueueError"}
+_BAD_INPUT = {
+    "UsageError",
+    "ConfigError",
+    "UnknownEnvError",
+    "TrackingError",
+    "JobqueueError",
+    "CheckpointError",
+}
 
 
 def classify(exc: BaseException, *, started: bool, log_hint: str) -> tuple[int, str]:

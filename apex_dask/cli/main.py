@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write results.jsonl, final.json, config.yaml, weights.npz, placement.json and "
         "the log here; DIR must be new or empty (a run never writes over another's files)",
     )
+    o.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run that wrote DIR from its newest checkpoint (its config; "
+        "--stop-* and --set stop.*/topology.*/checkpoint.* may change)",
+    )
     o.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     o.add_argument(
         "--debug",
@@ -162,8 +168,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     # 1. input: nothing is created or started until all of it is checked
     check_cluster_flags(args)
-    cfg = resolve_config(args)
-    resume = getattr(args, "resume", None)  # --resume DIR: the long-runs issue adds it
+    resume = args.resume
+    if resume is not None:
+        from apex_dask.cli.resume import resolve_resume
+
+        cfg, args.resume_checkpoint, args.resume_overrides = resolve_resume(args)
+    else:
+        cfg = resolve_config(args)
     out = check_out(resume or args.out, resume=resume is not None)
     spaces = probe_env(cfg)
     embedded = not (args.scheduler or args.scheduler_file or args.cluster)

@@ -109,9 +109,19 @@ class RunSession:
             self._check_remote_memory()
         from apex_dask.runtime.orchestration.driver import ApexDriver  # torch: after connecting
 
+        resume = getattr(self.args, "resume_checkpoint", None)
         self.driver = ApexDriver(
-            self.cfg, client=self.client, tensorboard_dir=self.reporter.tensorboard_dir
+            self.cfg,
+            client=self.client,
+            tensorboard_dir=self.reporter.tensorboard_dir,
+            checkpoint_dir=None if self.out is None else self.out / "checkpoints",
+            resume_from=resume,
         )
+        if resume is not None and self.out is not None:
+            from apex_dask.cli.resume import record_resume
+
+            record_resume(self.out, resume, self.args.resume_overrides)
+            print(f"{PREFIX} resumed from {resume}", flush=True)
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
         where = "embedded LocalCluster" if self.embedded else "cluster"

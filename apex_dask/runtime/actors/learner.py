@@ -340,6 +340,10 @@ class LearnerActor:
         await asyncio.get_running_loop().run_in_executor(self._snap_pool, write)
 
     # ------------------------------------------------------------------- stats
+    async def thread_error(self) -> str | None:
+        """Why the learner thread died (None while it lives): a cheap health check."""
+        return self._thread_error
+
     async def progress(self) -> int:
         """Transitions trained so far (a cheap call for the driver's replay-ratio gate)."""
         return int(self._learner.steps_trained)

@@ -172,20 +172,6 @@ class Checkpointer:
         self.last_path = path
         return meta
 
-    async def restore_shard(self, k: int, shard: Any) -> int:
-        """Refill a rebuilt shard ``k`` from the newest checkpoint; items restored (0: none)."""
-        path = None if self.root is None else latest_checkpoint(self.root)
-        if path is None:
-            return 0
-        entry = read_manifest(path)["parts"].get(f"shard_{k}")
-        if entry is None:
-            return 0
-        return int(
-            await call_with_timeout(
-                shard.load_part(str(path), entry), max(self.plan.timeout, 120.0)
-            )
-        )
-
 
 def plan_state(plan: ExecutionPlan) -> dict[str, Any]:
     """The driver's part of a checkpoint: counters, iteration, eval history, RNG."""

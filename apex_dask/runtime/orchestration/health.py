@@ -3,8 +3,9 @@
 Paced env workers (``learner.min_replay_ratio``) wait for the learner; if its
 thread dies (a non-finite loss, a hook that raised) no iteration may ever
 end, so the check made when a result is gathered would never run. This
-check asks the learner for its stats about once a second and stops the run
-with the thread's error (one line). A learner that does not answer is left
+check asks the learner for its thread's error (a few bytes, not its stats:
+the control plane stays lean) about once a second and stops the run with
+the thread's error (one line). A learner that does not answer is left
 to the fault handling of the calls that fail.
 """
 
@@ -41,10 +42,9 @@ class LearnerHealth:
 
     async def _thread_error(self) -> str | None:
         try:
-            stats = await call_with_timeout(self.plan.learner.stats(), self.plan.timeout)
+            return await call_with_timeout(self.plan.learner.thread_error(), self.plan.timeout)
         except Exception:  # a lost learner is reported where its calls fail
             return None
-        return stats.get("thread_error")
 
     def _checked(self, task: asyncio.Future) -> None:
         self._pending = False

@@ -1,0 +1,88 @@
+"""``apex-dask-submit --resume DIR``: continue the run that wrote ``DIR``.
+
+::
+
+    apex-dask-submit --resume runs/pong                      # same config, same folder
+    apex-dask-submit --resume runs/pong --stop-time 36000 --set topology.local_workers=8
+
+The config is the one stored in the newest checkpoint under
+``DIR/checkpoints``; only stop conditions (``--stop-*``, ``stop.*``),
+topology (``topology.*``) and checkpoint cadence (``checkpoint.*``) may be
+changed, and each change is recorded in ``DIR/resumes.jsonl``. Counters
+(``timesteps_total``, ``iteration``, ``learner/steps_trained``) continue,
+``results.jsonl`` is appended to and the replay is restored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from apex_dask.algo.checkpoint import CheckpointError, read_manifest
+from apex_dask.cli.checks import UsageError
+from apex_dask.config import ApexConfig
+
+__all__ = ["RESUMABLE", "resolve_resume"]
+
+RESUMABLE = ("stop.", "topology.", "checkpoint.")
+"""Key prefixes a resume may change."""
+
+
+def _newest(root: Path) -> Path | None:
+    # the runtime's own finder, imported late (it pulls in Dask)
+    from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
+
+    return latest_checkpoint(root)
+
+
+def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, Path, dict[str, Any]]:
+    """``(config, checkpoint path, overrides)`` for ``--resume DIR`` (:class:`UsageError` if not)."""
+    if args.preset or args.config:
+        raise UsageError("--resume takes the run's own config; drop --preset/--config")
+    if args.out and Path(args.out).expanduser() != Path(args.resume).expanduser():
+        raise UsageError("--resume DIR writes into DIR; drop --out (or give the same folder)")
+    root = Path(args.resume).expanduser()
+    path = _newest(root / "checkpoints")
+    if path is None:
+        raise UsageError(
+            f"--resume {args.resume!r}: no checkpoint in {root / 'checkpoints'} "
+            "(nothing to resume); start a new run with --out instead"
+        )
+    try:
+        stored = read_manifest(path)["metadata"]["config"]
+    except (CheckpointError, KeyError, TypeError) as exc:
+        raise UsageError(f"--resume {args.resume!r}: {exc}") from None
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        if "=" not in item:
+            raise UsageError(f"--set {item!r} must look like KEY=VALUE, e.g. --set stop.time_s=60")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if not key.startswith(RESUMABLE):
+            raise UsageError(
+                f"--set {key}: a resumed run keeps its config; only "
+                f"{', '.join(p + '*' for p in RESUMABLE)} keys may change"
+            )
+        overrides[key] = value
+    for flag, key in (
+        ("stop_timesteps", "stop.timesteps"),
+        ("stop_reward", "stop.reward"),
+        ("stop_time", "stop.time_s"),
+        ("stop_iterations", "stop.iterations"),
+    ):
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    cfg = ApexConfig.from_dict(stored).override(overrides)
+    return cfg, path, overrides
+
+
+def record_resume(out: Path, checkpoint: Path, overrides: dict[str, Any]) -> None:
+    """Append one line to ``out/resumes.jsonl``: when, from which checkpoint, what changed."""
+    line = json.dumps(
+        {"time": time.time(), "checkpoint": checkpoint.name, "overrides": overrides}, default=str
+    )
+    with open(out / "resumes.jsonl", "a") as f:
+        f.write(line + "\n")
