@@ -1,0 +1,192 @@
+"""How much slower the learner's update is inside a Dask run than in a plain loop.
+
+For a preset's network and batch size (``minatar``: the 16x3x3 CNN on 10x10x4
+bool frames, batch 128; ``atari``: the Nature CNN on 4x84x84 uint8 stacks,
+batch 512):
+
+1. **plain**: ``Learner.update`` on one fixed random batch, in a loop, one
+   torch thread, nothing else in the process: seconds per update (median of
+   windows).
+2. **dask**: ``train()`` on a ``LocalCluster`` (one worker process
+   per core, one thread each) for ``--seconds``, env workers paced by
+   ``learner.min_replay_ratio`` so they do not flood the machine; the
+   ``learner/grad_s`` of the last result dicts (the same update, timed by the
+   learner thread inside the run), with ``learner/busy_frac`` and
+   ``learner/updates_per_s``.
+
+The ratio dask / plain is the runtime's overhead on the update itself
+(target <= 1.3). ``--placement`` moves the shards (``learner_process`` |
+``learner_host`` | ``spread``) to compare where they should live;
+``--switch-interval`` sets ``sys.setswitchinterval`` in every worker process
+(how long a thread may hold the GIL before another that waits gets it).
+
+    python benchmarks/learner_overhead.py --preset minatar --seconds 120
+    python benchmarks/learner_overhead.py --preset minatar --placement spread
+    python benchmarks/learner_overhead.py --preset atari --seconds 300 --skip-dask
+
+Prints a table and writes ``benchmarks/results/learner_overhead.json``
+(runs append by preset and placement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from apex_dask.algo.env_worker import probe_spaces  # noqa: E402
+from apex_dask.algo.learner import Learner  # noqa: E402
+from apex_dask.config import ApexConfig  # noqa: E402
+from apex_dask.experiment.builder import env_factory, learner_kwargs  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "learner_overhead.json"
+
+# Scaled to one machine: a small replay, few env workers, paced to the learner.
+DASK_OVERRIDES = {
+    "minatar": {
+        "replay.capacity": 100_000,
+        "replay.learning_starts": 2_000,
+        "workers.num_workers": 2,
+        "learner.min_replay_ratio": 2.0,
+        "eval.episodes": 0,
+        "report.min_iter_time_s": 10.0,
+        "report.timesteps_per_iteration": 1,
+        "checkpoint.interval_s": 0.0,
+    },
+    "atari": {
+        "replay.capacity": 50_000,
+        "replay.num_shards": 2,
+        "replay.learning_starts": 5_000,
+        "workers.num_workers": 2,
+        "workers.envs_per_worker": 4,
+        "learner.min_replay_ratio": 4.0,
+        "eval.episodes": 0,
+        "report.min_iter_time_s": 15.0,
+        "report.timesteps_per_iteration": 1,
+        "checkpoint.interval_s": 0.0,
+    },
+}
+
+
+def random_batch(obs_space, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    high = 2 if obs_space.dtype == bool else int(min(obs_space.high.max(), 255)) + 1
+    obs = rng.integers(0, high, (2 * n, *obs_space.shape)).astype(obs_space.dtype)
+    return {
+        "obs": obs[:n],
+        "next_obs": obs[n:],
+        "action": rng.integers(0, 3, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "discount": np.full(n, 0.97, np.float32),
+    }
+
+
+def plain_update_s(cfg: ApexConfig, seconds: float) -> dict[str, float]:
+    torch.set_num_threads(1)
+    obs_space, act_space = probe_spaces(env_factory(cfg))
+    learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
+    batch = random_batch(obs_space, cfg.learner.batch_size, np.random.default_rng(0))
+    weights = np.ones(cfg.learner.batch_size, np.float32)
+    for _ in range(3):
+        learner.update(batch, weights)
+    windows: list[float] = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0, k = time.perf_counter(), 0
+        while k < 5 or time.perf_counter() - t0 < 0.5:
+            learner.update(batch, weights)
+            k += 1
+        windows.append((time.perf_counter() - t0) / k)
+    return {"update_s": statistics.median(windows), "min_update_s": min(windows)}
+
+
+def _set_switch_interval(seconds: float) -> float:
+    import sys
+
+    sys.setswitchinterval(seconds)
+    return sys.getswitchinterval()
+
+
+def dask_grad_s(cfg: ApexConfig, seconds: float, switch_interval: float | None) -> dict:
+    from distributed import Client, LocalCluster
+
+    from apex_dask.runtime.orchestration.driver import train
+
+    n = os.cpu_count() or 2
+    with LocalCluster(n_workers=n, threads_per_worker=1, dashboard_address=":0") as cluster:
+        with Client(cluster, direct_to_workers=True) as client:
+            if switch_interval is not None:  # every worker process, the learner's included
+                client.run(_set_switch_interval, switch_interval)
+            results = train(cfg, client, stop={"time_s": seconds})
+    last = [r for r in results if r["learner/updates"] > 0][-3:]
+    if not last:
+        return {"grad_s": math.nan}
+    keys = ("learner/grad_s", "learner/busy_frac", "learner/updates_per_s", "env/steps_per_s")
+    return {k.split("/")[-1]: statistics.mean(r[k] for r in last) for k in keys}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(DASK_OVERRIDES), default="minatar")
+    ap.add_argument("--seconds", type=float, default=120.0, help="wall time of the Dask run")
+    ap.add_argument("--plain-seconds", type=float, default=20.0)
+    ap.add_argument("--placement", default="learner_process")
+    ap.add_argument("--skip-dask", action="store_true")
+    ap.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval in the worker processes (CPython's default: 0.005)",
+    )
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    cfg = ApexConfig.preset(args.preset).override(
+        {**DASK_OVERRIDES[args.preset], "replay.placement": args.placement}
+    )
+    row: dict[str, object] = {
+        "preset": args.preset,
+        "placement": args.placement,
+        "switch_interval": args.switch_interval,
+        "batch_size": cfg.learner.batch_size,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "load_avg_before": os.getloadavg()[0],
+        "plain": plain_update_s(cfg, args.plain_seconds),
+    }
+    if not args.skip_dask:
+        row["dask"] = dask_grad_s(cfg, args.seconds, args.switch_interval)
+        row["ratio"] = row["dask"]["grad_s"] / row["plain"]["update_s"]
+    plain_ms = 1e3 * row["plain"]["update_s"]
+    print(
+        f"{'preset':<8} {'placement':<16} {'batch':>5} {'plain ms':>9} {'dask ms':>8} {'ratio':>6}"
+    )
+    dask_ms = 1e3 * row["dask"]["grad_s"] if "dask" in row else math.nan
+    ratio = row.get("ratio", math.nan)
+    print(
+        f"{args.preset:<8} {args.placement:<16} {row['batch_size']:>5} {plain_ms:>9.1f} "
+        f"{dask_ms:>8.1f} {ratio:>6.2f}"
+    )
+    if "dask" in row:
+        d = row["dask"]
+        print(
+            f"busy {d['busy_frac']:.2f}, {d['updates_per_s']:.1f} updates/s, "
+            f"{d['steps_per_s']:.0f} env steps/s"
+        )
+    runs = json.loads(args.out.read_text()) if args.out.exists() else {}
+    runs[f"{args.preset}/{args.placement}/switch={args.switch_interval}"] = row
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(runs, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
