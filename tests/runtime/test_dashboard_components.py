@@ -129,3 +129,12 @@ def test_status_names_the_run_its_sources_and_key_values():
     assert "&lt;run&amp;1&gt;" in text  # escaped
     assert "1 replay shards" in text and "1 env workers" in text and "driver" in text
     assert "8,123" in text and "env steps/s" in text
+
+
+def test_replay_memory_plot_follows_each_shards_bytes():
+    store = MetricsStore()
+    fig = ReplaySizeFigure(store, metric="bytes")
+    ingest(store, 1.0, source="replay/1", **{"replay/1/size": 5.0, "replay/1/bytes": 4096.0})
+    fig.update()
+    assert sorted(fig.sources) == [1] and fig.sources[1].data["value"] == [4096.0]
+    assert fig.root.title.text == "Replay bytes per shard"

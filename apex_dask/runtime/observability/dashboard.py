@@ -33,7 +33,6 @@ ROUTE = "/apex"
 EMPTY_TEXT = "Waiting for an Ape-X run to report..."
 ROLLOVER = 3600
 TOOLS = "pan,xwheel_zoom,box_zoom,reset,save"
-_SHARD_SIZE = re.compile(r"^replay/(\d+)/size$")
 
 
 @dataclass(frozen=True)
@@ -189,20 +188,24 @@ class QueueSizeFigure(TimeSeriesFigure):
 
 
 class ReplaySizeFigure(DashboardComponent):
-    """Items stored per replay shard: one line per ``replay/<k>/size``, added as shards appear."""
+    """One line per shard of ``replay/<k>/<metric>`` (items by default; ``bytes``: its
+    memory), added as shards appear."""
 
     def __init__(
         self,
         store: MetricsStore,
         x_range: DataRange1d | None = None,
         rollover: int = ROLLOVER,
+        metric: str = "size",
         **kw: Any,
     ):
         self.store = store
         self.rollover = rollover
         self._cursor = _Cursor(store)
+        self._pattern = re.compile(rf"^replay/(\d+)/{re.escape(metric)}$")
         self.sources: dict[int, ColumnDataSource] = {}
-        self.root = _figure("Replay size per shard", "items", x_range, **kw)
+        unit = "items" if metric == "size" else metric
+        self.root = _figure(f"Replay {metric} per shard", unit, x_range, **kw)
         self.source = ColumnDataSource(_empty())  # placeholder until a shard reports
 
     def _line(self, shard: int) -> ColumnDataSource:
@@ -228,7 +231,7 @@ class ReplaySizeFigure(DashboardComponent):
             for source in self.sources.values():
                 source.data = _empty()
         for name in self.store.names():
-            m = _SHARD_SIZE.match(name)
+            m = self._pattern.match(name)
             if m is None:
                 continue
             points = self._cursor.pull(name)
@@ -331,6 +334,7 @@ class ApexDashboard(DashboardComponent):
             **kw,
         )
         self.replay = ReplaySizeFigure(store, x_range=x, **kw)
+        self.replay_bytes = ReplaySizeFigure(store, x_range=x, metric="bytes", **kw)
         self.returns = TimeSeriesFigure(
             store,
             "Episode return",
@@ -362,7 +366,8 @@ class ApexDashboard(DashboardComponent):
             x_range=x,
             **kw,
         )
-        names = ("queue", "timers", "updates", "env_steps", "replay", "returns", "sync", "blocked")
+        names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
+        names += ("sync", "blocked")
         self.figures = [getattr(self, name) for name in names]
         self.grid = gridplot(
             [f.root for f in self.figures], ncols=2, sizing_mode="stretch_width", merge_tools=False
