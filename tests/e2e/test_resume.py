@@ -115,4 +115,5 @@ def test_sigterm_writes_a_checkpoint_and_exits_75(tmp_path):
     assert code == 75, log.read_text()[-2000:]
     meta = read_manifest(newest(out))["metadata"]
     assert meta["reason"] == "preempted"
-    assert meta["iteration"] >= lines(out / "results.jsonl")[-1]["iteration"]
+    # the stop may add one partial iteration to results.jsonl after the checkpoint
+    assert meta["iteration"] >= lines(out / "results.jsonl")[-1]["iteration"] - 1
