@@ -119,16 +119,19 @@ def resolve_config(args: argparse.Namespace) -> ApexConfig:
             )
         key, value = item.split("=", 1)
         overrides[key.strip()] = value
-    for flag, key in (
+    overrides.update(stop_flags(args))
+    return cfg.override(overrides) if overrides else cfg
+
+
+def stop_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--stop-*`` flags given, as config keys (``stop.time_s``, ...)."""
+    pairs = (
         ("stop_timesteps", "stop.timesteps"),
         ("stop_reward", "stop.reward"),
         ("stop_time", "stop.time_s"),
         ("stop_iterations", "stop.iterations"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            overrides[key] = value
-    return cfg.override(overrides) if overrides else cfg
+    )
+    return {key: getattr(args, flag) for flag, key in pairs if getattr(args, flag) is not None}
 
 
 # ---------------------------------------------------------------------------

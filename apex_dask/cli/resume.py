@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.algo.checkpoint import CheckpointError, read_manifest
-from apex_dask.cli.checks import UsageError
+from apex_dask.cli.checks import UsageError, stop_flags
 from apex_dask.config import ApexConfig
 
 __all__ = ["RESUMABLE", "resolve_resume"]
@@ -67,14 +67,7 @@ def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, Path, dict[str
                 f"{', '.join(p + '*' for p in RESUMABLE)} keys may change"
             )
         overrides[key] = value
-    for flag, key in (
-        ("stop_timesteps", "stop.timesteps"),
-        ("stop_reward", "stop.reward"),
-        ("stop_time", "stop.time_s"),
-        ("stop_iterations", "stop.iterations"),
-    ):
-        if getattr(args, flag) is not None:
-            overrides[key] = getattr(args, flag)
+    overrides.update(stop_flags(args))
     cfg = ApexConfig.from_dict(stored).override(overrides)
     return cfg, path, overrides
 
