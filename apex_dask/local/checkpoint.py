@@ -1,16 +1,30 @@
-"""Checkpoints of the in-process runner: learner, every shard, the runner's counters, config."""
+"""Checkpoints of the in-process runner: learner, every shard, the runner's counters, config.
+
+::
+
+    path = save_runner(apex, "runs/x/ckpt")
+    parts, meta = load_runner_checkpoint(path)   # CheckpointError: one line naming the file
+    restore_runner(apex, parts)
+
+:func:`load_runner_checkpoint` refuses, before any runner is built, a
+checkpoint that is not the in-process runner's (a Dask run's has no
+``runner`` part) and one whose learner weights hold NaN or inf: such weights
+would make every Q-value NaN from the first step.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apex_dask.algo.checkpoint import save_checkpoint
+import numpy as np
+
+from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:
     from apex_dask.local.runner import LocalApex
 
-__all__ = ["restore_runner", "save_runner"]
+__all__ = ["load_runner_checkpoint", "restore_runner", "save_runner"]
 
 _COUNTERS = (
     "steps_sampled",
@@ -21,6 +35,8 @@ _COUNTERS = (
     "weight_snapshots",
 )
 _LISTS = ("worker_rollouts", "shard_rollouts", "shard_batches")
+_WEIGHTS = ("online", "target")
+"""The learner part's networks; every value must be finite."""
 
 
 def save_runner(apex: LocalApex, path: str | Path) -> Path:
@@ -31,6 +47,34 @@ def save_runner(apex: LocalApex, path: str | Path) -> Path:
     parts.update({f"shard_{k}": s.state_dict() for k, s in enumerate(apex.shards)})
     meta = {"timesteps": apex.steps_sampled, "config": apex.config.to_dict()}
     return save_checkpoint(path, parts, metadata=meta)
+
+
+def load_runner_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(parts, metadata)`` of an in-process runner's checkpoint, every file verified.
+
+    Raises :class:`CheckpointError` (one line naming the file) for a damaged
+    or foreign checkpoint and for learner weights holding NaN or inf.
+    """
+    parts, meta = load_checkpoint(path)
+    missing = [name for name in ("learner", "runner") if name not in parts]
+    if missing or not isinstance(meta, dict) or "config" not in meta:
+        what = f"no {missing[0]!r} part" if missing else "no config in its metadata"
+        raise CheckpointError(
+            f"{Path(path)}: not a checkpoint of the in-process runner ({what}); "
+            "a Dask run's checkpoint is resumed with apex-dask-submit --resume"
+        )
+    learner = parts["learner"]
+    for net in _WEIGHTS:
+        arrays = learner.get(net) if isinstance(learner, dict) else None
+        if not isinstance(arrays, dict):
+            raise CheckpointError(f"{Path(path) / 'learner.npz'}: no {net!r} network")
+        for name, value in arrays.items():
+            if not np.all(np.isfinite(np.asarray(value))):
+                raise CheckpointError(
+                    f"{Path(path) / 'learner.npz'}: the {net} network's {name} holds NaN or "
+                    "inf; refusing to restore it (use an earlier checkpoint)"
+                )
+    return parts, meta
 
 
 def restore_runner(apex: LocalApex, parts: dict[str, Any]) -> None:

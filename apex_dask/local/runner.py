@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from apex_dask.algo.checkpoint import load_checkpoint
 from apex_dask.algo.env_worker import EnvWorker, probe_spaces
 from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
 from apex_dask.algo.learner import Learner
@@ -35,7 +34,7 @@ from apex_dask.experiment.results import (
     shard_metrics,
 )
 from apex_dask.experiment.stop import StopRule
-from apex_dask.local.checkpoint import restore_runner, save_runner
+from apex_dask.local.checkpoint import load_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
 
@@ -356,7 +355,7 @@ class LocalApex:
     @classmethod
     def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
         """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
-        parts, meta = load_checkpoint(path)
+        parts, meta = load_runner_checkpoint(path)  # refuses NaN weights, names the file
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
         restore_runner(apex, parts)
         for worker in apex.workers:

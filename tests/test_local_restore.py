@@ -1,0 +1,82 @@
+"""``LocalApex.restore`` refuses, in one line naming the file, what it cannot continue from."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from apex_dask.config import ApexConfig
+from apex_dask.local import LocalApex
+
+SMALL = {
+    "learner.hiddens": [16],
+    "learner.batch_size": 16,
+    "replay.capacity": 1000,
+    "replay.num_shards": 1,
+    "replay.learning_starts": 64,
+    "workers.num_workers": 1,
+    "workers.rollout_fragment_length": 16,
+    "eval.episodes": 0,
+    "seed": 5,
+}
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A checkpoint of a runner that trained a few updates."""
+    with LocalApex(ApexConfig.preset("cartpole").override(SMALL)) as apex:
+        for _ in range(8):
+            apex.step()
+        assert apex.learner.num_updates > 0
+        return apex.save(tmp_path_factory.mktemp("ckpt") / "good")
+
+
+def _rewrite(src, dest, edit):
+    parts, meta = load_checkpoint(src)
+    edit(parts, meta)
+    return save_checkpoint(dest, parts, metadata=meta)
+
+
+def test_the_good_checkpoint_restores(good):
+    with LocalApex.restore(good) as back:
+        assert back.learner.num_updates > 0
+
+
+@pytest.mark.parametrize("net", ["online", "target"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_weights_are_refused_naming_the_file(good, tmp_path, net, bad):
+    def poison(parts, meta):
+        arrays = parts["learner"][net]
+        name = sorted(arrays)[-1]
+        arrays[name] = np.array(arrays[name], copy=True)
+        arrays[name].flat[0] = bad
+
+    path = _rewrite(good, tmp_path / "bad", poison)
+    with pytest.raises(CheckpointError) as info:
+        LocalApex.restore(path)
+    text = str(info.value)
+    assert "\n" not in text
+    assert str(path / "learner.npz") in text and net in text and "NaN or inf" in text
+
+
+def test_a_dask_runs_checkpoint_is_refused_naming_the_folder(good, tmp_path):
+    def drop_runner(parts, meta):
+        parts["driver"] = parts.pop("runner")
+
+    path = _rewrite(good, tmp_path / "dask", drop_runner)
+    with pytest.raises(CheckpointError, match="not a checkpoint of the in-process runner") as info:
+        LocalApex.restore(path)
+    assert str(path) in str(info.value) and "--resume" in str(info.value)
+
+
+def test_a_truncated_part_is_refused_naming_the_file(good, tmp_path):
+    path = tmp_path / "cut"
+    shutil.copytree(good, path)
+    learner = path / "learner.npz"
+    learner.write_bytes(learner.read_bytes()[:100])
+    with pytest.raises(CheckpointError) as info:
+        LocalApex.restore(path)
+    assert str(learner) in str(info.value) and "\n" not in str(info.value)
