@@ -4,11 +4,14 @@ Every row checks the exit code, at most 3 lines on stderr, no traceback on
 the console, a time bound, and that an earlier run's folder is byte-identical
 afterwards. The rows of ``FAST`` fail before any cluster starts; the runs
 below them share one explicit cluster (a ``dask scheduler`` and a
-``dask worker --nworkers 2`` process, started once for the module).
+``dask worker --nworkers 2`` process, started once for the module; the
+last test kills its scheduler). The full-disk cases write into a 2 MiB tmpfs
+mounted by the test.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -314,6 +317,56 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_p
     assert names <= {"config.yaml", "results.jsonl", "apex-dask-submit.log"}, names
 
 
+class SmallDisk:
+    """A 2 MiB tmpfs at ``path``; :meth:`fill` takes every byte left."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fill(self) -> None:
+        block = b"\0" * 65536
+        with open(self.path / "filler", "ab", buffering=0) as f:
+            try:
+                while True:
+                    f.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+        with pytest.raises(OSError):  # full: not even one more byte
+            with open(self.path / "filler", "ab", buffering=0) as f:
+                f.write(b"x")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    cmd = ["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mount)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {exc}")
+    try:
+        yield SmallDisk(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30)
+
+
+def check_no_empty_or_temporary_files(out: Path) -> None:
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.stat().st_size == 0], files
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name], list(out.rglob("*"))
+
+
+def test_a_full_disk_before_training_is_one_line_and_leaves_no_empty_file(small_disk):
+    small_disk.fill()
+    out = small_disk.path / "run"
+    done = submit("--out", str(out), "--stop-time", "5", timeout=60)
+    check_console(done, 2, "No space left on device", "config.yaml")
+    assert done.seconds < FAST_S, done.seconds
+    assert not out.exists()  # the folder this run made is removed again: nothing was trained
+    check_no_empty_or_temporary_files(small_disk.path)
+
+
 # ---------------------------------------------------------------------------
 # runs on one shared cluster
 # ---------------------------------------------------------------------------
@@ -384,12 +437,19 @@ def shared(tmp_path_factory):
         yield sched_file, {"PYTHONPATH": env["PYTHONPATH"]}
     finally:
         for p in reversed(procs):
-            os.killpg(p.pid, signal.SIGTERM)
+            _killpg(p.pid, signal.SIGTERM)  # the last test kills the scheduler itself
         for p in reversed(procs):
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                _killpg(p.pid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _lines(path: Path) -> list[dict]:
@@ -456,8 +516,62 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_finite_weights(shared, untouc
         assert all(np.isfinite(w[k]).all() for k in w.files)
 
 
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param("cuda", marks=pytest.mark.skipif(_cuda(), reason="this machine has CUDA")),
+        "cuda:63",
+    ],
+)
+def test_a_device_missing_on_the_learners_worker_is_refused_before_any_actor(
+    shared, untouched, tmp_path, device
+):
+    # the check runs on the worker, not the driver: here both lack the device
+    sched_file, env = shared
+    out = tmp_path / "run"
+    args = [*RUN, "--scheduler-file", str(sched_file), "--set", f"learner.device={device}"]
+    done = submit(*args, "--out", str(out), env=env, timeout=120)
+    check_console(done, 2, f"learner.device={device!r}", "the learner's worker tcp://")
+    assert "CUDA device" in done.stderr
+    assert done.seconds < 30 + FAST_S, done.seconds
+    assert "training" not in done.stdout  # refused before the driver made any actor
+    assert not out.exists()  # nothing trained: the folder is free for the corrected run
+
+
+def test_a_full_disk_mid_run_keeps_whole_files_and_exits_3(shared, untouched, small_disk):
+    sched_file, env = shared
+    out = small_disk.path / "run"
+    proc = subprocess.Popen(
+        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
+        + ["--stop-time", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
+    try:
+        poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
+        config = (out / "config.yaml").read_bytes()
+        small_disk.fill()
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = Done(proc.returncode, stdout, stderr, time.monotonic() - t0)
+    check_console(done, 3, "No space left on device")
+    assert done.seconds < 60, done.seconds
+    text = (out / "results.jsonl").read_text()
+    assert text.endswith("\n") and all(json.loads(x) for x in text.splitlines()), text[-300:]
+    assert (out / "config.yaml").read_bytes() == config
+    if (out / "final.json").exists():
+        json.loads((out / "final.json").read_text())
+    check_no_empty_or_temporary_files(out)
+
+
 def test_a_lost_env_worker_is_announced_and_accounted(shared, untouched, tmp_path):
-    # Last: it kills a worker process of the shared cluster (its nanny restarts it).
+    # Near the end: it kills a worker process of the shared cluster (its nanny restarts it).
     from distributed import Client
 
     sched_file, env = shared
@@ -492,3 +606,59 @@ def test_a_lost_env_worker_is_announced_and_accounted(shared, untouched, tmp_pat
     sent, stored, lost = (final[f"flow/rollouts_{k}"] for k in ("sent", "stored", "lost"))
     assert sent == stored + lost
     assert 0 <= lost <= final["faults/rollouts_failed"]
+
+
+def test_a_lost_scheduler_ends_the_run_in_one_line_and_keeps_what_was_written(
+    shared, untouched, tmp_path
+):
+    # Last: it kills the shared cluster's scheduler.
+    from distributed import Client
+
+    from apex_dask.algo.checkpoint import load_checkpoint
+
+    sched_file, env = shared
+    with Client(scheduler_file=str(sched_file), timeout=30) as client:
+        address = client.scheduler.address
+        pid = client.run_on_scheduler(os.getpid)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
+        + ["--stop-time", "300", "--set", "checkpoint.interval_s=1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
+
+    def checkpoints() -> list[Path]:  # complete ones (a staged one is hidden: ".name")
+        found = (out / "checkpoints").glob("*/manifest.json")
+        return sorted(p.parent for p in found if not p.parent.name.startswith("."))
+
+    def written() -> bool:
+        return proc.poll() is not None or bool(
+            checkpoints() and len(_lines(out / "results.jsonl")) >= 1
+        )
+
+    try:
+        poll(written, 180)
+        assert proc.poll() is None, proc.communicate()
+        before = {n: (out / n).read_bytes() for n in ("config.yaml", "results.jsonl")}
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = Done(proc.returncode, stdout, stderr, time.monotonic() - t0)
+    check_console(done, 3, f"lost the Dask scheduler at {address}")
+    assert len(done.err_lines) == 1, done.stderr
+    assert "learner is unreachable" not in done.stdout + done.stderr
+    assert done.seconds < 60, done.seconds
+    assert (out / "config.yaml").read_bytes() == before["config.yaml"]
+    text = (out / "results.jsonl").read_text()
+    assert text.startswith(before["results.jsonl"].decode()) and text.endswith("\n")
+    assert all(json.loads(x) for x in text.splitlines())
+    assert checkpoints(), list(out.rglob("*"))
+    parts, _ = load_checkpoint(checkpoints()[-1])  # whole: every checksum verified
+    assert all(np.isfinite(w).all() for w in parts["learner"]["online"].values())

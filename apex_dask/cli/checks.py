@@ -6,6 +6,7 @@
     cfg = resolve_config(args)             # --preset / --config / --set / --stop-*
     spaces = probe_env(cfg)                # one env, made here: spaces, env_kwargs
     check_device(cfg)                      # embedded runs: the learner's device exists
+                                           # (remote runs: :mod:`.remote`, once connected)
     check_replay_memory(cfg, spaces, limit_bytes, where)
 
 Each failure is a :class:`UsageError` (or the config's ``ConfigError``) whose
@@ -29,6 +30,8 @@ __all__ = [
     "check_cluster_flags",
     "check_device",
     "check_replay_memory",
+    "cuda_device_count",
+    "device_problem",
     "probe_env",
     "replay_bytes",
     "resolve_config",
@@ -196,25 +199,37 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
     return EnvSpaces(obs, act)
 
 
-def check_device(cfg: ApexConfig) -> None:
-    """The learner's device exists on this machine (embedded runs: the learner runs here)."""
-    device = cfg.learner.device
-    if not device.startswith("cuda"):
-        return
+def cuda_device_count() -> int:
+    """The CUDA devices torch sees in this process (run on a worker to ask it)."""
     import torch
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_problem(device: str, count: int, where: str) -> str | None:
+    """Why ``learner.device=device`` cannot run where ``count`` CUDA devices are seen."""
+    if not device.startswith("cuda"):
+        return None
     index = int(device.partition(":")[2] or 0)
     if count == 0:
-        raise UsageError(
-            f"learner.device={device!r} but torch sees no CUDA device on this machine; "
+        return (
+            f"learner.device={device!r} but torch sees no CUDA device on {where}; "
             "use learner.device=cpu (or auto)"
         )
     if index >= count:
-        raise UsageError(
-            f"learner.device={device!r} but torch sees {count} CUDA device(s) "
+        return (
+            f"learner.device={device!r} but torch sees {count} CUDA device(s) on {where} "
             f"(cuda:0..cuda:{count - 1})"
         )
+    return None
+
+
+def check_device(cfg: ApexConfig) -> None:
+    """The learner's device exists on this machine (embedded runs: the learner runs here)."""
+    if cfg.learner.device.startswith("cuda"):
+        problem = device_problem(cfg.learner.device, cuda_device_count(), "this machine")
+        if problem:
+            raise UsageError(problem)
 
 
 _ITEM_OVERHEAD = 48

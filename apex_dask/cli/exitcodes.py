@@ -5,7 +5,9 @@ code   name                meaning
 =====  ==================  =====================================================
 0      ``EXIT_OK``         done: a stop condition was met
 2      ``EXIT_USAGE``      bad input (config, flags, env, device, memory, --out,
-                           scheduler address): nothing was started
+                           scheduler address, the learner worker's device or
+                           memory): nothing was trained (an --out whose disk
+                           is full before training counts here)
 3      ``EXIT_FAULT``      a runtime fault ended the run (lost learner or shard,
                            lost scheduler, the env raised, non-finite loss, a
                            full disk); what existed was saved
@@ -22,6 +24,8 @@ should do (``--resume``); 130 and 143 are the shell's 128 + SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
+
+import errno
 
 __all__ = [
     "EXIT_FAULT",
@@ -78,5 +82,9 @@ def classify(exc: BaseException, *, started: bool, log_hint: str) -> tuple[int, 
         return EXIT_USAGE, f"error: {text}"
     if name in ("ApexRuntimeError", "OutputError"):
         return (EXIT_FAULT if started else EXIT_USAGE), f"error: {text}"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        what = f" writing {exc.filename}" if exc.filename else ""
+        code = EXIT_FAULT if started else EXIT_USAGE
+        return code, f"error: no space left on device{what}; files already written are whole"
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return EXIT_FAULT, f"failed: {name}: {first} ({log_hint})"

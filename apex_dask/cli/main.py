@@ -9,7 +9,8 @@ Examples::
 
 Bad input (config, flags, env ids and spaces, devices, replay memory,
 scheduler addresses, output folders) prints one line on stderr and exits
-with status 2 before anything starts (:mod:`.checks`, :mod:`.outdir`); the
+with status 2 before anything starts (:mod:`.checks`, :mod:`.outdir`; on a
+remote cluster the learner worker's device and memory, :mod:`.remote`); the
 run itself is :mod:`.session`; every exit code is in :mod:`.exitcodes`.
 """
 
@@ -38,7 +39,7 @@ from apex_dask.cli.exitcodes import (
     HELP,
     classify,
 )
-from apex_dask.cli.outdir import check_out, make_out, remove_if_empty
+from apex_dask.cli.outdir import check_out, discard_unstarted, make_out, remove_if_empty
 from apex_dask.cli.tracking import RunReporter, add_tracking_flags
 from apex_dask.config import PRESETS, ApexConfig
 
@@ -192,7 +193,11 @@ def run(args: argparse.Namespace) -> int:
         if created:
             remove_if_empty(out)
         raise
-    return RunSession(args, cfg, out, reporter, spaces).run()
+    session = RunSession(args, cfg, out, reporter, spaces)
+    code = session.run()
+    if code == EXIT_USAGE and not session.started and resume is None:
+        discard_unstarted(out, created)  # e.g. no CUDA on the learner's worker: free the folder
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

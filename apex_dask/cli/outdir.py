@@ -15,7 +15,9 @@ Rules:
   with files in it is refused with one line (exit 2): a run never truncates
   or overwrites another run's ``results.jsonl``, ``config.yaml`` or weights.
   Continuing a run in its own folder is ``--resume`` (the long-runs issue);
-  :func:`check_out` takes ``resume=True`` for it.
+  :func:`check_out` takes ``resume=True`` for it. A run refused once
+  connected (exit 2, nothing trained) removes what it wrote
+  (:func:`discard_unstarted`), so the corrected command can use the folder.
 - Every file is written to a temporary name in the same folder, fsync'd and
   renamed over the target, so a reader (or a crash, or a full disk) sees the
   old file or the new one, never a part. A failed write removes its
@@ -36,6 +38,7 @@ __all__ = [
     "OutputError",
     "ResultsLog",
     "check_out",
+    "discard_unstarted",
     "is_run_folder",
     "make_out",
     "remove_if_empty",
@@ -123,6 +126,22 @@ def remove_if_empty(path: Path | None) -> None:
             path.rmdir()
         except OSError:
             pass
+
+
+def discard_unstarted(path: Path | None, created: bool) -> None:
+    """Remove what a run that never started training wrote (its config, an empty
+    ``results.jsonl``, its log), and the folder if this run created it and it is empty."""
+    if path is None:
+        return
+    for name in ("config.yaml", "results.jsonl", LOG_NAME):
+        file = path / name
+        try:
+            if name != "results.jsonl" or file.stat().st_size == 0:
+                file.unlink()
+        except OSError:
+            pass
+    if created:
+        remove_if_empty(path)
 
 
 def write_bytes(path: Path, data: bytes) -> None:

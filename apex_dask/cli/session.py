@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apex_dask.cli.checks import EnvSpaces, check_replay_memory
+from apex_dask.cli.checks import EnvSpaces
 from apex_dask.cli.exitcodes import (
+    EXIT_FAULT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PREEMPTED,
@@ -37,7 +38,13 @@ from apex_dask.cli.exitcodes import (
 from apex_dask.cli.outdir import LOG_NAME, ResultsLog, save_weights, write_json, write_text
 from apex_dask.cli.output import format_summary, merge_final
 from apex_dask.cli.signals import StopSignals
-from apex_dask.cli.watch import PlacementWatcher, log_traceback, route_logs
+from apex_dask.cli.watch import (
+    PlacementWatcher,
+    drop_empty,
+    log_traceback,
+    quiet_teardown_logs,
+    route_logs,
+)
 from apex_dask.config import ApexConfig
 
 __all__ = ["RunSession"]
@@ -105,8 +112,11 @@ class RunSession:
     def _start(self) -> None:
         self.client, self.cluster = self._connect()
         self.address = getattr(self.client.scheduler, "address", "?")
-        if not self.embedded:
-            self._check_remote_memory()
+        if not self.embedded:  # the learner's device and replay memory, on its worker
+            from apex_dask.cli.remote import check_learner_worker
+
+            bound = max(30.0, self.cfg.topology.call_timeout_s)
+            check_learner_worker(self.client, self.cfg, self.spaces, timeout_s=bound)
         from apex_dask.runtime.orchestration.driver import ApexDriver  # torch: after connecting
 
         resume = getattr(self.args, "resume_checkpoint", None)
@@ -207,31 +217,6 @@ class RunSession:
             raise box["error"]
         return box["client"], box["cluster"]
 
-    def _check_remote_memory(self) -> None:
-        """The replay estimate against the memory limit of the worker that will hold it."""
-        from apex_dask.runtime.orchestration.placement import (
-            plan_placement,
-            workers_from_scheduler_info,
-        )
-
-        try:
-            info = self.client.scheduler_info(n_workers=-1)
-            workers = workers_from_scheduler_info(info)
-            if not workers:
-                return  # the driver waits for workers and says so
-            placement = plan_placement(
-                workers,
-                num_shards=self.cfg.replay.num_shards,
-                num_env_workers=self.cfg.workers.num_workers,
-                learner_worker=self.cfg.topology.learner_worker,
-                colocate_shards=self.cfg.replay.colocate_with_learner,
-            )
-            address = placement.learner.address
-            limit = info["workers"][address].get("memory_limit") or 0
-        except Exception:  # placement errors are the driver's to report
-            return
-        check_replay_memory(self.cfg, self.spaces, limit, f"the learner's worker {address}")
-
     # ---------------------------------------------------------------- train
     def _train(self) -> None:
         from apex_dask.experiment.stop import StopRule
@@ -267,12 +252,25 @@ class RunSession:
 
     # ------------------------------------------------------------- teardown
     def _scheduler_lost(self) -> bool:
-        status = getattr(self.client, "status", "running")
-        return self.client is not None and status not in ("running", "newly-created")
+        """Whether the scheduler is gone: the client says so, or (after a fault) it does
+        not answer within 3 s; an actor call may fail before the client notices."""
+        client = self.client
+        if client is None:
+            return False
+        if getattr(client, "status", "running") not in ("running", "newly-created"):
+            return True
+        if not self.started or self.error is None or isinstance(self.error, KeyboardInterrupt):
+            return False
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=3)
+        except Exception:
+            return True
+        return False
 
     def _teardown(self) -> None:
         d = self.driver
-        if d is not None and (self.lost_scheduler or self._scheduler_lost()):
+        self.lost_scheduler = self.lost_scheduler or self._scheduler_lost()
+        if d is not None and self.lost_scheduler:
             _note("the Dask scheduler is gone: nothing more can be fetched")
         elif d is not None:
             self._save(d)
@@ -283,7 +281,7 @@ class RunSession:
         if self.log is not None:
             self.log.close()
         self.reporter.close(EXIT_OK if self.error is None and not self.signals.requested else 1)
-        _quiet_teardown_logs()
+        quiet_teardown_logs()
         if self.client is not None:
             try:
                 self.client.close(timeout=10)
@@ -341,6 +339,7 @@ class RunSession:
 
     # ---------------------------------------------------------------- finish
     def _finish(self) -> int:
+        drop_empty(self.log_file)  # a log opened on a full disk and never written
         if self.started:
             print(format_summary(self.results, self._summary_reason()), flush=True)
         if self.out is not None and self.started:
@@ -360,6 +359,7 @@ class RunSession:
             )
             code, line = classify(self.error, started=self.started, log_hint=hint)
             if self.started and self.lost_scheduler:
+                code = EXIT_FAULT
                 line = f"error: lost the Dask scheduler at {self.address}; the run ended"
             print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
             return code
@@ -382,19 +382,8 @@ class RunSession:
         return EXIT_OK
 
     def _summary_reason(self) -> str:
+        if self.error is not None and self.lost_scheduler:
+            return f"lost the Dask scheduler at {self.address}"
         if self.error is not None:
             return f"{type(self.error).__name__}: {' '.join(str(self.error).split())[:80]}"
         return self.reason + (" (mid-iteration)" if self.partial else "")
-
-
-def _quiet_teardown_logs() -> None:
-    """Closing a cluster whose actors hold threads makes Dask log kill warnings; expected."""
-    import logging
-
-    for name in (
-        "distributed.nanny",
-        "distributed.worker",
-        "distributed.core",
-        "distributed.client",
-    ):
-        logging.getLogger(name).setLevel(logging.ERROR)

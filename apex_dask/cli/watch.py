@@ -18,7 +18,13 @@ from typing import Any
 
 from apex_dask.cli.outdir import OutputError, write_json
 
-__all__ = ["PlacementWatcher", "route_logs"]
+__all__ = [
+    "PlacementWatcher",
+    "drop_empty",
+    "log_traceback",
+    "quiet_teardown_logs",
+    "route_logs",
+]
 
 PREFIX = "apex-dask-submit:"
 
@@ -70,10 +76,22 @@ class PlacementWatcher:
                 )
 
 
+ROUTED = ("distributed", "tornado", "bokeh", "py.warnings", "asyncio")
+"""Loggers (with their children) whose records go to the run's log, not the console."""
+
+
 def route_logs(log_file: Path | None, *, debug: bool) -> None:
     """Send Dask's (and tornado's, bokeh's, Python warnings') records to ``log_file``
     instead of the console, so each way a run ends prints one line. ``debug``: keep
-    everything on the console as well."""
+    everything on the console as well.
+
+    Child loggers with console handlers of their own (Dask gives one to
+    ``distributed.client``) are routed too; an exception that ends a thread
+    (a TensorBoard writer on a full disk) is logged rather than printed, and a
+    record that cannot be written (a full disk) is dropped silently.
+    """
+    import threading
+
     import distributed  # noqa: F401 - its import installs the console handlers replaced here
 
     logging.captureWarnings(True)
@@ -85,17 +103,56 @@ def route_logs(log_file: Path | None, *, debug: bool) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     else:
         handler = logging.NullHandler()
-    for name in ("distributed", "tornado", "bokeh", "py.warnings", "asyncio"):
+    manager = logging.Logger.manager
+    names = [n for n in list(manager.loggerDict) if n.split(".")[0] in ROUTED]
+    for name in sorted(set(names) | set(ROUTED)):
         logger = logging.getLogger(name)
         for h in list(logger.handlers):
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
                 logger.removeHandler(h)
-        logger.addHandler(handler)
-        logger.propagate = False
+        if name in ROUTED:
+            logger.addHandler(handler)
+            logger.propagate = False
+        elif not logger.handlers:
+            logger.propagate = True  # to its routed parent
+    logging.raiseExceptions = False
+    threads = logging.getLogger("apex_dask.threads")
+    threads.addHandler(handler)
+    threads.propagate = False
+
+    def excepthook(hook: threading.ExceptHookArgs) -> None:
+        if hook.exc_type is SystemExit:
+            return
+        name = hook.thread.name if hook.thread is not None else "?"
+        exc_info = (hook.exc_type, hook.exc_value, hook.exc_traceback)
+        threads.error("exception in thread %s", name, exc_info=exc_info)  # type: ignore[arg-type]
+
+    threading.excepthook = excepthook
+
+
+def quiet_teardown_logs() -> None:
+    """Closing a cluster whose actors hold threads makes Dask log kill warnings; expected."""
+    for name in (
+        "distributed.nanny",
+        "distributed.worker",
+        "distributed.core",
+        "distributed.client",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def drop_empty(path: Path | None) -> None:
+    """Remove ``path`` if it is an empty file (opened, then nothing could be written)."""
+    try:
+        if path is not None and path.is_file() and path.stat().st_size == 0:
+            path.unlink()
+    except OSError:
+        pass
 
 
 def log_traceback(log_file: Path | None, exc: BaseException) -> bool:
-    """Append ``exc``'s traceback to ``log_file``; whether it was written."""
+    """Append ``exc``'s traceback to ``log_file``; whether it was written (a failed
+    write leaves no empty log behind)."""
     import traceback
 
     if log_file is None:
@@ -105,5 +162,6 @@ def log_traceback(log_file: Path | None, exc: BaseException) -> bool:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} apex-dask-submit traceback:\n")
             f.write("".join(traceback.format_exception(exc)))
     except OSError:
+        drop_empty(log_file)
         return False
     return True

@@ -21,10 +21,12 @@ imported only when a sink is made; a missing one raises
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = [
@@ -104,30 +106,52 @@ class TensorBoardSink:
                 f"cannot write TensorBoard logs to {self.log_dir!r} ({exc.strerror or exc})"
             ) from None
         self._closed = False
+        self.error: OSError | None = None
 
     def write(self, result: Mapping[str, Any]) -> None:
         """Add one scalar per finite metric of ``result`` and flush."""
         if self._closed:
             return
         step = result_step(result)
-        for key, value in scalar_metrics(result).items():
-            self._writer.add_scalar(key, value, global_step=step)
-        self._writer.flush()
+        with self._guard():
+            for key, value in scalar_metrics(result).items():
+                self._writer.add_scalar(key, value, global_step=step)
+            self._writer.flush()
 
     def write_text(self, tag: str, text: str, step: int = 0) -> None:
         """A text entry (shown in TensorBoard's Text tab), e.g. the run's config as YAML."""
         if not self._closed:
             indented = "\n".join("    " + line for line in text.splitlines())  # markdown code
-            self._writer.add_text(tag, indented, global_step=step)
+            with self._guard():
+                self._writer.add_text(tag, indented, global_step=step)
 
     def flush(self) -> None:
         if not self._closed:
-            self._writer.flush()
+            with self._guard():
+                self._writer.flush()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._writer.close()
+            try:
+                self._writer.close()
+            except OSError:
+                pass
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """A failed write (a full disk) stops this sink with one warning; the run goes on:
+        TensorBoard files are a copy of ``results.jsonl``, never the only record."""
+        try:
+            yield
+        except OSError as exc:
+            self.error = exc
+            self.close()
+            warnings.warn(
+                f"TensorBoard logging to {self.log_dir} stopped: {exc.strerror or exc}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 class WandbSink:
