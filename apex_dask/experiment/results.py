@@ -24,6 +24,7 @@ __all__ = [
     "env_metrics",
     "learner_metrics",
     "shard_metrics",
+    "FAULT_COUNTERS",
 ]
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
@@ -36,6 +37,14 @@ LEARNER_FLOW_KEYS = (
     "flow/priority_updates_sent",
     "flow/priority_updates_failed",
     "flow/batches_lost",
+)
+# Counters of the faults a run survived (0 in the in-process runner).
+FAULT_COUNTERS = (
+    "faults/env_workers_replaced",
+    "faults/rollouts_failed",
+    "faults/shards_restored",
+    "faults/replay_items_lost",
+    "faults/learner_restored",
 )
 
 

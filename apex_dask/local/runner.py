@@ -27,6 +27,7 @@ from apex_dask.experiment.builder import (
 )
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
 from apex_dask.experiment.results import (
+    FAULT_COUNTERS,
     IterationWindow,
     build_result,
     env_metrics,
@@ -296,7 +297,7 @@ class LocalApex:
             acting_versions=[w.weights_version for w in self.workers],
             weight_syncs=self.weight_syncs,
             eval_result=self._window_eval,
-            extra={"faults/env_workers_replaced": 0.0, "faults/rollouts_failed": 0.0},
+            extra={name: 0.0 for name in FAULT_COUNTERS},
         )
 
     def _eval_return(self) -> float | None:

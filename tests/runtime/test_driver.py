@@ -293,24 +293,36 @@ def test_a_lost_env_worker_is_replaced_and_the_run_goes_on(gpu_client):
     assert after[-1]["learner/updates"] > before["learner/updates"]
 
 
-def test_losing_the_learner_stops_the_run_with_a_clear_error(gpu_client):
-    # Runs last: it kills the learner's worker process (its nanny restarts it).
+def test_a_lost_learner_is_rebuilt_with_its_shards_and_the_run_goes_on(gpu_client):
+    # Kills the learner's worker process (its nanny restarts it, at another address).
+    # Without a checkpoint the learner comes back with fresh weights and its shards
+    # (on its worker, by default) come back empty, on the surviving worker (the
+    # restarted "gpu" worker is usually not back yet when the loss is seen).
     cfg = small_config(**{"eval.episodes": 0, "topology.call_timeout_s": 5.0})
     with ApexDriver(cfg, gpu_client) as driver:
         learner_addr = driver.placement["learner"]["address"]
         results = driver.iterate()
-        next(results)
+        before = next(results)
+        assert before["faults/learner_restored"] == 0
 
         async def die():
             os._exit(1)
 
         gpu_client.run(die, workers=[learner_addr], wait=False)
-        t0 = time.monotonic()
-        with pytest.raises(ApexRuntimeError, match="learner") as err:
-            for _ in range(100):
-                next(results)
-        assert time.monotonic() - t0 < 30
-        assert "\n" not in str(err.value)
+        deadline = time.monotonic() + 120
+        after = []
+        for result in results:
+            if result["faults/learner_restored"] >= 1:
+                after.append(result)
+            if len(after) >= 3:
+                break
+            assert time.monotonic() < deadline, result
+        placement = driver.placement
+    assert [r["faults/learner_restored"] for r in after] == [1, 1, 1]
+    assert after[0]["faults/shards_restored"] == cfg.replay.num_shards
+    assert placement["learner"]["address"] != learner_addr
+    assert all(w["address"] != learner_addr for w in placement["shards"])
+    assert after[-1]["learner/steps_trained"] > after[0]["learner/steps_trained"]
 
 
 def test_env_workers_act_with_the_learners_weights_from_their_first_rollout(gpu_client):

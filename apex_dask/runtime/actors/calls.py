@@ -5,11 +5,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from apex_dask.runtime.observability.metrics import MetricsPublisher
 
-__all__ = ["call_with_timeout", "Throttled"]
+__all__ = ["ActorRef", "as_handle", "call_with_timeout", "Throttled"]
+
+# (class, worker address, key): names an actor without making its key a dependency.
+# Actors are created with refs rather than Futures: an actor created with another's
+# Future depends on its key, and when that actor is lost the scheduler errs (and
+# releases) every actor created with it.
+ActorRef = tuple
+
+
+def as_handle(ref: Any) -> Any:
+    """An actor handle from an :data:`ActorRef` (a handle is returned unchanged)."""
+    if isinstance(ref, tuple):
+        from distributed.actor import Actor
+
+        return Actor(*ref)
+    return ref
+
 
 T = TypeVar("T")
 

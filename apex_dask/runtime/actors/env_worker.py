@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from apex_dask.experiment.messages import RolloutSummary
-from apex_dask.runtime.actors.calls import Throttled, call_with_timeout
+from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 
 __all__ = ["EnvWorkerActor"]
 
@@ -64,8 +64,8 @@ class EnvWorkerActor:
         from apex_dask.algo.env_worker import EnvWorker
 
         self.index = int(index)
-        self._shards = list(shards)
-        self._learner = learner
+        self._shards = [as_handle(s) for s in shards]
+        self._learner = as_handle(learner)
         self._timeout = float(call_timeout_s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
         self._worker = EnvWorker(
@@ -157,6 +157,16 @@ class EnvWorkerActor:
         self._last_eval = out
         self._pub.now(self._metrics)
         return out
+
+    async def set_shard(self, shard_id: int, handle: Any) -> None:
+        """Send rollouts for shard ``shard_id`` to a rebuilt shard actor from now on."""
+        self._shards[int(shard_id)] = as_handle(handle)
+
+    async def set_learner(self, handle: Any) -> None:
+        """Pull weights from a rebuilt learner from now on; its first weights are applied
+        whatever their version (a restored learner may count from an older checkpoint)."""
+        self._learner = as_handle(handle)
+        self._worker.weights_version = -1
 
     async def stats(self) -> dict[str, float]:
         """``env/<i>/*`` counters and this worker's epsilon."""

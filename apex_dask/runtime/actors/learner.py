@@ -54,15 +54,16 @@ from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
 from apex_dask.experiment.results import learner_metrics
-from apex_dask.runtime.actors.calls import Throttled, call_with_timeout
+from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher
 
 __all__ = ["LearnerActor"]
 
 
 def _is_local(handle: Any, worker: Any) -> bool:
-    """Whether an actor handle points at an actor living on ``worker``."""
-    return getattr(handle, "_address", None) == worker.address and handle.key in worker.state.actors
+    """Whether an actor handle points at an actor living (created) on ``worker``."""
+    here = getattr(handle, "_address", None) == worker.address
+    return here and worker.state.actors.get(handle.key) is not None
 
 
 class LearnerActor:
@@ -94,13 +95,14 @@ class LearnerActor:
         from apex_dask.algo.learner import Learner
 
         worker = get_worker()
+        self._worker = worker
         self._loop = worker.loop.asyncio_loop
         self._learner = Learner(observation_space, action_space, **learner_kwargs)
         # A shard on this worker is called as a local object (its async methods
         # run on this loop anyway): no serialization, no loopback round trip.
-        self._handles = list(shards)
+        self._handles = [as_handle(s) for s in shards]
         self._shards = [
-            worker.state.actors.get(h.key, h) if _is_local(h, worker) else h for h in shards
+            worker.state.actors.get(h.key, h) if _is_local(h, worker) else h for h in self._handles
         ]
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
         self._prefetcher = ReplayPrefetcher(
@@ -173,6 +175,14 @@ class LearnerActor:
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=timeout_s)
         return self._metrics()
+
+    async def set_shard(self, shard_id: int, handle: Any) -> None:
+        """Use a rebuilt replay shard ``shard_id`` (a new actor) from now on."""
+        handle = as_handle(handle)
+        local = self._worker.state.actors.get(handle.key, handle)
+        shard = local if _is_local(handle, self._worker) else handle
+        self._handles[shard_id], self._shards[shard_id] = handle, shard
+        self._prefetcher.set_shard(shard_id, shard, handle)
 
     async def close(self) -> None:
         """Stop everything and publish the last metrics."""
@@ -344,9 +354,10 @@ class LearnerActor:
         """Why the learner thread died (None while it lives): a cheap health check."""
         return self._thread_error
 
-    async def progress(self) -> int:
-        """Transitions trained so far (a cheap call for the driver's replay-ratio gate)."""
-        return int(self._learner.steps_trained)
+    async def progress(self) -> tuple[int, int]:
+        """Transitions trained and items added to all shards (as the prefetcher last saw
+        them): a cheap call for the driver's replay-ratio gate."""
+        return int(self._learner.steps_trained), self._prefetcher.added_total
 
     async def stats(self) -> dict[str, Any]:
         """Metric-named learner stats (``learner/*`` and ``flow/*``); ``errors`` as strings."""

@@ -90,6 +90,11 @@ class ReplayPrefetcher:
         self.errors: deque[str] = deque(maxlen=10)
 
     @property
+    def added_total(self) -> int:
+        """Items added to all shards, as the latest replies said."""
+        return sum(self._added)
+
+    @property
     def local_shards(self) -> int:
         """How many shards are called as local objects."""
         return sum(self._local)
@@ -121,9 +126,17 @@ class ReplayPrefetcher:
             loop.call_soon_threadsafe(self._wake_all)
 
     # ------------------------------------------------------------------ slots
+    def set_shard(self, shard_id: int, shard: Any, handle: Any) -> None:
+        """Sample shard ``shard_id`` from a rebuilt actor from now on (its ``added`` count
+        is read afresh: items lost with the old shard no longer allow training)."""
+        self._shards[shard_id] = shard
+        self._local[shard_id] = shard is not handle
+        self._added[shard_id] = 0
+        self._added_checked[shard_id] = 0.0
+
     async def _slot(self, shard_id: int) -> None:
-        shard, local = self._shards[shard_id], self._local[shard_id]
         while not self._stopping:
+            shard, local = self._shards[shard_id], self._local[shard_id]
             if self._ratio is not None and not await self._ratio_allows(shard_id):
                 continue
             self._in_flight += 1  # from the ratio gate until the batch is counted

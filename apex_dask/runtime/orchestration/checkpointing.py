@@ -96,6 +96,11 @@ class Checkpointer:
         if exc is not None:  # a failed checkpoint must not end training; the next one retries
             self.plan.report.note(f"checkpoint failed: {type(exc).__name__}: {exc}")
 
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint of this run (or the one it resumed from)."""
+        found = None if self.root is None else latest_checkpoint(self.root)
+        return found or self.last_path
+
     def _next_dest(self) -> Path:
         assert self.root is not None
         numbers = [int(m.group(1)) for p in checkpoints_in(self.root) if (m := _NAME.match(p.name))]
@@ -113,6 +118,11 @@ class Checkpointer:
 
     async def _save(self, reason: str, timeout_s: float) -> Path:
         p = self.plan
+        if p.missing_shards:
+            raise CheckpointError(
+                f"replay shard(s) {sorted(p.missing_shards)} are being rebuilt; the next "
+                "checkpoint will be written once they are back"
+            )
         staged = StagedCheckpoint(self._next_dest())
         directory = str(staged.path)
         try:
@@ -182,7 +192,8 @@ def plan_state(plan: ExecutionPlan) -> dict[str, Any]:
         "iteration": plan.report.iteration,
         "time_s": elapsed,
         "eval_history": list(plan.report.eval_history),
-        "faults": plan.faults.counters(),
+        "faults": {**plan.faults.counters(), **plan.recovery.counters()},
+        "retired": dict(plan.recovery.retired),
         "rng": plan.rng.bit_generator.state,
     }
 
@@ -195,4 +206,6 @@ def load_plan_state(plan: ExecutionPlan, state: dict[str, Any]) -> None:
     plan.report.eval_history = list(state["eval_history"])
     plan.t_start = time.monotonic() - float(state["time_s"])
     plan.faults.load_counters(state["faults"])
+    plan.recovery.load_counters(state["faults"])
+    plan.recovery.retired.update({k: int(v) for k, v in state.get("retired", {}).items()})
     plan.rng.bit_generator.state = state["rng"]

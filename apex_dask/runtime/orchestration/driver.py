@@ -58,7 +58,7 @@ class ApexDriver:
     ``data``); without it, ``learner.before_learn_on_batch`` (an import path)
     is used. ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
     when the config has that field): once training has started, env workers
-    wait while transitions trained < rho * (env steps sampled - a few
+    wait while transitions trained < rho * (items added to the replay - a few
     fragments of slack), so a learner
     slower than its env workers keeps the sample efficiency of the in-process
     runner (which trains at ``learner.max_replay_ratio``). None: env workers
@@ -188,9 +188,9 @@ class ApexDriver:
             slots=actors.slots,
             evaluator=actors.evaluator,
             learner_address=p.learner.address,
-            shard_addresses=[w.address for w in p.shards],
             results=self._results,
             replace_env_worker=actors.replace_env_worker,
+            actors=actors,
             seed=self.config.seed,
             min_replay_ratio=self._min_replay_ratio,
             checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),

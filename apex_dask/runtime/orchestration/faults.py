@@ -2,10 +2,10 @@
 
 - A bug (the env raised, a method failed) stops the run with one line.
 - A lost peer (the Dask worker holding the actor died, or a call timed out)
-  starts a check: if the learner's or a shard's worker is gone the run stops
-  (:class:`ApexRuntimeError`); if the env worker's own worker is gone it is
-  re-created on a surviving worker (``faults/env_workers_replaced``) and its
-  rollouts start again; otherwise the peer was only slow and is retried.
+  starts a check: a lost learner or shard is rebuilt first (:mod:`.recovery`);
+  if the env worker's own worker is gone it is re-created on a surviving
+  worker (``faults/env_workers_replaced``) and its rollouts start again;
+  otherwise the peer was only slow and is retried.
 """
 
 from __future__ import annotations
@@ -56,11 +56,9 @@ class FaultHandler:
     def __init__(
         self,
         plan: ExecutionPlan,
-        shard_addresses: list[str],
         replace_env_worker: Callable[[EnvSlot, dict[str, Any]], Awaitable[None]],
     ) -> None:
         self.plan = plan
-        self.shard_addresses = shard_addresses
         self.replace_env_worker = replace_env_worker
         self.env_workers_replaced = 0
         self.rollouts_failed = 0
@@ -94,18 +92,17 @@ class FaultHandler:
     async def _check_or_replace(self, slot: EnvSlot) -> bool:
         """Raise if the learner's or a shard's worker is gone; re-create ``slot``'s actor
         if its worker is gone (True); else back off briefly (False)."""
+        await self.plan.recovery.check()  # a lost learner or shard is rebuilt first
         info = await self.plan.client.scheduler.identity(n_workers=-1)
-        alive = set(info.get("workers", {}))
-        if self.plan.learner_address not in alive:
-            raise ApexRuntimeError(
-                f"the learner's worker {self.plan.learner_address} was lost; stopping the run"
-            )
-        for k, addr in enumerate(self.shard_addresses):
-            if addr not in alive:
-                raise ApexRuntimeError(
-                    f"the worker {addr} of replay shard {k} was lost; stopping the run"
-                )
-        if slot.address in alive and slot.future.status == "finished":
+        uids = {a: str(w.get("id", "")) for a, w in info.get("workers", {}).items()}
+        actors = self.plan.recovery.actors
+        uid = ""
+        if actors is not None:
+            p = actors.placement
+            uid = (p.evaluator if slot.index < 0 else p.env_workers[slot.index]).uid
+        # the same address may be a worker its nanny restarted, without the actor
+        same = slot.address in uids and (not uid or uids[slot.address] == uid)
+        if same and slot.future.status == "finished":
             await asyncio.sleep(0.5)  # the actor lives; a peer was slow: retry soon
             return False
         await self.replace_env_worker(slot, info)

@@ -17,6 +17,7 @@ learner and the env workers get each other's handles.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from collections.abc import Callable, Mapping
@@ -35,7 +36,11 @@ from apex_dask.experiment.builder import (
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.faults import EnvSlot
-from apex_dask.runtime.orchestration.placement import Placement, workers_from_scheduler_info
+from apex_dask.runtime.orchestration.placement import (
+    Placement,
+    WorkerInfo,
+    workers_from_scheduler_info,
+)
 
 __all__ = ["ActorSet"]
 
@@ -80,6 +85,12 @@ class ActorSet:
         self.slots: list[EnvSlot] = []
         self.evaluator: EnvSlot | None = None
         self.replaced = 0
+        # the current Future of each shard and of the learner (a rebuilt actor's replaces
+        # a lost one's: new actors must never wait on a lost Future)
+        self.shard_refs: list[tuple] = []
+        self.learner_ref: tuple = ()
+        self._spaces: tuple[Any, Any] | None = None
+        self._hook: Hook | None = None
 
     def _submit(self, cls: type, *args: Any, where: str, **kwargs: Any) -> Any:
         fut = self.client.submit(cls, *args, actor=True, workers=[where], pure=False, **kwargs)
@@ -96,17 +107,45 @@ class ActorSet:
         }
 
     def _env_worker(self, index: int, epsilon: float, seed: int, where: str) -> Any:
-        shard_futs = self.futures[: self.config.replay.num_shards]
-        learner_fut = self.futures[self.config.replay.num_shards]
         return self._submit(
             EnvWorkerActor,
             index,
             self.env_factory,
-            shard_futs,
-            learner_fut,
+            list(self.shard_refs),
+            self.learner_ref,
             where=where,
             **self._env_kwargs(epsilon, seed),
         )
+
+    def _shard(self, k: int, where: str) -> Any:
+        kwargs = shard_actor_kwargs(self.config, k)
+        fut = self._submit(ReplayShardActor, k, **kwargs, run=self.run_id, where=where)
+        ref = (ReplayShardActor, where, fut.key)
+        if k < len(self.shard_refs):
+            self.shard_refs[k] = ref
+        else:
+            self.shard_refs.append(ref)
+        return fut
+
+    def _learner(self, where: str) -> Any:
+        assert self._spaces is not None
+        lr = self.config.learner
+        fut = self._submit(
+            LearnerActor,
+            *self._spaces,
+            list(self.shard_refs),
+            learner_kwargs=learner_kwargs(self.config),
+            batch_size=lr.batch_size,
+            inqueue_size=lr.inqueue_size,
+            prefetch_per_shard=lr.prefetch_per_shard,
+            max_replay_ratio=lr.max_replay_ratio,
+            call_timeout_s=self.timeout,
+            before_learn_on_batch=self._hook,
+            run=self.run_id,
+            where=where,
+        )
+        self.learner_ref = (LearnerActor, where, fut.key)
+        return fut
 
     def create(self, hook: Hook | None) -> None:
         """Create every actor and wait for them (one-line :class:`ApexRuntimeError` if one fails)."""
@@ -122,53 +161,34 @@ class ActorSet:
             raise ApexRuntimeError(
                 f"cannot make env {cfg.env.env_id!r} on a worker: {exc}"
             ) from None
-        shard_futs = [
-            self._submit(
-                ReplayShardActor,
-                k,
-                **shard_actor_kwargs(cfg, k),
-                run=self.run_id,
-                where=p.shards[k].address,
-            )
-            for k in range(n_shards)
-        ]
-        lr = cfg.learner
-        self._submit(
-            LearnerActor,
-            obs_space,
-            act_space,
-            shard_futs,
-            learner_kwargs=learner_kwargs(cfg),
-            batch_size=lr.batch_size,
-            inqueue_size=lr.inqueue_size,
-            prefetch_per_shard=lr.prefetch_per_shard,
-            max_replay_ratio=lr.max_replay_ratio,
-            call_timeout_s=self.timeout,
-            before_learn_on_batch=hook,
-            run=self.run_id,
-            where=p.learner.address,
-        )
+        self._spaces, self._hook = (obs_space, act_space), hook
+
+        def wait(roles: list[str], futs: list[Any]) -> list[Any]:
+            out = []
+            for role, fut in zip(roles, futs, strict=True):
+                try:
+                    out.append(_bind(fut.result(timeout=create_timeout), self.client))
+                except Exception as exc:
+                    raise ApexRuntimeError(
+                        f"cannot create the {role} actor: {type(exc).__name__}: {_first_line(exc)}"
+                    ) from None
+            return out
+
+        # in order: actors are wired by refs, not Futures, so Dask does not order them
+        shard_futs = [self._shard(k, p.shards[k].address) for k in range(n_shards)]
+        handles = wait([f"replay shard {k}" for k in range(n_shards)], shard_futs)
+        handles += wait(["learner"], [self._learner(p.learner.address)])
         epsilons = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
-        for i in range(n_env):
-            seed = derive_seed(cfg.seed, "worker", i)
-            self._env_worker(i, epsilons[i], seed, p.env_workers[i].address)
+        env_futs = [
+            self._env_worker(i, epsilons[i], derive_seed(cfg.seed, "worker", i), a.address)
+            for i, a in enumerate(p.env_workers[:n_env])
+        ]
         with_eval = cfg.eval.episodes > 0
         if with_eval:
-            self._env_worker(-1, 0.0, derive_seed(cfg.seed, "eval"), p.evaluator.address)
-        roles = (
-            [f"replay shard {k}" for k in range(n_shards)]
-            + ["learner"]
-            + [f"env worker {i}" for i in range(n_env)]
-            + (["evaluator"] if with_eval else [])
-        )
-        handles = []
-        for role, fut in zip(roles, list(self.futures), strict=True):
-            try:
-                handles.append(_bind(fut.result(timeout=create_timeout), self.client))
-            except Exception as exc:
-                raise ApexRuntimeError(
-                    f"cannot create the {role} actor: {type(exc).__name__}: {_first_line(exc)}"
-                ) from None
+            seed = derive_seed(cfg.seed, "eval")
+            env_futs.append(self._env_worker(-1, 0.0, seed, p.evaluator.address))
+        roles = [f"env worker {i}" for i in range(n_env)] + (["evaluator"] if with_eval else [])
+        handles += wait(roles, env_futs)
         self.shards = handles[:n_shards]
         self.learner = handles[n_shards]
         first_env = n_shards + 1
@@ -209,6 +229,31 @@ class ActorSet:
         slot.future, slot.handle, slot.address = fut, _bind(handle, self.client), where.address
         slot.version, slot.steps_since_sync = -1, 0
         self.placement = self.placement.moved(slot.index, where)
+
+    async def _created(self, fut: Any) -> Any:
+        handle = await asyncio.wait_for(
+            self.client.gather(fut, asynchronous=True), max(self.timeout, 120.0)
+        )
+        return _bind(handle, self.client)
+
+    async def rebuild_shard(self, k: int, where: WorkerInfo) -> Any:
+        """A new, empty replay shard ``k`` on ``where``; its handle."""
+        self._drop(self.shard_refs[k])
+        self.shards[k] = await self._created(self._shard(k, where.address))
+        self.placement = self.placement.shard_moved(k, where)
+        return self.shards[k]
+
+    async def rebuild_learner(self, where: WorkerInfo) -> Any:
+        """A new learner on ``where``, wired to the current shards (not started)."""
+        self._drop(self.learner_ref)
+        self.learner = await self._created(self._learner(where.address))
+        self.placement = self.placement.learner_moved(where)
+        return self.learner
+
+    def _drop(self, ref: tuple) -> None:
+        """Forget a lost actor's Future (else the scheduler would re-create the actor
+        where its worker comes back)."""
+        self.futures = [f for f in self.futures if f.key != ref[2]]
 
     def handles(self) -> list[Any]:
         """Every actor handle: learner, shards, env workers, evaluator."""

@@ -3,8 +3,12 @@
 Ape-X lets env workers run free. On a machine where the learner is slower
 than its env workers, that trains far fewer times per transition than the
 in-process runner does; with ``min_replay_ratio`` rho, env workers wait
-(their next rollout is held) while transitions trained < rho * (env steps
-sampled - slack). The learner's progress is polled with a cheap call.
+(their next rollout is held) while transitions trained < rho * (items added
+to the replay - slack). The learner's progress (transitions trained, items
+added as its prefetcher last saw them) is polled with a cheap call. Items
+added, not env steps sampled: rollouts lost with a shard never count, so the
+learner's own ``max_replay_ratio`` gate, which counts the same items, can
+always let it catch up.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import time
 from typing import TYPE_CHECKING
 
 from apex_dask.runtime.actors.calls import call_with_timeout
-from apex_dask.runtime.errors import ApexRuntimeError
 
 if TYPE_CHECKING:
     from apex_dask.runtime.orchestration.faults import EnvSlot
@@ -30,6 +33,7 @@ class ReplayRatioPacer:
         self.plan = plan
         self.rho = rho
         self._trained = 0  # learner's steps trained, as last seen
+        self._added = 0  # items added to all shards, as the learner last saw them
         self._held: list[EnvSlot] = []
         self._pending = False
         self._last_poll = -float("inf")
@@ -42,17 +46,17 @@ class ReplayRatioPacer:
         self._trained = max(self._trained, steps_trained)
 
     def behind(self) -> bool:
-        """True while training has started and transitions trained < rho * (env steps
-        sampled - slack). The slack, four fragments per rollout in flight, lets env
+        """True while training has started and transitions trained < rho * (items
+        added - slack). The slack, four fragments per rollout in flight, lets env
         workers run a little ahead: a learner capped at the same ratio by
         ``max_replay_ratio`` (which counts items *stored*, a few n-step tails
         fewer) then never waits on env workers that wait on it (measured: one
         fragment of slack left the learner idle 24% of the time, four: 2%)."""
-        if self.rho is None or self._trained <= 0:
+        if self.rho is None or self._trained <= 0 or self._added <= 0:
             return False
         w = self.plan.cfg.workers
         slack = 4 * len(self.plan.slots) * w.rollouts_in_flight * w.rollout_fragment_length
-        return self._trained < self.rho * (self.plan.store.steps_total - slack)
+        return self._trained < self.rho * (self._added - slack)
 
     def hold(self, slot: EnvSlot) -> bool:
         """After a rollout of ``slot``: True if its next rollout must wait (it is held)."""
@@ -75,7 +79,7 @@ class ReplayRatioPacer:
         delay = max(0.0, self._last_poll + gap - now)
         self._pending = True
 
-        async def poll() -> int:
+        async def poll() -> tuple[int, int]:
             if delay:
                 await asyncio.sleep(delay)
             self._last_poll = time.monotonic()
@@ -88,11 +92,15 @@ class ReplayRatioPacer:
         exc = None if task.cancelled() else task.exception()
         if task.cancelled():
             return
-        if exc is not None:
-            raise ApexRuntimeError(
-                f"the learner is unreachable ({type(exc).__name__}: {exc}); stopping the run"
-            )
-        self.trained(task.result())
+        if exc is not None:  # lost? the recovery check rebuilds it; held slots wait for it
+            self.plan.recovery.soon()
+            self._last_poll = time.monotonic() + 0.5
+            if self._held:
+                self._maybe_poll()
+            return
+        trained, added = task.result()
+        self.trained(trained)
+        self._added = int(added)  # a rebuilt learner may know fewer: taken as it is
         if not self.behind():
             held, self._held = self._held, []
             if not self.plan.halting:

@@ -50,9 +50,13 @@ class WorkerInfo:
     name: str
     host: str = ""
     resources: Mapping[str, float] = field(default_factory=dict)
+    # the worker process's id: a worker restarted by its nanny may come back at the
+    # same address, without the actors it held
+    uid: str = field(default="", compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("uid")
         d["resources"] = dict(self.resources)
         return d
 
@@ -84,6 +88,16 @@ class Placement:
         env_workers[env_index] = where
         return replace(self, env_workers=env_workers)
 
+    def shard_moved(self, shard: int, where: WorkerInfo) -> Placement:
+        """This placement with replay shard ``shard`` on ``where``."""
+        shards = list(self.shards)
+        shards[shard] = where
+        return replace(self, shards=shards)
+
+    def learner_moved(self, where: WorkerInfo) -> Placement:
+        """This placement with the learner on ``where``."""
+        return replace(self, learner=where)
+
 
 def workers_from_scheduler_info(info: Mapping[str, Any]) -> list[WorkerInfo]:
     """Workers from ``client.scheduler_info()``, sorted (see :func:`_order`)."""
@@ -93,6 +107,7 @@ def workers_from_scheduler_info(info: Mapping[str, Any]) -> list[WorkerInfo]:
             name=str(w.get("name", addr)),
             host=str(w.get("host", "")),
             resources=dict(w.get("resources") or {}),
+            uid=str(w.get("id", "")),
         )
         for addr, w in info.get("workers", {}).items()
     ]
