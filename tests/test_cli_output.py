@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from apex_dask.cli.output import format_progress, format_summary, merge_final
@@ -54,3 +55,30 @@ def test_summary_reports_best_eval_and_the_stop_reason():
     assert "475.0 / 475.0" in text
     assert "batches lost" in text
     assert "before the first result" in format_summary([], "interrupted")
+
+
+def test_placement_watcher_announces_rebuilt_shards_and_learner(tmp_path, capsys):
+    from apex_dask.cli.watch import PlacementWatcher
+
+    def worker(addr: str) -> dict:
+        return {"address": addr, "name": addr[-1], "host": "h", "resources": {}}
+
+    class Run:  # what the watcher reads: the driver's placement, as a dict
+        placement = {
+            "learner": worker("tcp://a:1"),
+            "shards": [worker("tcp://a:1"), worker("tcp://b:2")],
+            "env_workers": [worker("tcp://b:2")],
+            "evaluator": worker("tcp://b:2"),
+        }
+
+    run = Run()
+    watcher = PlacementWatcher(run, tmp_path)
+    run.placement = {**Run.placement, "learner": worker("tcp://c:3")}
+    run.placement["shards"] = [worker("tcp://c:3"), worker("tcp://b:2")]
+    watcher.poll(force=True)
+    out = capsys.readouterr().out.splitlines()
+    assert any("replay shard 0 was lost" in line and "rebuilt on 3" in line for line in out)
+    assert any("the learner was lost" in line and "rebuilt on 3" in line for line in out)
+    assert not any("replay shard 1" in line for line in out)
+    assert watcher.replaced == 2
+    assert json.loads((tmp_path / "placement.json").read_text())["learner"]["name"] == "3"

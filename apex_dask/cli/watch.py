@@ -30,7 +30,7 @@ PREFIX = "apex-dask-submit:"
 
 
 class PlacementWatcher:
-    """Follows ``driver.placement``: a replaced actor gets one console line, and
+    """Follows ``driver.placement``: a replaced or rebuilt actor gets one console line, and
     ``placement.json`` (under ``out``) is rewritten whenever the placement changes."""
 
     def __init__(self, driver: Any, out: Path | None, every_s: float = 1.0) -> None:
@@ -66,12 +66,16 @@ class PlacementWatcher:
         if old.get("evaluator") and new.get("evaluator"):
             pairs.append((old["evaluator"], new["evaluator"]))
             names.append("the evaluator")
+        rebuilt = list(zip(old.get("shards", []), new.get("shards", []), strict=False))
+        pairs += [*rebuilt, (old.get("learner") or {}, new.get("learner") or {})]
+        names += [f"replay shard {k}" for k in range(len(rebuilt))] + ["the learner"]
         for name, (was, now) in zip(names, pairs, strict=True):
             if was.get("address") != now.get("address"):
                 self.replaced += 1
+                how = "replaced" if name.startswith(("env", "the eval")) else "rebuilt"
                 print(
                     f"{PREFIX} {name} was lost with its Dask worker {was.get('address')}; "
-                    f"replaced on {now.get('name') or now.get('address')}",
+                    f"{how} on {now.get('name') or now.get('address')}",
                     flush=True,
                 )
 
