@@ -8,7 +8,8 @@
 The config is the one stored in the newest checkpoint under
 ``DIR/checkpoints``; only stop conditions (``--stop-*``, ``stop.*``),
 topology (``topology.*``) and checkpoint cadence (``checkpoint.*``) may be
-changed, and each change is recorded in ``DIR/resumes.jsonl``. Counters
+changed, and each change is recorded in ``DIR/resumes.jsonl``. Other keys set to
+the value the run already has are accepted (a requeued job repeats its arguments). Counters
 (``timesteps_total``, ``iteration``, ``learner/steps_trained``) continue,
 ``results.jsonl`` is appended to and the replay is restored.
 """
@@ -55,6 +56,7 @@ def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, Path, dict[str
         stored = read_manifest(path)["metadata"]["config"]
     except (CheckpointError, KeyError, TypeError) as exc:
         raise UsageError(f"--resume {args.resume!r}: {exc}") from None
+    base = ApexConfig.from_dict(stored)
     overrides: dict[str, Any] = {}
     for item in args.set:
         if "=" not in item:
@@ -62,14 +64,25 @@ def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, Path, dict[str
         key, value = item.split("=", 1)
         key = key.strip()
         if not key.startswith(RESUMABLE):
+            if _unchanged(base, key, value):  # e.g. a requeued job's own arguments
+                continue
             raise UsageError(
                 f"--set {key}: a resumed run keeps its config; only "
-                f"{', '.join(p + '*' for p in RESUMABLE)} keys may change"
+                f"{', '.join(p + '*' for p in RESUMABLE)} keys may change "
+                "(giving a key the value the run already has is fine)"
             )
         overrides[key] = value
     overrides.update(stop_flags(args))
-    cfg = ApexConfig.from_dict(stored).override(overrides)
+    cfg = base.override(overrides)
     return cfg, path, overrides
+
+
+def _unchanged(base: ApexConfig, key: str, value: str) -> bool:
+    """Whether ``--set key=value`` leaves ``base`` as it is."""
+    try:
+        return base.override({key: value}).to_dict() == base.to_dict()
+    except Exception:
+        return False
 
 
 def record_resume(out: Path, checkpoint: Path, overrides: dict[str, Any]) -> None:

@@ -139,6 +139,62 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
 
 
 @pytest.mark.slow
+def test_slurm_usr1_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
+    """SLURM's ``--signal=B:USR1@120`` reaches the batch shell: the driver writes a
+    checkpoint and exits 75, the script requeues the job (the ``scontrol`` stand-in
+    runs it again with the same id), and the requeued job resumes its run folder."""
+    import signal
+    import threading
+    import time
+
+    marker, state = uuid.uuid4().hex, tmp_path / "state"
+    env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
+    env["APEX_DASHBOARD"] = ":0"
+    script = ROOT / "cluster" / "slurm" / "apex.sbatch"
+    args = ["--stop-timesteps", "8000", "--set", "report.min_iter_time_s=1", "--quiet"]
+    done: dict = {}
+
+    def submit() -> None:
+        done["proc"] = subprocess.run(
+            ["sbatch", "--wait", str(script), *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 180
+        results = None
+        while results is None or not results.exists() or not results.read_text().strip():
+            assert time.monotonic() < deadline and thread.is_alive(), done
+            time.sleep(0.5)
+            found = list(tmp_path.glob("apex-*/results/results.jsonl"))
+            results = found[0] if found else None
+        (submit_call,) = calls(state, "sbatch")
+        job_id = submit_call["job_id"]
+        shell = int((state / "jobs" / f"{job_id}.pid").read_text())
+        os.kill(shell, signal.SIGUSR1)  # what --signal=B:USR1 sends: the batch shell only
+        thread.join(timeout=300)
+        proc = done["proc"]
+        output = proc.stdout + (tmp_path / f"apex-{job_id}.out").read_text()
+        assert proc.returncode == 0, output[-3000:]
+        assert [c["argv"] for c in calls(state, "scontrol")] == [["requeue", str(job_id)]]
+        (requeued,) = calls(state, "requeued")
+        assert requeued["exit_code"] == 75  # preempted, with a checkpoint
+        assert "preempted with a checkpoint; requeueing job" in output
+        assert "resuming the run in" in output
+        lines = [json.loads(x) for x in results.read_text().splitlines()]
+        iterations = [int(r["iteration"]) for r in lines]
+        assert iterations == sorted(set(iterations)), iterations  # continued, not restarted
+        assert lines[-1]["timesteps_total"] >= 8000
+        resumes = (results.parent / "resumes.jsonl").read_text().splitlines()
+        assert len(resumes) == 1
+    finally:
+        thread.join(timeout=5)
+        assert_nothing_left(marker)
+
+
+@pytest.mark.slow
 def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_path):
     """Over TLS (pbsdsh tasks get the TLS files as flags, require-encryption in their env)."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"

@@ -277,6 +277,12 @@ class ApexDriver:
             self._tensorboard.flush()
         return self.final
 
+    def count_partial_iteration(self) -> None:
+        """Count the partial iteration a caller recorded from :attr:`final` (after a
+        halt mid-iteration), so later results and checkpoints number after it."""
+        if self._plan is not None:
+            self._plan.report.iteration += 1
+
     @property
     def final(self) -> dict[str, float] | None:
         """Stats taken after the last :meth:`halt` (None before one)."""

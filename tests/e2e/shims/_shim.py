@@ -67,17 +67,29 @@ def run_job(
     out_path: str,
     wait: bool,
 ) -> int | None:
-    """Run a batch script: in the foreground when ``wait``, else in a new session."""
-    out = open(out_path, "ab")  # noqa: SIM115 (handed to the child)
-    proc = subprocess.Popen(
-        argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    (state_dir() / "jobs" / f"{job_id}.pid").write_text(str(proc.pid))
-    if not wait:
-        return None
-    forward_signals([proc])
-    code = proc.wait()
-    return code if code >= 0 else 128 - code
+    """Run a batch script: in the foreground when ``wait``, else in a new session.
+
+    With ``wait``, a job that ``scontrol requeue`` marked while it ran runs again
+    (same id and output file, ``SLURM_RESTART_COUNT`` counting the restarts).
+    """
+    restarts = 0
+    while True:
+        out = open(out_path, "ab")  # noqa: SIM115 (handed to the child)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        (state_dir() / "jobs" / f"{job_id}.pid").write_text(str(proc.pid))
+        if not wait:
+            return None
+        forward_signals([proc])
+        code = proc.wait()
+        mark = state_dir() / "jobs" / f"{job_id}.requeue"
+        if not mark.exists():
+            return code if code >= 0 else 128 - code
+        mark.unlink()
+        restarts += 1
+        env = {**env, "SLURM_RESTART_COUNT": str(restarts)}
+        record("requeued", job_id=job_id, restart=restarts, exit_code=code)
 
 
 def cancel_job(job_id: str, grace_s: float = 10.0) -> bool:
