@@ -317,6 +317,52 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_run(untouched, tmp_p
     assert names <= {"config.yaml", "results.jsonl", "apex-dask-submit.log"}, names
 
 
+def test_a_second_ctrl_c_at_start_up_exits_at_once_in_one_line(untouched, tmp_path):
+    # Before: the second Ctrl-C could land after the handlers were put back (the stop
+    # itself finishing, interpreter shutdown) and end the process with -2 or a traceback.
+    import psutil
+
+    out = tmp_path / "run"
+    err_file = tmp_path / "stderr.txt"
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(
+            [*SUBMIT, "--set", "topology.local_workers=2", "--out", str(out)]
+            + ["--stop-time", "300"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            cwd=ROOT,
+        )
+
+    def stopping() -> bool:
+        return proc.poll() is not None or "stopping while the run starts" in err_file.read_text()
+
+    def forkserver() -> list:  # started: past the moment SIGINT is ignored (see cluster.py)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        try:
+            return kids if any("forkserver" in " ".join(p.cmdline()) for p in kids) else []
+        except psutil.NoSuchProcess:
+            return []
+
+    try:
+        children = poll(forkserver, timeout_s=60)
+        os.killpg(proc.pid, signal.SIGINT)
+        poll(stopping, timeout_s=30)
+        t0 = time.monotonic()
+        _killpg(proc.pid, signal.SIGINT)  # while it stops, or as it exits
+        stdout, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    done = Done(proc.returncode, stdout, err_file.read_text(), took)
+    check_console(done, 130, "SIGINT")  # never -2, never a traceback
+    assert took < 10, took
+    _, alive = psutil.wait_procs(children, timeout=30)  # the cluster being started is gone
+    assert not alive, [p.cmdline() for p in alive]
+
+
 class SmallDisk:
     """A 2 MiB tmpfs at ``path``; :meth:`fill` takes every byte left."""
 
@@ -608,10 +654,12 @@ def test_a_lost_env_worker_is_announced_and_accounted(shared, untouched, tmp_pat
     assert 0 <= lost <= final["faults/rollouts_failed"]
 
 
-def test_a_lost_scheduler_ends_the_run_in_one_line_and_keeps_what_was_written(
+def test_a_restarted_scheduler_ends_the_run_in_one_line_and_keeps_what_was_written(
     shared, untouched, tmp_path
 ):
-    # Last: it kills the shared cluster's scheduler.
+    # Last: it kills the shared cluster's scheduler and starts another at its address, as a
+    # supervisor would. Whichever the CLI meets first (no answer, or a scheduler with another
+    # id: the client reconnects, the actors are gone), it names the lost scheduler.
     from distributed import Client
 
     from apex_dask.algo.checkpoint import load_checkpoint
@@ -640,16 +688,27 @@ def test_a_lost_scheduler_ends_the_run_in_one_line_and_keeps_what_was_written(
             checkpoints() and len(_lines(out / "results.jsonl")) >= 1
         )
 
+    restarted = None
     try:
         poll(written, 180)
         assert proc.poll() is None, proc.communicate()
         before = {n: (out / n).read_bytes() for n in ("config.yaml", "results.jsonl")}
         os.kill(pid, signal.SIGKILL)
         t0 = time.monotonic()
+        restarted = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dask"), "scheduler"]
+            + ["--port", address.rsplit(":", 1)[1], "--dashboard-address", ":0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+        if restarted is not None:
+            _killpg(restarted.pid, signal.SIGKILL)
+            restarted.wait(timeout=30)
     done = Done(proc.returncode, stdout, stderr, time.monotonic() - t0)
     check_console(done, 3, f"lost the Dask scheduler at {address}")
     assert len(done.err_lines) == 1, done.stderr

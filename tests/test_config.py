@@ -151,3 +151,20 @@ def test_every_field_has_a_docstring():
     assert len(docs) > 30
     missing = [name for name, doc in docs.items() if not doc]
     assert not missing
+
+
+@pytest.mark.parametrize(
+    "call, needle",
+    [
+        (lambda: ApexConfig().override(None), "must be a mapping"),
+        (lambda: ApexConfig().override({1: 2}), "must be a string"),
+        (lambda: ApexConfig(seed="x"), "seed"),
+        (lambda: ApexConfig.preset(["x"]), "unknown preset"),
+        (lambda: ApexConfig.from_yaml(None), "must be a path"),
+    ],
+    ids=["override-none", "override-int-key", "seed-str", "preset-list", "from-yaml-none"],
+)
+def test_wrong_types_in_the_python_api_are_one_config_error(call, needle):
+    with pytest.raises(ConfigError) as info:
+        call()
+    assert needle in str(info.value) and "\n" not in str(info.value)

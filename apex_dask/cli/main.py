@@ -40,6 +40,7 @@ from apex_dask.cli.exitcodes import (
     classify,
 )
 from apex_dask.cli.outdir import check_out, discard_unstarted, make_out, remove_if_empty
+from apex_dask.cli.signals import exit_now_if_signalled
 from apex_dask.cli.tracking import RunReporter, add_tracking_flags
 from apex_dask.config import PRESETS, ApexConfig
 
@@ -203,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        code = run(args)
     except BaseException as exc:  # noqa: BLE001 - input errors and Ctrl-C before the run
         if isinstance(exc, SystemExit):
             raise
@@ -211,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         code, line = classify(exc, started=False, log_hint="rerun with --debug for the traceback")
         print(f"apex-dask-submit: {line}", file=sys.stderr)
-        return code
+    exit_now_if_signalled(code)  # a stopped run: no shutdown window for a second Ctrl-C
+    return code
 
 
 if __name__ == "__main__":

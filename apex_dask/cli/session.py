@@ -12,8 +12,7 @@ iteration then gets its own result line), when a runtime fault ends it, or on
 a signal. Whatever ends it, the session halts the actors, records the final
 counters, saves the learner's weights (never NaN ones), writes a checkpoint
 on SIGTERM/SIGUSR1 when the driver offers ``save_checkpoint`` and releases
-everything; then one stderr line names the cause and the exit code says it
-(:mod:`apex_dask.cli.exitcodes`).
+everything; one stderr line names the cause, the exit code says it.
 """
 
 from __future__ import annotations
@@ -87,6 +86,7 @@ class RunSession:
         self.checkpoint: Any = None
         self.signals = StopSignals()
         self.lost_scheduler = False
+        self.scheduler_id: str | None = None
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -112,6 +112,7 @@ class RunSession:
     def _start(self) -> None:
         self.client, self.cluster = self._connect()
         self.address = getattr(self.client.scheduler, "address", "?")
+        self.scheduler_id = (self.client.scheduler_info(n_workers=0) or {}).get("id")
         if not self.embedded:  # the learner's device and replay memory, on its worker
             from apex_dask.cli.remote import check_learner_worker
 
@@ -253,7 +254,8 @@ class RunSession:
     # ------------------------------------------------------------- teardown
     def _scheduler_lost(self) -> bool:
         """Whether the scheduler is gone: the client says so, or (after a fault) it does
-        not answer within 3 s; an actor call may fail before the client notices."""
+        not answer within 3 s, or another scheduler answers at its address (restarted:
+        the client reconnects, the actors are gone); an actor call may fail first."""
         client = self.client
         if client is None:
             return False
@@ -262,10 +264,10 @@ class RunSession:
         if not self.started or self.error is None or isinstance(self.error, KeyboardInterrupt):
             return False
         try:
-            client.sync(client.scheduler.identity, callback_timeout=3)
+            ident = client.sync(client.scheduler.identity, n_workers=0, callback_timeout=3)
         except Exception:
             return True
-        return False
+        return bool(self.scheduler_id) and ident.get("id") != self.scheduler_id
 
     def _teardown(self) -> None:
         d = self.driver
@@ -330,6 +332,8 @@ class RunSession:
             record = dict(final)  # the partial iteration: its window, the totals after the halt
             record["iteration"] = float(final.get("iteration", len(self.results))) + 1
             self._record(record)
+            if hasattr(self.driver, "count_partial_iteration"):  # checkpoints number after it
+                self.driver.count_partial_iteration()
         elif self.results:
             record = self.results[-1] = merge_final(self.results[-1], final)
         else:

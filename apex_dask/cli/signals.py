@@ -13,9 +13,10 @@
 - **Running / saving**: the first signal is recorded (``requested``) and
   one line says what happens next; the run loop stops, saves what exists
   and exits with the documented code.
-- A **second** Ctrl-C (or SIGTERM), at any moment, prints one line and
-  exits at once (``os._exit``: nothing more is saved; the processes this one
-  started, an embedded cluster's workers, are killed first).
+- A **second** Ctrl-C (or SIGTERM), at any moment until the process ends,
+  prints one line and exits at once (``os._exit``: nothing more is saved;
+  the processes this one started, an embedded cluster's workers, are
+  killed first).
 
 SIGTERM and SIGUSR1 (``scancel``, a batch system's time limit with
 ``--signal=B:USR1@...``, ``docker stop``) mean *preempted*: the CLI writes a
@@ -33,7 +34,7 @@ from typing import Any
 
 from apex_dask.cli.exitcodes import EXIT_INTERRUPTED, EXIT_TERMINATED
 
-__all__ = ["Interrupted", "StopSignals"]
+__all__ = ["Interrupted", "StopSignals", "exit_now_if_signalled"]
 
 PREFIX = "apex-dask-submit:"
 
@@ -58,7 +59,8 @@ class StopSignals:
 
     @classmethod
     def install(cls) -> StopSignals:
-        self = cls()
+        global _ACTIVE
+        self = _ACTIVE = cls()
         if threading.current_thread() is threading.main_thread():
             for name in cls.HANDLED:
                 signum = getattr(signal, name, None)
@@ -67,6 +69,11 @@ class StopSignals:
         return self
 
     def restore(self) -> None:
+        """Put the previous handlers back, unless a stop was requested: then a second
+        signal still exits at once, in one line, however far the exit has got
+        (closing Dask's threads, interpreter shutdown) instead of a traceback or -2."""
+        if self.requested is not None:
+            return
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
@@ -96,6 +103,35 @@ class StopSignals:
             raise Interrupted(name)
         what = "a checkpoint and " if name != "SIGINT" else ""
         _say(f"{name}: stopping, saving {what}the weights (Ctrl-C again to exit at once)")
+
+
+_ACTIVE: StopSignals | None = None
+"""The handlers installed last (the run of this process)."""
+
+
+def exit_now_if_signalled(code: int) -> None:
+    """End the process with ``code`` now if a signal stopped its run.
+
+    Everything is saved and closed by then. Interpreter shutdown puts the
+    default handlers back before the process is gone: a second Ctrl-C in
+    that window ended it with -2 or a traceback. So the exit handlers run
+    here (the helper processes of an embedded cluster are stopped, which
+    also closes the console pipes they share), under this module's handler,
+    and the process ends without the rest of the shutdown.
+    """
+    if _ACTIVE is None or _ACTIVE.requested is None:
+        return
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()  # multiprocessing's, logging's, Dask's
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 def _kill_children() -> None:
