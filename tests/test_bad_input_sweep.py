@@ -584,6 +584,15 @@ def test_a_device_missing_on_the_learners_worker_is_refused_before_any_actor(
     assert not out.exists()  # nothing trained: the folder is free for the corrected run
 
 
+def test_a_replay_too_large_for_the_learners_worker_is_refused_before_any_actor(shared, untouched):
+    sched_file, env = shared  # its workers have 2 GiB each; 1e8 CartPole items need ~8 GB
+    args = [*RUN, "--scheduler-file", str(sched_file), "--set", "replay.capacity=100000000"]
+    done = submit(*args, env=env, timeout=120)
+    check_console(done, 2, "replay.capacity=100,000,000", "the learner's worker tcp://", "lower it")
+    assert done.seconds < 30 + FAST_S, done.seconds
+    assert "training" not in done.stdout
+
+
 def test_a_full_disk_mid_run_keeps_whole_files_and_exits_3(shared, untouched, small_disk):
     sched_file, env = shared
     out = small_disk.path / "run"
