@@ -171,13 +171,14 @@ def shield_workers_from_ctrl_c() -> None:
     Ctrl-C in a terminal reaches the whole process group; the workers must
     survive it so the driver can stop the run, fetch the weights and close
     the cluster itself. Dask then starts worker processes through a
-    multiprocessing *forkserver* that was started while SIGINT was ignored:
-    every process forked from it (nanny restarts included) keeps ignoring it,
-    while this process keeps its own handler (only the forkserver's start,
-    a few milliseconds, runs with SIGINT ignored). A no-op outside the main
-    thread.
+    multiprocessing *forkserver*: every process forked from it (nanny
+    restarts included) ignores SIGINT: it is born with SIGINT blocked and
+    first imports :mod:`apex_dask.runtime.sigint`. This process keeps its
+    own handler throughout, so a Ctrl-C during start-up is never lost. A
+    no-op outside the main thread.
     """
     import multiprocessing.forkserver as forkserver
+    import multiprocessing.resource_tracker as resource_tracker
     import signal
 
     import dask
@@ -193,12 +194,19 @@ def shield_workers_from_ctrl_c() -> None:
         env["PYTHONHASHSEED"] = "6640"  # the nanny's choice, so every worker hashes alike
     for key, value in env.items():
         os.environ.setdefault(key, value)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The forkserver is born with SIGINT blocked (a Ctrl-C during its start stays pending
+    # there, and is dropped once it ignores SIGINT), then imports apex_dask.runtime.sigint
+    # first, which ignores it; its children get both. Here SIGINT is only blocked, never
+    # ignored: one that comes meanwhile is delivered when it is unblocked, not lost.
+    # The caller's __main__ is never re-imported.
+    forkserver.set_forkserver_preload(["apex_dask.runtime.sigint"])
+    # the resource tracker first: starting it unblocks SIGINT in the calling thread
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        forkserver.set_forkserver_preload([])  # never re-import the caller's __main__
         forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
 
 
