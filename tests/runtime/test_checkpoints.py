@@ -88,16 +88,26 @@ def greedy_return_of(ckpt, cfg: ApexConfig) -> float:
 
 
 def test_resume_continues_counters_and_replay_without_a_collapse(trained, client):
-    """The first two greedy evaluations after a resume keep >= 80% of the return of the
-    checkpointed policy (evaluated here on exactly those weights: a CartPole policy keeps
-    moving while it trains, so the last evaluation before the stop may be of other weights)."""
+    """A resume continues the checkpointed policy exactly, then learning goes on without
+    RLlib's collapse (greedy returns near random after a restore lost the replay).
+
+    CartPole's greedy return swings by up to 60% between evaluations a second apart
+    in uninterrupted training here (e.g. 422 -> 190 just before the stop), so the
+    evaluations after the resume are held to the level of a working policy (>= 50%
+    of the checkpointed policy's return, and >= 100 where random play scores ~22),
+    while the restore itself is checked exactly: the resumed learner holds the
+    checkpoint's weights, so its greedy return is the checkpoint's."""
+    from apex_dask.algo.checkpoint import load_checkpoint
+
     before = trained["results"]
     ckpt = latest_checkpoint(trained["root"])
-    last_eval = greedy_return_of(ckpt, config())
+    reference = greedy_return_of(ckpt, config())
     meta = read_manifest(ckpt)["metadata"]
+    saved = load_checkpoint(ckpt)[0]["learner"]
     with ApexDriver(
         config(), client, checkpoint_dir=trained["root"], resume_from=trained["root"]
     ) as d:
+        version, weights = d.learner_weights()  # before it trains again
         evals, after = [], []
         for result in d.iterate():
             after.append(result)
@@ -106,13 +116,17 @@ def test_resume_continues_counters_and_replay_without_a_collapse(trained, client
             if len(evals) >= 2:
                 break
         d.halt()
+    assert version == saved["counters"]["version"]
+    for name, arr in saved["online"].items():
+        np.testing.assert_array_equal(weights[name], arr)
     first = after[0]
     assert first["iteration"] == meta["iteration"] + 1
     assert first["timesteps_total"] > meta["timesteps_total"]
     assert first["learner/steps_trained"] >= before[-1]["learner/steps_trained"]
     assert first["replay/size"] >= before[-1]["replay/size"]  # the replay came back
     assert math.isfinite(first["learner/updates_per_s"]) and first["learner/updates_per_s"] < 5000
-    assert all(e >= 0.8 * last_eval for e in evals), (last_eval, evals)
+    floor = max(100.0, 0.5 * reference)
+    assert all(e >= floor for e in evals), (reference, evals)
 
 
 def test_resume_without_a_checkpoint_is_one_line(tmp_path, client):
