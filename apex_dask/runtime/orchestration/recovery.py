@@ -114,7 +114,10 @@ class Recovery:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            info = await self.plan.client.scheduler.identity(n_workers=-1)
+            try:
+                info = await self.plan.client.scheduler.identity(n_workers=-1)
+            except (OSError, TimeoutError):  # the scheduler itself: the client's to report
+                return False
             alive = workers_from_scheduler_info(info)
             uids = {w.address: w.uid for w in alive}
 
@@ -129,12 +132,20 @@ class Recovery:
             if not alive:
                 raise ApexRuntimeError("every Dask worker was lost; stopping the run")
             ckpt = self.plan.checkpoints.latest()
-            parts = read_manifest(ckpt)["parts"] if ckpt is not None else {}
             live = self.plan.learner if not learner_lost else None
-            for k in lost:
-                await self._rebuild_shard(k, alive, ckpt, parts.get(f"shard_{k}"), live)
-            if learner_lost:
-                await self._rebuild_learner(alive, ckpt, parts.get("learner"))
+            try:
+                parts = read_manifest(ckpt)["parts"] if ckpt is not None else {}
+                for k in lost:
+                    await self._rebuild_shard(k, alive, ckpt, parts.get(f"shard_{k}"), live)
+                if learner_lost:
+                    await self._rebuild_learner(alive, ckpt, parts.get("learner"))
+            except ApexRuntimeError:
+                raise
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                raise ApexRuntimeError(
+                    f"could not rebuild a lost actor: {type(exc).__name__}: {first}"
+                ) from None
             return True
 
     # -- shards -----------------------------------------------------------------
