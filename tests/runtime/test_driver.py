@@ -176,13 +176,16 @@ def test_min_replay_ratio_holds_env_workers_to_the_learner(gpu_client):
     cfg = small_config(**{"eval.episodes": 0})  # learner.max_replay_ratio = 8
     with ApexDriver(cfg, gpu_client, min_replay_ratio=8.0) as driver:
         results = driver.run(stop={"iterations": 4})
-    # Env workers wait while trained < 8 * (steps - slack), slack = 4 fragments per rollout
-    # in flight; the rollouts in flight at that moment may add one more fragment each.
+    # Env workers wait while trained < 8 * (items added - slack), slack = 4 fragments per
+    # rollout in flight; the rollouts in flight at that moment may add one more fragment
+    # each, and the learner's count of items added (what its own max_replay_ratio gate
+    # reads) lags the shards' by what arrived since its last reply: allowed 3 more.
     # Free-running CartPole env workers outpace the learner (ratio ~2-3 here).
     w, last = cfg.workers, results[-1]
     fragments = w.num_workers * w.rollouts_in_flight * w.rollout_fragment_length
     steps = last["timesteps_total"]
-    lower = 8.0 * (steps - 5 * fragments) / steps
+    added = sum(last[f"replay/{k}/added"] for k in range(cfg.replay.num_shards))
+    lower = 8.0 * (added - 8 * fragments) / steps
     assert lower > 4.0  # the bound still tells paced from free-running
     assert lower <= last["learner/replay_ratio"] <= 8.0 + 1e-9
     with pytest.raises(ApexRuntimeError, match="max_replay_ratio"):
