@@ -519,10 +519,9 @@ def test_stop_time_is_checked_within_an_iteration(shared, untouched, tmp_path):
     assert (out / "weights.npz").exists() and (out / "placement.json").exists()
 
 
-def test_sigterm_mid_run_saves_and_exits_with_the_preemption_code(shared, untouched, tmp_path):
-    sched_file, env = shared
-    out = tmp_path / "run"
-    proc = subprocess.Popen(
+def start_on_shared(sched_file, env: dict, out) -> subprocess.Popen:
+    """A 300 s CartPole run on the shared cluster, writing to ``out`` (stdout, stderr piped)."""
+    return subprocess.Popen(
         [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
         + ["--stop-time", "300"],
         stdout=subprocess.PIPE,
@@ -531,6 +530,12 @@ def test_sigterm_mid_run_saves_and_exits_with_the_preemption_code(shared, untouc
         env={**os.environ, **env},
         cwd=ROOT,
     )
+
+
+def test_sigterm_mid_run_saves_and_exits_with_the_preemption_code(shared, untouched, tmp_path):
+    sched_file, env = shared
+    out = tmp_path / "run"
+    proc = start_on_shared(sched_file, env, out)
     try:
         poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
         proc.send_signal(signal.SIGTERM)
@@ -596,15 +601,7 @@ def test_a_replay_too_large_for_the_learners_worker_is_refused_before_any_actor(
 def test_a_full_disk_mid_run_keeps_whole_files_and_exits_3(shared, untouched, small_disk):
     sched_file, env = shared
     out = small_disk.path / "run"
-    proc = subprocess.Popen(
-        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
-        + ["--stop-time", "300"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-        cwd=ROOT,
-    )
+    proc = start_on_shared(sched_file, env, out)
     try:
         poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
         config = (out / "config.yaml").read_bytes()
