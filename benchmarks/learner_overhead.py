@@ -44,6 +44,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from apex_dask.algo.env_worker import probe_spaces  # noqa: E402
 from apex_dask.algo.learner import Learner  # noqa: E402
@@ -131,7 +132,13 @@ def dask_grad_s(cfg: ApexConfig, seconds: float, switch_interval: float | None) 
     last = [r for r in results if r["learner/updates"] > 0][-3:]
     if not last:
         return {"grad_s": math.nan}
-    keys = ("learner/grad_s", "learner/busy_frac", "learner/updates_per_s", "env/steps_per_s")
+    keys = (
+        "learner/grad_s",
+        "learner/grad_cpu_s",
+        "learner/busy_frac",
+        "learner/updates_per_s",
+        "env/steps_per_s",
+    )
     return {k.split("/")[-1]: statistics.mean(r[k] for r in last) for k in keys}
 
 
@@ -148,15 +155,19 @@ def main() -> None:
         default=None,
         help="sys.setswitchinterval in the worker processes (CPython's default: 0.005)",
     )
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--label", default="", help="appended to this run's key in the JSON file")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
+    extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     cfg = ApexConfig.preset(args.preset).override(
-        {**DASK_OVERRIDES[args.preset], "replay.placement": args.placement}
+        {**DASK_OVERRIDES[args.preset], "replay.placement": args.placement, **extra}
     )
     row: dict[str, object] = {
         "preset": args.preset,
         "placement": args.placement,
         "switch_interval": args.switch_interval,
+        "overrides": extra,
         "batch_size": cfg.learner.batch_size,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "load_avg_before": os.getloadavg()[0],
@@ -178,11 +189,11 @@ def main() -> None:
     if "dask" in row:
         d = row["dask"]
         print(
-            f"busy {d['busy_frac']:.2f}, {d['updates_per_s']:.1f} updates/s, "
-            f"{d['steps_per_s']:.0f} env steps/s"
+            f"update CPU {1e3 * d['grad_cpu_s']:.1f} ms, busy {d['busy_frac']:.2f}, "
+            f"{d['updates_per_s']:.1f} updates/s, {d['steps_per_s']:.0f} env steps/s"
         )
     runs = json.loads(args.out.read_text()) if args.out.exists() else {}
-    runs[f"{args.preset}/{args.placement}/switch={args.switch_interval}"] = row
+    runs[f"{args.preset}/{args.placement}/switch={args.switch_interval}{args.label}"] = row
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(runs, indent=2) + "\n")
     print(f"wrote {args.out}")

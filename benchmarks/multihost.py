@@ -9,6 +9,15 @@ Prints the byte table and the driver-to-learner ratio; writes JSON.
     sudo .venv/bin/python benchmarks/multihost.py --preset minatar --seconds 90 \\
         --env-hosts 2 --workers-per-host 2 --set workers.num_workers=4 --tls
 
+``--scaling 1,2,4,8,16`` builds one site per count of env workers (the same
+hosts each time) and prints env steps/s with the efficiency against linear
+from the first count, e.g. on the sleepy env (every step sleeps 2 ms):
+
+    sudo .venv/bin/python benchmarks/multihost.py --preset cartpole --env-hosts 4 \\
+        --workers-per-host 1 --seconds 20 --iterations 2 --scaling 1,2,4,8,16 \\
+        --set env.env_id=apex_dask.algo.benchmark_envs:ApexSleepy-v0 \\
+        --set replay.learning_starts=100000 --set eval.episodes=0 --label sleepy-scaling
+
 Needs root (ip netns) and the venv's bin on PATH (it is put there).
 """
 
@@ -98,6 +107,8 @@ def run_site(args: argparse.Namespace, workdir: Path) -> dict:
         "env_steps_per_s": steps / max(1e-9, r1["time_s"] - r0["time_s"]),
         "learner_busy_frac": r1.get("learner/busy_frac"),
         "rollouts_stored": r1["flow/rollouts_stored"] - r0["flow/rollouts_stored"],
+        "rollouts_per_s": (r1["flow/rollouts_stored"] - r0["flow/rollouts_stored"])
+        / max(1e-9, r1["time_s"] - r0["time_s"]),
         "driver_bytes": driver["rx"] + driver["tx"],
         "learner_rx_bytes": learner_rx,
         "driver_over_learner_rx": (driver["rx"] + driver["tx"]) / max(1, learner_rx),
@@ -107,6 +118,37 @@ def run_site(args: argparse.Namespace, workdir: Path) -> dict:
         if (out / "placement.json").exists()
         else None,
     }
+
+
+def scaling(args: argparse.Namespace) -> None:
+    """One site per env-worker count; env steps/s and efficiency against the first."""
+    rows = []
+    for n in (int(x) for x in args.scaling.split(",")):
+        one = argparse.Namespace(**{**vars(args), "set": [*args.set, f"workers.num_workers={n}"]})
+        with tempfile.TemporaryDirectory(prefix="apex-multihost-") as tmp:
+            r = run_site(one, Path(tmp))
+        rows.append({"env_workers": n, **{k: v for k, v in r.items() if k != "args"}})
+        base = rows[0]["env_steps_per_s"] / rows[0]["env_workers"]
+        rows[-1]["efficiency"] = r["env_steps_per_s"] / (n * base)
+        print(
+            f"{n:>3} env workers: {r['env_steps_per_s']:8.0f} env steps/s, "
+            f"efficiency {rows[-1]['efficiency']:.2f}, driver {r['driver_bytes'] / 1e6:.2f} MB",
+            flush=True,
+        )
+    print("\n| env workers | env steps/s | efficiency vs linear | rollouts/s | driver MB |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(
+            f"| {row['env_workers']} | {row['env_steps_per_s']:,.0f} | {row['efficiency']:.2f} "
+            f"| {row['rollouts_per_s']:.1f} | {row['driver_bytes'] / 1e6:.3f} |"
+        )
+    path = Path(args.json)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[args.label or f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"] = {
+        "args": vars(args),
+        "rows": rows,
+    }
+    path.write_text(json.dumps(data, indent=1, default=str))
 
 
 def main() -> None:
@@ -122,7 +164,10 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "multihost.json"))
     p.add_argument("--label", default="", help="name of this measurement in the JSON file")
+    p.add_argument("--scaling", default="", help="env-worker counts, one site each: 1,2,4,8,16")
     args = p.parse_args()
+    if args.scaling:
+        return scaling(args)
     with tempfile.TemporaryDirectory(prefix="apex-multihost-") as tmp:
         r = run_site(args, Path(tmp))
     print(format_table(r["bytes"]))

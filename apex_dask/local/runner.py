@@ -94,6 +94,7 @@ class LocalApex:
         self._snapshot_version = -1
         self.shard_cursor = 0
         self.dequeue_timer, self.grad_timer, self.overall_timer = Timer(), Timer(), Timer()
+        self.grad_cpu_timer = Timer()
         self.queue_size = WindowStat("learner/queue_size", 50)
         self._recent: deque[tuple[float, float, float]] = deque(maxlen=_METRIC_WINDOW)
         self.eval_time_s = 0.0
@@ -173,8 +174,10 @@ class LocalApex:
             if self.hook is not None:
                 batch = batch.with_hook_batch(self.hook(batch.as_hook_batch(), k))
                 self.hook_calls += 1
+            c0 = time.thread_time()
             with self.grad_timer:
                 td_abs, metrics = self.learner.update(batch.data, batch.weights)
+            self.grad_cpu_timer.push(time.thread_time() - c0)
             self.grad_timer.push_units_processed(len(td_abs))
             update = PriorityUpdate(k, batch.indices, td_abs)
             self.shards[update.shard_id].update_priorities(update.indices, update.priorities)
@@ -244,6 +247,7 @@ class LocalApex:
             lr,
             dequeue=self.dequeue_timer,
             grad=self.grad_timer,
+            grad_cpu=self.grad_cpu_timer,
             overall=self.overall_timer,
             queue_size=self.queue_size,
             recent=list(self._recent),

@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import torch
 
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.algo.timers import Timer, WindowStat
@@ -135,6 +136,7 @@ class LearnerActor:
         self._stop_thread = False
         self._dequeue = Timer(100)
         self._grad = Timer(100)
+        self._grad_cpu = Timer(100)
         self._overall = Timer(100)
         self._qsize = WindowStat("learner/queue_size", 50)
         self._window: deque[tuple[float, float, float]] = deque(maxlen=50)
@@ -202,6 +204,9 @@ class LearnerActor:
 
     def _train_loop(self) -> None:
         loop = self._loop
+        # Denormal floats appear in Adam's state and the net as a run goes on and
+        # cost x86 CPUs many times a normal op; flush them (a per-thread mode).
+        torch.set_flush_denormal(True)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -215,14 +220,15 @@ class LearnerActor:
                 if self._hook is not None:
                     batch = batch.with_hook_batch(self._hook(batch.as_hook_batch(), batch.shard_id))
                     self.hook_calls += 1
-                t2 = time.perf_counter()
+                t2, c2 = time.perf_counter(), time.thread_time()
                 with self._model_lock:
                     td, m = self._learner.update(batch.data, batch.weights)
-                t3 = time.perf_counter()
+                t3, c3 = time.perf_counter(), time.thread_time()
                 self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
+                    self._grad_cpu.push(c3 - c2)
                     self._grad.push_units_processed(len(td))
                     self._qsize.push(qsize)
                     self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
@@ -374,6 +380,7 @@ class LearnerActor:
                 self._learner,
                 dequeue=self._dequeue,
                 grad=self._grad,
+                grad_cpu=self._grad_cpu,
                 overall=self._overall,
                 queue_size=self._qsize,
                 recent=list(self._window),
