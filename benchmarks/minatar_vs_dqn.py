@@ -36,10 +36,10 @@ minutes; the reference's at N minutes of its clock.
 
 Needs ``pip install 'apex_dask[minatar,bench]'`` (stable-baselines3, matplotlib).
 
-    python benchmarks/minatar.py                          # 20 min x 2 seeds x 2 methods
-    python benchmarks/minatar.py --only apex --minutes 20 --seeds 0 1
-    python benchmarks/minatar.py --only ref --parallel-ref
-    python benchmarks/minatar.py --plot-only              # redraw plot + table from the JSON
+    python benchmarks/minatar_vs_dqn.py                          # 20 min x 2 seeds x 2 methods
+    python benchmarks/minatar_vs_dqn.py --only apex --minutes 20 --seeds 0 1
+    python benchmarks/minatar_vs_dqn.py --only ref --parallel-ref
+    python benchmarks/minatar_vs_dqn.py --plot-only              # redraw plot + table from the JSON
 
 Prints a table (return at N minutes, the mean of the last 3 evaluations, and
 apex / ref of the seed means; the target is >= 1.5x), merges each run into
@@ -64,9 +64,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-# Run as a script, this file's folder heads sys.path and its name would shadow the minatar package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 ENV_ID = "MinAtar/Breakout-v1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         meta = {
-            "command": "python benchmarks/minatar.py "
+            "command": "python benchmarks/minatar_vs_dqn.py "
             + " ".join(sys.argv[1:] if argv is None else argv),
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "eval_interval_s": args.eval_interval,
