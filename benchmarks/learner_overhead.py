@@ -14,6 +14,12 @@ batch 512):
    learner thread inside the run), with ``learner/busy_frac`` and
    ``learner/updates_per_s``.
 
+Then the plain loop once more beside a CPU-bound process, and
+``learner/grad_cpu_s`` (the learner thread's CPU time per update in the run):
+together they split the in-run time into waiting for a core (grad_s minus
+grad_cpu_s) and each op running slower on a shared machine (grad_cpu_s
+against plain).
+
 The ratio dask / plain is the runtime's overhead on the update itself
 (target <= 1.3). ``--placement`` moves the shards (``learner_process`` |
 ``learner_host`` | ``spread``) to compare where they should live;
@@ -111,6 +117,20 @@ def plain_update_s(cfg: ApexConfig, seconds: float) -> dict[str, float]:
     return {"update_s": statistics.median(windows), "min_update_s": min(windows)}
 
 
+def plain_beside_a_busy_core(cfg: ApexConfig, seconds: float) -> dict[str, float]:
+    """The plain loop again while a CPU-bound process (``while True: pass``) runs:
+    what sharing the machine costs the update with no Dask in the process."""
+    import subprocess
+    import sys
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        return plain_update_s(cfg, seconds)
+    finally:
+        hog.kill()
+        hog.wait()
+
+
 def _set_switch_interval(seconds: float) -> float:
     import sys
 
@@ -172,11 +192,14 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "load_avg_before": os.getloadavg()[0],
         "plain": plain_update_s(cfg, args.plain_seconds),
+        "plain_beside_busy_core": plain_beside_a_busy_core(cfg, args.plain_seconds),
     }
     if not args.skip_dask:
         row["dask"] = dask_grad_s(cfg, args.seconds, args.switch_interval)
         row["ratio"] = row["dask"]["grad_s"] / row["plain"]["update_s"]
     plain_ms = 1e3 * row["plain"]["update_s"]
+    busy_ms = 1e3 * row["plain_beside_busy_core"]["update_s"]
+    print(f"plain loop beside a busy core: {busy_ms:.1f} ms per update")
     print(
         f"{'preset':<8} {'placement':<16} {'batch':>5} {'plain ms':>9} {'dask ms':>8} {'ratio':>6}"
     )

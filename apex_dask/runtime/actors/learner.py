@@ -15,7 +15,8 @@
 - The **learner thread** takes :class:`ReplayedBatch` es (``learner/dequeue_s``
   times that wait: high means starved), runs the user's
   ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update``
-  (``learner/grad_s``), and hands a :class:`PriorityUpdate` to the outqueue. ``learner/overall_s``
+  (``learner/grad_s``, CPU ``learner/grad_cpu_s``; denormals flushed, heap kept:
+  :mod:`.heap`), and hands a :class:`PriorityUpdate` to the outqueue. ``learner/overall_s``
   times the whole step; ``learner/queue_size`` is a window of inqueue sizes.
 - The **priority sender** (an asyncio task) drains the outqueue every 4 ms,
   sending each update to its source shard (inline for a local shard, a task
@@ -56,6 +57,7 @@ from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher
 
 __all__ = ["LearnerActor"]
@@ -99,8 +101,7 @@ class LearnerActor:
         self._worker = worker
         self._loop = worker.loop.asyncio_loop
         self._learner = Learner(observation_space, action_space, **learner_kwargs)
-        # A shard on this worker is called as a local object (its async methods
-        # run on this loop anyway): no serialization, no loopback round trip.
+        # A shard on this worker is called as a local object (see the module docstring).
         self._handles = [as_handle(s) for s in shards]
         self._shards = [
             worker.state.actors.get(h.key, h) if _is_local(h, worker) else h for h in self._handles
@@ -155,6 +156,7 @@ class LearnerActor:
         self._stop_thread = False
         self._sender_stop = False
         self._snap_lock = asyncio.Lock()
+        keep_freed_heap()
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
         self._thread.start()
         self._sender = asyncio.create_task(self._send_priorities())
@@ -204,9 +206,7 @@ class LearnerActor:
 
     def _train_loop(self) -> None:
         loop = self._loop
-        # Denormal floats appear in Adam's state and the net as a run goes on and
-        # cost x86 CPUs many times a normal op; flush them (a per-thread mode).
-        torch.set_flush_denormal(True)
+        torch.set_flush_denormal(True)  # per thread; denormals in Adam's state are slow on x86
         try:
             while True:
                 t0 = time.perf_counter()
