@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.heap import keep_freed_heap
 
 __all__ = ["EnvWorkerActor"]
 
@@ -63,6 +64,7 @@ class EnvWorkerActor:
     ) -> None:
         from apex_dask.algo.env_worker import EnvWorker
 
+        keep_freed_heap()  # batched forwards of image stacks: see heap.py
         self.index = int(index)
         self._shards = [as_handle(s) for s in shards]
         self._learner = as_handle(learner)
