@@ -13,10 +13,10 @@ time and at its peak, and its least-squares slope once full (MB/min: a full
 replay should hold memory flat); the flow counters of ``final.json``
 (``flow/batches_lost`` = 0, ``flow/rollouts_sent`` = stored + lost).
 
-Capacity: the default 40,000 transitions fills in about 4 of the 10 minutes,
-leaving the rest to watch memory while the shards evict: 2 env workers made
-185 env steps/s on 2 busy cores (a 75 s run: 239 before the first update,
-185 after), so 40,000 / 185 = 3.6 min plus ~20 s of start-up (5 min at 150).
+Capacity: the default 40,000 transitions fills early in the 10 minutes,
+leaving the rest to watch memory while the shards evict: 2 env workers make
+about 585 env steps/s on a quiet 2-core machine (the replay is full after
+~2 minutes) and 185 on 2 cores kept busy by other work (~4 minutes).
 
     python benchmarks/atari_smoke.py --minutes 10
     python benchmarks/atari_smoke.py --capacity 50000 --set learner.min_replay_ratio=4
