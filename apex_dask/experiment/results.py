@@ -17,6 +17,14 @@ from typing import Any
 
 from apex_dask.algo.results import episode_metrics, mean_or_nan, window_stat_metrics
 from apex_dask.algo.timers import Timer, WindowStat
+from apex_dask.experiment.flow import (
+    ROLLOUTS_LOST,
+    ROLLOUTS_SENT,
+    LearnerFlow,
+    RetiredFlow,
+    ShardFlow,
+    rollouts_lost,
+)
 
 __all__ = [
     "IterationWindow",
@@ -24,28 +32,11 @@ __all__ = [
     "env_metrics",
     "learner_metrics",
     "shard_metrics",
-    "FAULT_COUNTERS",
 ]
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
 _INTERNAL = ("errors", "thread_error", "device")
 _SHARD_KEYS = ("size", "added", "sampled", "evicted", "bytes", "add_s", "sample_s", "update_s")
-LEARNER_FLOW_KEYS = (
-    "flow/batches_received",
-    "flow/batches_in_queue",
-    "flow/batches_trained",
-    "flow/priority_updates_sent",
-    "flow/priority_updates_failed",
-    "flow/batches_lost",
-)
-# Counters of the faults a run survived (0 in the in-process runner).
-FAULT_COUNTERS = (
-    "faults/env_workers_replaced",
-    "faults/rollouts_failed",
-    "faults/shards_restored",
-    "faults/replay_items_lost",
-    "faults/learner_restored",
-)
 
 
 @dataclass
@@ -58,20 +49,11 @@ class IterationWindow:
     episode_lengths: list[int] = field(default_factory=list)
 
 
-def shard_metrics(
-    shard_id: int,
-    stats: Mapping[str, Any],
-    *,
-    rollouts_stored: int,
-    batches_sampled: int,
-    priority_updates_applied: int,
-) -> dict[str, float]:
+def shard_metrics(shard_id: int, stats: Mapping[str, Any], flow: ShardFlow) -> dict[str, float]:
     """``ReplayShard.stats()`` and the shard's hop counters as ``replay/<k>/<name>``."""
     k = shard_id
     out = {f"replay/{k}/{name}": float(stats[name]) for name in _SHARD_KEYS if name in stats}
-    out[f"replay/{k}/rollouts_stored"] = float(rollouts_stored)
-    out[f"replay/{k}/batches_sampled"] = float(batches_sampled)
-    out[f"replay/{k}/priority_updates_applied"] = float(priority_updates_applied)
+    out.update(flow.shard_metrics(k))
     return out
 
 
@@ -104,9 +86,10 @@ def learner_metrics(
     overall: Timer,
     queue_size: WindowStat,
     recent: Sequence[tuple[float, float, float]],
+    flow: LearnerFlow,
     counters: Mapping[str, float],
 ) -> dict[str, float]:
-    """The learner's ``learner/*`` stats and ``counters`` (``flow/*`` and the like).
+    """The learner's ``learner/*`` stats, its ``flow/*`` counters and ``counters``.
 
     ``learner`` is an :class:`apex_dask.algo.learner.Learner`; ``recent`` the
     last updates' ``(loss, mean_q, grad_norm)``.
@@ -126,6 +109,7 @@ def learner_metrics(
         "learner/grad_total_s": grad.total_s,
         **window_stat_metrics("learner/queue_size", queue_size.stats()),
         **{name: float(v) for name, v in counters.items()},
+        **flow.metrics(),
     }
 
 
@@ -143,6 +127,7 @@ def build_result(
     weight_syncs: int,
     eval_result: Mapping[str, Any] | None,
     extra: Mapping[str, float] | None = None,
+    retired: RetiredFlow | None = None,
 ) -> dict[str, float]:
     """Assemble one result dict.
 
@@ -152,7 +137,8 @@ def build_result(
     ``eval_result`` is an evaluation that finished during this iteration
     (``return_mean``, ``return_std``, ``duration_s``, ``weights_version``,
     ``timed_out``);
-    ``eval/*`` appears only then. ``sync/policy_lag`` = learner version -
+    ``eval/*`` appears only then. ``retired``: the lost actors' last flow
+    counters, added to the live ones'. ``sync/policy_lag`` = learner version -
     mean(acting versions); ``learner/replay_ratio`` = transitions trained /
     env steps sampled. ``extra`` (fault counters) is copied as is; a runner whose env
     workers can die passes its own ``flow/rollouts_sent`` there (rollouts it asked
@@ -188,23 +174,20 @@ def build_result(
     out["learner/updates_per_s"] = d_updates / wall
     out["learner/busy_frac"] = min(1.0, d_grad / wall)
     out["learner/replay_ratio"] = learner["learner/steps_trained"] / max(steps_total, 1)
-    size = stored = sampled = applied = 0.0
+    size = 0.0
     for k, s in enumerate(shards):
         out.update(s)
         size += s.get(f"replay/{k}/size", 0.0)
-        stored += s.get(f"replay/{k}/rollouts_stored", 0.0)
-        sampled += s.get(f"replay/{k}/batches_sampled", 0.0)
-        applied += s.get(f"replay/{k}/priority_updates_applied", 0.0)
     out["replay/size"] = size
-    out["flow/rollouts_sent"] = sent
-    out["flow/rollouts_stored"] = stored
-    out["flow/batches_sampled"] = sampled
-    out["flow/priority_updates_applied"] = applied
+    out[ROLLOUTS_SENT] = sent
+    out.update(ShardFlow.total(list(shards)).metrics())
     out["sync/weight_syncs"] = float(weight_syncs)
     version = learner.get("learner/version", math.nan)
     out["sync/policy_lag"] = float(version - mean_or_nan([float(v) for v in acting_versions]))
     if extra:
         out.update({k: float(v) for k, v in extra.items()})
+    if retired is not None:
+        retired.add_to(out)
     # sent = stored + lost + in transit; after a halt nothing is in transit
-    out["flow/rollouts_lost"] = max(0.0, out["flow/rollouts_sent"] - stored)
+    out[ROLLOUTS_LOST] = rollouts_lost(out)
     return out

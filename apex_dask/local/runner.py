@@ -26,8 +26,8 @@ from apex_dask.experiment.builder import (
     resolve_hook,
 )
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
+from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
 from apex_dask.experiment.results import (
-    FAULT_COUNTERS,
     IterationWindow,
     build_result,
     env_metrics,
@@ -257,21 +257,20 @@ class LocalApex:
                 "learner/hook_calls": self.hook_calls,
                 "learner/local_shards": len(self.shards),
                 "learner/weight_snapshots": self.weight_snapshots,
-                "flow/batches_received": updates,
-                "flow/batches_in_queue": 0.0,
-                "flow/batches_trained": updates,
-                "flow/priority_updates_sent": updates,
-                "flow/priority_updates_failed": 0.0,
-                "flow/batches_lost": 0.0,
             },
+            flow=LearnerFlow(
+                batches_received=updates, batches_trained=updates, priority_updates_sent=updates
+            ),
         )
         shards = [
             shard_metrics(
                 k,
                 s.stats(),
-                rollouts_stored=self.shard_rollouts[k],
-                batches_sampled=self.shard_batches[k],
-                priority_updates_applied=self.shard_batches[k],
+                ShardFlow(
+                    rollouts_stored=self.shard_rollouts[k],
+                    batches_sampled=self.shard_batches[k],
+                    priority_updates_applied=self.shard_batches[k],
+                ),
             )
             for k, s in enumerate(self.shards)
         ]
@@ -301,7 +300,7 @@ class LocalApex:
             acting_versions=[w.weights_version for w in self.workers],
             weight_syncs=self.weight_syncs,
             eval_result=self._window_eval,
-            extra={name: 0.0 for name in FAULT_COUNTERS},
+            extra=FaultCounters().metrics(),
         )
 
     def _eval_return(self) -> float | None:

@@ -10,6 +10,7 @@ from apex_dask.algo.results import (
     window_stat_metrics,
 )
 from apex_dask.algo.timers import WindowStat
+from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
 
 
@@ -65,7 +66,7 @@ def test_replay_metrics_cover_every_shard():
     m = {}
     for k, shard in enumerate(shards):
         counters = {"rollouts_stored": k + 1, "batches_sampled": k, "priority_updates_applied": 0}
-        m.update(shard_metrics(k, shard.stats(), **counters))
+        m.update(shard_metrics(k, shard.stats(), ShardFlow(**counters)))
     assert m["replay/0/size"] == 5 and m["replay/1/size"] == 8
     assert m["replay/1/added"] == 10 and m["replay/1/evicted"] == 2
     assert m["replay/1/sampled"] == 3 and m["replay/1/rollouts_stored"] == 2

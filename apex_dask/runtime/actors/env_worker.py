@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from apex_dask.experiment.messages import RolloutSummary
+from apex_dask.experiment.results import env_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 from apex_dask.runtime.actors.heap import keep_freed_heap
 
@@ -188,10 +189,11 @@ class EnvWorkerActor:
                 "eval/return_std": float(ev.get("return_std", float("nan"))),
                 "eval/weights_version": float(self._worker.weights_version),
             }
-        return {
-            f"env/epsilon/{i}": self.epsilon,
-            f"env/{i}/steps_sampled": float(self.steps_sampled),
-            f"env/{i}/steps_per_s": self.steps_sampled / max(1e-9, time.monotonic() - self._t0),
-            f"env/{i}/rollouts_sent": float(self.rollouts_sent),
-            f"env/{i}/weights_version": float(self._worker.weights_version),
-        }
+        return env_metrics(
+            i,
+            epsilon=self.epsilon,
+            steps_sampled=self.steps_sampled,
+            steps_per_s=self.steps_sampled / max(1e-9, time.monotonic() - self._t0),
+            rollouts_sent=self.rollouts_sent,
+            weights_version=self._worker.weights_version,
+        )

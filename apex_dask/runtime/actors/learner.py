@@ -55,6 +55,7 @@ from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
+from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 from apex_dask.runtime.actors.heap import keep_freed_heap
@@ -390,11 +391,13 @@ class LearnerActor:
                     "learner/hook_calls": self.hook_calls,
                     "learner/local_shards": pf.local_shards,
                     "learner/weight_snapshots": self.weight_snapshots,
-                    "flow/batches_received": pf.batches_received,
-                    "flow/batches_in_queue": self._inq.qsize(),
-                    "flow/batches_trained": self.batches_trained,
-                    "flow/priority_updates_sent": self.priority_updates_sent,
-                    "flow/priority_updates_failed": self.priority_updates_failed,
-                    "flow/batches_lost": pf.batches_lost,
                 },
+                flow=LearnerFlow(
+                    batches_received=pf.batches_received,
+                    batches_in_queue=self._inq.qsize(),
+                    batches_trained=self.batches_trained,
+                    priority_updates_sent=self.priority_updates_sent,
+                    priority_updates_failed=self.priority_updates_failed,
+                    batches_lost=pf.batches_lost,
+                ),
             )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
+from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.messages import ReplayedBatch
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled
@@ -61,16 +62,14 @@ class ReplayShardActor:
         self._beta = float(beta)
         self._learning_starts = max(1, int(learning_starts))
         self._batch_size = int(batch_size)
-        self.rollouts_stored = 0
-        self.batches_sampled = 0
-        self.priority_updates_applied = 0
+        self.flow = ShardFlow()
         self._pub = Throttled(f"replay/{self.shard_id}", run)
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"apex-shard-{shard_id}-io")
 
     async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
         """Store one rollout (dict of arrays) with its initial priorities; return the size."""
         self._shard.add(batch, priorities)
-        self.rollouts_stored += 1
+        self.flow.rollouts_stored += 1
         self._pub.maybe(self._metrics)
         return len(self._shard)
 
@@ -79,14 +78,14 @@ class ReplayShardActor:
         if len(self._shard) < self._learning_starts:
             return None
         s = self._shard.sample(batch_size or self._batch_size, self._beta)
-        self.batches_sampled += 1
+        self.flow.batches_sampled += 1
         added = int(self._shard.stats()["added"])
         return ReplayedBatch(self.shard_id, s.indices, s.weights, s.data, added)
 
     async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
         self._shard.update_priorities(indices, priorities)
-        self.priority_updates_applied += 1
+        self.flow.priority_updates_applied += 1
         self._pub.maybe(self._metrics)
 
     async def added(self) -> int:
@@ -135,10 +134,4 @@ class ReplayShardActor:
         self._io.shutdown(wait=False)
 
     def _metrics(self) -> dict[str, float]:
-        return shard_metrics(
-            self.shard_id,
-            self._shard.stats(),
-            rollouts_stored=self.rollouts_stored,
-            batches_sampled=self.batches_sampled,
-            priority_updates_applied=self.priority_updates_applied,
-        )
+        return shard_metrics(self.shard_id, self._shard.stats(), self.flow)
