@@ -1,0 +1,69 @@
+"""Replay shard checkpoints written by older code still load, and continue as that code did.
+
+The fixtures in ``data/replay_checkpoints/`` were written by commit 29928ec
+(``data/make_replay_checkpoints.py``), before the item storage and the frame
+store owned their checkpoint state: a vector shard with an extra key and a
+frame-stacked shard that evicted items early. Each comes with what that
+code's shard did next (its stats, a sample, an add, another sample); a shard
+restored by today's code must do exactly the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apex_dask.algo.checkpoint import load_checkpoint
+from apex_dask.algo.replay import ReplayShard
+
+FIXTURES = Path(__file__).parent / "data" / "replay_checkpoints"
+SHARDS = {
+    "vector": dict(capacity=32, alpha=0.6),
+    "stacked": dict(capacity=24, alpha=0.7, frame_stack=4),
+}
+COMMON_KEYS = {
+    "capacity", "alpha", "eps", "size", "pos", "max_priority", "added", "sampled", "updated",
+    "add_s", "sample_s", "update_s", "priority", "mass", "rng_state",
+    "data/action", "data/reward", "data/done",
+}  # fmt: skip
+OWN_KEYS = {
+    "vector": {"data/obs", "data/next_obs", "data/discount"},
+    "stacked": {"filled", "frame_stack", "frame_capacity", "frames/written", "frames/data",
+                "frames/log_items", "frames/log_first", "data/obs_refs", "data/next_obs_refs"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(SHARDS))
+def test_an_old_checkpoint_loads_and_continues_as_the_old_code_did(case):
+    parts, meta = load_checkpoint(FIXTURES / case)
+    state = parts["shard_0"]
+    assert meta["case"] == case and set(state) == COMMON_KEYS | OWN_KEYS[case]
+    shard = ReplayShard(**SHARDS[case], seed=999)  # the rng state comes from the checkpoint
+    shard.load_state_dict(state)
+    with np.load(FIXTURES / f"{case}_expected.npz") as f:
+        want = dict(f)
+    stats = {k.removeprefix("stats/"): v.item() for k, v in want.items() if k.startswith("stats/")}
+    assert shard.stats() == stats
+    if case == "stacked":
+        assert len(shard) < state["filled"]  # items evicted early stay out
+    batch = {k.removeprefix("add/batch/"): v for k, v in want.items() if k.startswith("add/batch/")}
+    for j, beta in ((0, 0.4), (1, 0.6)):
+        if j == 1:
+            slots = shard.add(batch, want["add/priorities"])
+            np.testing.assert_array_equal(slots, want["add/slots"])
+        s = shard.sample(16, beta=beta)
+        np.testing.assert_array_equal(s.indices, want[f"s{j}/indices"])
+        np.testing.assert_array_equal(s.weights, want[f"s{j}/weights"])
+        assert sorted(s.data) == sorted(k.split("/")[-1] for k in want if f"s{j}/data/" in k)
+        for key, v in s.data.items():
+            np.testing.assert_array_equal(v, want[f"s{j}/data/{key}"])
+
+
+@pytest.mark.parametrize("case", sorted(SHARDS))
+def test_todays_state_has_the_old_keys(case):
+    parts, _ = load_checkpoint(FIXTURES / case)
+    shard = ReplayShard(**SHARDS[case], seed=0)
+    shard.load_state_dict(parts["shard_0"])
+    assert set(shard.state_dict()) == set(parts["shard_0"])
