@@ -175,3 +175,38 @@ def test_no_module_is_longer_than_400_lines():
         str(p.relative_to(ROOT)): n for p in FILES if (n := len(p.read_text().splitlines())) > 400
     }
     assert long == {}
+
+
+ORCHESTRATION = ROOT / "runtime" / "orchestration"
+PLAN_OWNERS = {"plan.py", "driver.py"}  # the only files that may hold the execution plan
+
+
+def _plan_references(path: pathlib.Path) -> list[str]:
+    """Ways the file at ``path`` reaches the plan: importing it (TYPE_CHECKING too), a
+    parameter or attribute named ``plan``, or an ``ExecutionPlan`` annotation."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("orchestration.plan"):
+            found.append(f"line {node.lineno}: imports the plan module")
+        elif isinstance(node, ast.arg) and (
+            node.arg == "plan" or "ExecutionPlan" in ast.unparse(node.annotation or ast.Pass())
+        ):
+            found.append(f"line {node.lineno}: takes the plan ({node.arg})")
+        elif isinstance(node, ast.Attribute) and node.attr == "plan":
+            found.append(f"line {node.lineno}: keeps or reads .plan")
+    return found
+
+
+def test_the_scan_finds_a_plan_reference(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("class Helper:\n    def __init__(self, plan):\n        self.plan = plan\n")
+    assert len(_plan_references(probe)) == 2
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in ORCHESTRATION.glob("*.py") if p.name not in PLAN_OWNERS)
+)
+def test_no_orchestration_helper_keeps_the_plan(name):
+    """Helpers get the run state and their collaborators, never the plan."""
+    assert _plan_references(ORCHESTRATION / name) == []

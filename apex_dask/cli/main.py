@@ -40,6 +40,7 @@ from apex_dask.cli.exitcodes import (
     classify,
 )
 from apex_dask.cli.outdir import check_out, discard_unstarted, make_out, remove_if_empty
+from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.signals import exit_now_if_signalled
 from apex_dask.cli.tracking import RunReporter, add_tracking_flags
 from apex_dask.config import PRESETS, ApexConfig
@@ -171,10 +172,11 @@ def run(args: argparse.Namespace) -> int:
     # 1. input: nothing is created or started until all of it is checked
     check_cluster_flags(args)
     resume = args.resume
+    resuming: ResumePoint | None = None
     if resume is not None:
         from apex_dask.cli.resume import resolve_resume
 
-        cfg, args.resume_checkpoint, args.resume_overrides = resolve_resume(args)
+        cfg, resuming = resolve_resume(args)
     else:
         cfg = resolve_config(args)
     out = check_out(resume or args.out, resume=resume is not None)
@@ -194,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         if created:
             remove_if_empty(out)
         raise
-    session = RunSession(args, cfg, out, reporter, spaces)
+    session = RunSession(args, cfg, out, reporter, spaces, resume=resuming)
     code = session.run()
     if code == EXIT_USAGE and not session.started and resume is None:
         discard_unstarted(out, created)  # e.g. no CUDA on the learner's worker: free the folder

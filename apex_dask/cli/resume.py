@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,18 @@ from apex_dask.algo.checkpoint import CheckpointError, read_manifest
 from apex_dask.cli.checks import UsageError, stop_flags
 from apex_dask.config import ApexConfig
 
-__all__ = ["RESUMABLE", "resolve_resume"]
+__all__ = ["RESUMABLE", "ResumePoint", "resolve_resume"]
 
 RESUMABLE = ("stop.", "topology.", "checkpoint.")
 """Key prefixes a resume may change."""
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where ``--resume`` continues from: the checkpoint, and the keys the command line changed."""
+
+    checkpoint: Path
+    overrides: dict[str, Any]
 
 
 def _newest(root: Path) -> Path | None:
@@ -39,8 +48,8 @@ def _newest(root: Path) -> Path | None:
     return latest_checkpoint(root)
 
 
-def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, Path, dict[str, Any]]:
-    """``(config, checkpoint path, overrides)`` for ``--resume DIR`` (:class:`UsageError` if not)."""
+def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, ResumePoint]:
+    """``(config, where to resume)`` for ``--resume DIR`` (:class:`UsageError` if not)."""
     if args.preset or args.config:
         raise UsageError("--resume takes the run's own config; drop --preset/--config")
     if args.out and Path(args.out).expanduser() != Path(args.resume).expanduser():
@@ -74,7 +83,7 @@ def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, Path, dict[str
         overrides[key] = value
     overrides.update(stop_flags(args))
     cfg = base.override(overrides)
-    return cfg, path, overrides
+    return cfg, ResumePoint(path, overrides)
 
 
 def _unchanged(base: ApexConfig, key: str, value: str) -> bool:

@@ -36,6 +36,7 @@ from apex_dask.cli.exitcodes import (
 )
 from apex_dask.cli.outdir import LOG_NAME, ResultsLog, save_weights, write_json, write_text
 from apex_dask.cli.output import format_summary, merge_final
+from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.signals import StopSignals
 from apex_dask.cli.watch import (
     PlacementWatcher,
@@ -45,6 +46,7 @@ from apex_dask.cli.watch import (
     route_logs,
 )
 from apex_dask.config import ApexConfig
+from apex_dask.runtime.errors import describe
 
 __all__ = ["RunSession"]
 
@@ -53,11 +55,6 @@ PREFIX = "apex-dask-submit:"
 
 def _note(line: str) -> None:
     print(f"{PREFIX} note: {line}", flush=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class RunSession:
@@ -70,8 +67,10 @@ class RunSession:
         out: Path | None,
         reporter: Any,
         spaces: EnvSpaces,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.args, self.cfg, self.out, self.reporter, self.spaces = args, cfg, out, reporter, spaces
+        self.resume = resume
         self.log_file = None if out is None else out / LOG_NAME
         self.embedded = not (args.scheduler or args.scheduler_file or args.cluster)
         self.client: Any = None
@@ -120,7 +119,7 @@ class RunSession:
             check_learner_worker(self.client, self.cfg, self.spaces, timeout_s=bound)
         from apex_dask.runtime.orchestration.driver import ApexDriver  # torch: after connecting
 
-        resume = getattr(self.args, "resume_checkpoint", None)
+        resume = None if self.resume is None else self.resume.checkpoint
         self.driver = ApexDriver(
             self.cfg,
             client=self.client,
@@ -131,7 +130,7 @@ class RunSession:
         if resume is not None and self.out is not None:
             from apex_dask.cli.resume import record_resume
 
-            record_resume(self.out, resume, self.args.resume_overrides)
+            record_resume(self.out, resume, self.resume.overrides)
             print(f"{PREFIX} resumed from {resume}", flush=True)
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
@@ -279,7 +278,7 @@ class RunSession:
             try:
                 d.stop()
             except Exception as exc:
-                _note(f"error while releasing actors: {_first_line(exc)}")
+                _note(f"error while releasing actors: {describe(exc)}")
         if self.log is not None:
             self.log.close()
         self.reporter.close(EXIT_OK if self.error is None and not self.signals.requested else 1)
@@ -300,7 +299,7 @@ class RunSession:
             final = d.halt()  # calls in flight finish: every hop's counters agree
         except Exception as exc:
             final = None
-            _note(f"could not halt cleanly: {_first_line(exc)}")
+            _note(f"could not halt cleanly: {describe(exc)}")
         try:
             self._record_final(final)
         except Exception as exc:  # a full disk: what is written stays whole
@@ -309,7 +308,7 @@ class RunSession:
             weights = d.learner_weights()
         except Exception as exc:  # the learner may be gone; keep what is saved
             weights = None
-            _note(f"could not fetch the final weights: {_first_line(exc)}")
+            _note(f"could not fetch the final weights: {describe(exc)}")
         if weights is not None and self.out is not None:
             try:
                 refused = save_weights(self.out, weights)
@@ -317,11 +316,11 @@ class RunSession:
                 refused = str(exc)
             if refused:
                 _note(refused)
-        if self.signals.preempted and hasattr(d, "save_checkpoint"):
+        if self.signals.preempted:
             try:
                 self.checkpoint = d.save_checkpoint("preempted")
             except Exception as exc:
-                _note(f"no checkpoint written: {_first_line(exc)}")
+                _note(f"no checkpoint written: {describe(exc)}")
 
     def _record_final(self, final: dict[str, Any] | None) -> None:
         if not final:

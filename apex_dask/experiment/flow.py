@@ -23,7 +23,7 @@ Each actor kind has one typed counter set (:class:`ShardFlow`,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 __all__ = [
@@ -80,7 +80,9 @@ class ShardFlow(_Counters):
     @classmethod
     def from_shard_metrics(cls, shard_id: int, stats: Mapping[str, Any]) -> ShardFlow:
         """Read back what :meth:`shard_metrics` wrote (0 where missing)."""
-        return cls(**{f.name: int(stats.get(f"replay/{shard_id}/{f.name}", 0)) for f in fields(cls)})
+        return cls(
+            **{f.name: int(stats.get(f"replay/{shard_id}/{f.name}", 0)) for f in fields(cls)}
+        )
 
     @classmethod
     def total(cls, shards: list[Mapping[str, Any]]) -> ShardFlow:
@@ -141,7 +143,8 @@ class RetiredFlow:
         self.shards.add(last)
 
     def retire_learner(self, last: LearnerFlow) -> None:
-        self.learner.add(last)
+        """A lost learner's counters; what sat in its inqueue is lost, not queued."""
+        self.learner.add(replace(last, batches_in_queue=0))
         self.learner.batches_lost += last.unconsumed()
 
     def metrics(self) -> dict[str, float]:

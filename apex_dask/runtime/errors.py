@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ApexRuntimeError"]
+__all__ = ["ApexRuntimeError", "describe", "first_line"]
 
 
 class ApexRuntimeError(RuntimeError):
@@ -15,3 +15,15 @@ class ApexRuntimeError(RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
+
+
+def first_line(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of ``exc``'s message ("" when it has none), cut at ``limit``."""
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else "")[:limit]
+
+
+def describe(exc: BaseException, limit: int | None = None) -> str:
+    """``"Type: first line"`` (just ``"Type"`` for an empty message): an error in one line."""
+    text = first_line(exc, limit)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from apex_dask.runtime.observability.metrics import MetricsPublisher
 
-__all__ = ["ActorRef", "as_handle", "call_with_timeout", "Throttled"]
+__all__ = ["ActorRef", "Throttled", "as_handle", "bind", "call_with_timeout", "peer_lost"]
 
 # (class, worker address, key): names an actor without making its key a dependency.
 # Actors are created with refs rather than Futures: an actor created with another's
@@ -25,6 +25,34 @@ def as_handle(ref: Any) -> Any:
 
         return Actor(*ref)
     return ref
+
+
+def bind(ref: ActorRef, client: Any) -> Any:
+    """A handle to the actor ``ref`` names, bound to ``client`` (not to whatever client
+    is the default in this thread)."""
+    from distributed.actor import Actor
+
+    with client.as_current():
+        return Actor(*ref)
+
+
+# Dask's text when a handle's worker is gone: a plain RuntimeError, the one untyped case
+_LOST_TEXT = "Worker holding Actor was lost"
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """True if a failed actor call means its peer (the worker holding it) is gone or
+    did not answer in time, rather than a bug in the called method.
+
+    Dask raises ``OSError`` (``CommClosedError``, "Unable to contact Actor's worker")
+    when it cannot reach the worker, our timeouts raise ``TimeoutError``; only a handle
+    whose actor's Future has erred raises an untyped ``RuntimeError``, recognised by
+    its text. The same error from a peer's own call to a lost actor arrives re-raised
+    with its type and text, so it is recognised too.
+    """
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    return isinstance(exc, RuntimeError) and _LOST_TEXT in str(exc)
 
 
 T = TypeVar("T")

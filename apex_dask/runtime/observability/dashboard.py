@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from bokeh.document import Document
     from distributed import Scheduler
 
-ROUTE = "/apex"
 EMPTY_TEXT = "Waiting for an Ape-X run to report..."
 ROLLOVER = 3600
 TOOLS = "pan,xwheel_zoom,box_zoom,reset,save"

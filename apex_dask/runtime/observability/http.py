@@ -25,6 +25,7 @@ from apex_dask.runtime.observability.metrics_store import MetricsStore
 if TYPE_CHECKING:
     from distributed import Scheduler
 
+ROUTE = "/apex"  # the Ape-X dashboard page
 JSON_ROUTE = "apex/metrics.json"
 
 _SHARD = re.compile(r"^replay/(\d+)/(.+)$")

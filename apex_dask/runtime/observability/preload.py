@@ -20,14 +20,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from apex_dask.runtime.observability.http import add_json_route, register_prometheus
+from apex_dask.runtime.observability.http import ROUTE, add_json_route, register_prometheus
 from apex_dask.runtime.observability.metrics import get_plugin
 
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
 PRELOAD = "apex_dask.runtime.preload"
-ROUTE = "/apex"
 NAV_PAGE = "apex"
 
 

@@ -24,7 +24,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apex_dask.algo.checkpoint import (
     CheckpointError,
@@ -32,12 +32,12 @@ from apex_dask.algo.checkpoint import (
     read_manifest,
     read_part,
 )
+from apex_dask.config import ApexConfig
 from apex_dask.runtime.actors.calls import call_with_timeout
+from apex_dask.runtime.orchestration.state import RunState
+from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
-if TYPE_CHECKING:
-    from apex_dask.runtime.orchestration.plan import ExecutionPlan
-
-__all__ = ["Checkpointer", "checkpoints_in", "latest_checkpoint", "load_plan_state", "plan_state"]
+__all__ = ["Checkpointer", "checkpoints_in", "latest_checkpoint"]
 
 _NAME = re.compile(r"^ckpt-(\d{6,})$")
 
@@ -67,34 +67,39 @@ def latest_checkpoint(path: str | Path) -> Path | None:
     return None
 
 
-class Checkpointer:
-    """Periodic and on-demand checkpoints of one :class:`ExecutionPlan` under ``root``."""
+class Checkpointer(Job):
+    """Periodic and on-demand checkpoints of one run's actors and ``state`` under ``root``."""
 
-    def __init__(self, plan: ExecutionPlan, root: str | Path | None) -> None:
-        self.plan = plan
+    def __init__(
+        self,
+        state: RunState,
+        tasks: TaskSet,
+        config: ApexConfig,
+        root: str | Path | None,
+        timeout_s: float,
+    ) -> None:
+        super().__init__(tasks)
+        self.state, self.config = state, config
         self.root = None if root is None else Path(root)
-        self.cfg = plan.cfg.checkpoint
+        self.cfg = config.checkpoint
+        self.timeout = timeout_s
         self.saved = 0
         self.last_path: Path | None = None
-        self.last_pause_s = 0.0
         self._lock: asyncio.Lock | None = None
         self._last_t = time.monotonic()
-        self._pending = False
 
-    def tick(self) -> None:
-        """From the plan's loop: start a periodic checkpoint when one is due."""
-        if self.root is None or self.cfg.interval_s <= 0 or self._pending:
-            return
-        if time.monotonic() - self._last_t < self.cfg.interval_s:
-            return
-        self._pending = True
-        self.plan.tasks.add(self.save("periodic"), self._saved)
+    def due(self, now: float) -> bool:
+        """A periodic checkpoint every ``checkpoint.interval_s`` (with a root; > 0)."""
+        if self.root is None or self.cfg.interval_s <= 0:
+            return False
+        return now - self._last_t >= self.cfg.interval_s
 
-    def _saved(self, task: asyncio.Future) -> None:
-        self._pending = False
-        exc = None if task.cancelled() else task.exception()
+    def start(self, now: float) -> Any:
+        return self.save("periodic")
+
+    def done(self, result: Any, exc: BaseException | None) -> None:
         if exc is not None:  # a failed checkpoint must not end training; the next one retries
-            self.plan.report.note(f"checkpoint failed: {type(exc).__name__}: {exc}")
+            self.state.note(f"checkpoint failed: {type(exc).__name__}: {exc}")
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint of this run (or the one it resumed from)."""
@@ -114,35 +119,35 @@ class Checkpointer:
             self._lock = asyncio.Lock()
         async with self._lock:
             self._last_t = time.monotonic()
-            return await self._save(reason, timeout_s or max(self.plan.timeout, 120.0))
+            return await self._save(reason, timeout_s or max(self.timeout, 120.0))
 
     async def _save(self, reason: str, timeout_s: float) -> Path:
-        p = self.plan
-        if p.missing_shards:
+        s = self.state
+        if s.missing_shards:
             raise CheckpointError(
-                f"replay shard(s) {sorted(p.missing_shards)} are being rebuilt; the next "
+                f"replay shard(s) {sorted(s.missing_shards)} are being rebuilt; the next "
                 "checkpoint will be written once they are back"
             )
         staged = StagedCheckpoint(self._next_dest())
         directory = str(staged.path)
         try:
             t0 = time.monotonic()
-            calls = [p.learner.save_part(directory, "learner")]
-            calls += [s.save_part(directory, f"shard_{k}") for k, s in enumerate(p.shards)]
+            calls = [s.learner.save_part(directory, "learner")]
+            calls += [h.save_part(directory, f"shard_{k}") for k, h in enumerate(s.shards)]
             entries = await asyncio.gather(*(call_with_timeout(c, timeout_s) for c in calls))
             staged.add_entry("learner", entries[0])
             for k, entry in enumerate(entries[1:]):
                 staged.add_entry(f"shard_{k}", entry)
-            staged.add_part("driver", plan_state(p))
+            staged.add_part("driver", s.snapshot())
             metadata = {
                 "reason": reason,
                 "time": time.time(),
                 "write_s": time.monotonic() - t0,
-                "timesteps_total": p.store.steps_total,
-                "iteration": p.report.iteration,
-                "num_shards": len(p.shards),
-                "env_id": p.cfg.env.env_id,
-                "config": p.cfg.to_dict(),
+                "timesteps_total": s.counters.steps_total,
+                "iteration": s.counters.iteration,
+                "num_shards": len(s.shards),
+                "env_id": self.config.env.env_id,
+                "config": self.config.to_dict(),
             }
             path = await asyncio.get_running_loop().run_in_executor(None, staged.commit, metadata)
         except BaseException:
@@ -155,57 +160,29 @@ class Checkpointer:
         return path
 
     async def restore(self, path: Path) -> dict[str, Any]:
-        """Load checkpoint ``path`` into the learner, every shard and the plan; its metadata."""
-        p = self.plan
+        """Load checkpoint ``path`` into the learner, every shard and the run state; its
+        metadata."""
+        s, env_id = self.state, self.config.env.env_id
         manifest = read_manifest(path)
         meta, parts = manifest["metadata"], manifest["parts"]
-        if meta.get("env_id") != p.cfg.env.env_id:
+        if meta.get("env_id") != env_id:
             raise CheckpointError(
-                f"{path}: written for env {meta.get('env_id')!r}, this run is {p.cfg.env.env_id!r}"
+                f"{path}: written for env {meta.get('env_id')!r}, this run is {env_id!r}"
             )
-        if meta.get("num_shards") != len(p.shards):
+        if meta.get("num_shards") != len(s.shards):
             raise CheckpointError(
                 f"{path}: holds {meta.get('num_shards')} replay shards, this run has "
-                f"{len(p.shards)}; resume with --set replay.num_shards={meta.get('num_shards')}"
+                f"{len(s.shards)}; resume with --set replay.num_shards={meta.get('num_shards')}"
             )
-        timeout_s = max(p.timeout, 120.0)
+        timeout_s = max(self.timeout, 120.0)
         d = str(path)
-        calls = [p.learner.load_part(d, parts["learner"])]
-        calls += [s.load_part(d, parts[f"shard_{k}"]) for k, s in enumerate(p.shards)]
+        calls = [s.learner.load_part(d, parts["learner"])]
+        calls += [h.load_part(d, parts[f"shard_{k}"]) for k, h in enumerate(s.shards)]
         loaded = await asyncio.gather(*(call_with_timeout(c, timeout_s) for c in calls))
-        # rates of the first result after a resume count from the restored learner
-        p.report.prev_learner = {"learner/updates": float(loaded[0]), "learner/grad_total_s": 0.0}
+        s.restart_rates(int(loaded[0]))  # the first result's rates count from the restore
         state = await asyncio.get_running_loop().run_in_executor(
             None, read_part, path, parts["driver"]
         )
-        load_plan_state(p, state)
+        s.restore(state)
         self.last_path = path
         return meta
-
-
-def plan_state(plan: ExecutionPlan) -> dict[str, Any]:
-    """The driver's part of a checkpoint: counters, iteration, eval history, RNG."""
-    elapsed = 0.0 if plan.t_start is None else time.monotonic() - plan.t_start
-    return {
-        "steps_total": plan.store.steps_total,
-        "weight_syncs": plan.store.weight_syncs,
-        "iteration": plan.report.iteration,
-        "time_s": elapsed,
-        "eval_history": list(plan.report.eval_history),
-        "faults": {**plan.faults.counters(), **plan.recovery.counters()},
-        "retired": dict(plan.recovery.retired),
-        "rng": plan.rng.bit_generator.state,
-    }
-
-
-def load_plan_state(plan: ExecutionPlan, state: dict[str, Any]) -> None:
-    """Continue ``plan`` from :func:`plan_state` (before it runs)."""
-    plan.store.steps_total = int(state["steps_total"])
-    plan.store.weight_syncs = int(state["weight_syncs"])
-    plan.report.iteration = int(state["iteration"])
-    plan.report.eval_history = list(state["eval_history"])
-    plan.t_start = time.monotonic() - float(state["time_s"])
-    plan.faults.load_counters(state["faults"])
-    plan.recovery.load_counters(state["faults"])
-    plan.recovery.retired.update({k: int(v) for k, v in state.get("retired", {}).items()})
-    plan.rng.bit_generator.state = state["rng"]

@@ -31,18 +31,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
 __all__ = ["connect", "shield_workers_from_ctrl_c", "start_local_cluster", "wait_for_workers"]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def connect(
@@ -70,7 +65,7 @@ def connect(
             address = str(json.loads(path.read_text())["address"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ApexRuntimeError(
-                f"scheduler file {str(path)!r} is not a Dask scheduler file ({_first_line(exc)})"
+                f"scheduler file {str(path)!r} is not a Dask scheduler file ({describe(exc)})"
             ) from None
     assert address is not None
     deadline = time.monotonic() + timeout
@@ -81,10 +76,10 @@ def connect(
     except (OSError, TimeoutError) as exc:
         raise ApexRuntimeError(
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-            f"({_first_line(exc)}); is `dask scheduler` running there?"
+            f"({describe(exc)}); is `dask scheduler` running there?"
         ) from None
     except ValueError as exc:  # malformed address
-        raise ApexRuntimeError(f"bad scheduler address {address!r}: {_first_line(exc)}") from None
+        raise ApexRuntimeError(f"bad scheduler address {address!r}: {describe(exc)}") from None
 
 
 async def _identity(address: str, timeout: float) -> tuple[str, Any]:
@@ -127,7 +122,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
         if scheme in ("tcp", "tls"):
             parse_host_port(loc)
     except (ValueError, TypeError) as exc:
-        raise ApexRuntimeError(f"bad scheduler address {address!r}: {_first_line(exc)}") from None
+        raise ApexRuntimeError(f"bad scheduler address {address!r}: {describe(exc)}") from None
     box: dict[str, Any] = {}
 
     def probe() -> None:
@@ -143,7 +138,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
     if kind == "unreachable":
         raise ApexRuntimeError(
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-            f"({_first_line(got)}); is `dask scheduler` running there?"
+            f"({describe(got)}); is `dask scheduler` running there?"
         )
     if kind == "silent":
         if isinstance(got, TimeoutError | asyncio.TimeoutError):
@@ -151,7 +146,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
         elif isinstance(got, MemoryError):  # its bytes were read as a frame length
             why = "it sent bytes that are not Dask's protocol"
         else:
-            why = _first_line(got)
+            why = describe(got)
         raise ApexRuntimeError(
             f"{address} is not a Dask scheduler: it accepted the connection but did not answer "
             f"Dask's handshake ({why}); check the port (a scheduler usually listens on :8786, "
@@ -262,10 +257,10 @@ def start_local_cluster(
             **kwargs,
         )
     except Exception as exc:
-        raise ApexRuntimeError(f"cannot start a local Dask cluster: {_first_line(exc)}") from None
+        raise ApexRuntimeError(f"cannot start a local Dask cluster: {describe(exc)}") from None
     try:
         client = Client(cluster, direct_to_workers=True)
     except Exception as exc:
         cluster.close()
-        raise ApexRuntimeError(f"cannot connect to the local cluster: {_first_line(exc)}") from None
+        raise ApexRuntimeError(f"cannot connect to the local cluster: {describe(exc)}") from None
     return cluster, client

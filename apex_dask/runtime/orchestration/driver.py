@@ -46,6 +46,7 @@ from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_fo
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import plan_placement
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.state import RunState
 
 __all__ = ["ApexDriver", "ApexRuntimeError", "train"]
 
@@ -106,6 +107,7 @@ class ApexDriver:
         self._saved_at = -1
         self.resumed_from = None
         self._actors: ActorSet | None = None
+        self._state: RunState | None = None
         self._core: Any = None
         self._results: queue.Queue = queue.Queue()
         self._plan: ExecutionPlan | None = None
@@ -138,8 +140,8 @@ class ApexDriver:
             )
             self.dashboard_link: str | None = self._dashboard()
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
-            self._actors.create(hook)
-            self._plan = self._make_plan(self._actors)
+            self._state = self._actors.create(hook)
+            self._plan = self._make_plan(self._actors, self._state)
             if resume is not None:
                 self.resumed_from: dict[str, Any] | None = self._sync(
                     self._plan.checkpoints.restore(resume)
@@ -177,21 +179,14 @@ class ApexDriver:
         except Exception:
             return None
 
-    def _make_plan(self, actors: ActorSet) -> ExecutionPlan:
-        p = actors.placement
+    def _make_plan(self, actors: ActorSet, state: RunState) -> ExecutionPlan:
         return ExecutionPlan(
             config=self.config,
             client=self._client,
             run_id=self.run_id,
-            learner=actors.learner,
-            shards=actors.shards,
-            slots=actors.slots,
-            evaluator=actors.evaluator,
-            learner_address=p.learner.address,
-            results=self._results,
-            replace_env_worker=actors.replace_env_worker,
+            state=state,
             actors=actors,
-            seed=self.config.seed,
+            results=self._results,
             min_replay_ratio=self._min_replay_ratio,
             checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),
         )
@@ -210,7 +205,7 @@ class ApexDriver:
         if self._plan is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
         path = self._sync(self._plan.checkpoints.save(reason))
-        self._saved_at = self._plan.store.steps_total
+        self._saved_at = self._plan.state.counters.steps_total
         return path
 
     @property
@@ -271,7 +266,7 @@ class ApexDriver:
         """
         core, self._core = self._core, None
         if core is not None and self._plan is not None:
-            self._plan.halting = True
+            self._plan.state.halting = True
             core.result(timeout=3 * self._timeout + 10)
         if self._tensorboard is not None:
             self._tensorboard.flush()
@@ -281,7 +276,7 @@ class ApexDriver:
         """Count the partial iteration a caller recorded from :attr:`final` (after a
         halt mid-iteration), so later results and checkpoints number after it."""
         if self._plan is not None:
-            self._plan.report.iteration += 1
+            self._plan.state.counters.iteration += 1
 
     @property
     def final(self) -> dict[str, float] | None:
@@ -296,10 +291,16 @@ class ApexDriver:
         """The learner's full state (online, target, optimizer, counters) as numpy."""
         return self._live().learner.state_dict().result(timeout=self._timeout)
 
-    def _live(self) -> ActorSet:
-        if self._actors is None:
+    @property
+    def notes(self) -> list[str]:
+        """Problems the run met without ending (a failed periodic checkpoint, a rebuilt
+        shard or learner): the last 20, oldest first."""
+        return [] if self._state is None else list(self._state.notes)
+
+    def _live(self) -> RunState:
+        if self._state is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
-        return self._actors
+        return self._state
 
     # ---------------------------------------------------------------- teardown
     def stop(self) -> None:
@@ -313,19 +314,19 @@ class ApexDriver:
             pass
         plan = self._plan
         if plan is not None and self._checkpoint_dir is not None:
-            if plan.store.steps_total > self._saved_at:  # something new since the last one
+            if plan.state.counters.steps_total > self._saved_at:  # something new since the last one
                 try:
                     self.save_checkpoint("end")
                 except Exception:  # a lost learner or shard: the previous checkpoint stands
                     pass
-        if self._actors is not None:
-            self._actors.close()
+        if self._actors is not None and self._state is not None:
+            self._actors.close(self._state.handles())
         self._release()
 
     def _release(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
-        actors, self._actors, self._plan = self._actors, None, None
+        actors, self._actors, self._plan, self._state = self._actors, None, None, None
         if actors is not None:
             actors.release(wait=self._cluster is None)
         if self._cluster is not None:

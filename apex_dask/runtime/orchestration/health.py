@@ -11,43 +11,34 @@ to the fault handling of the calls that fail.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError
-
-if TYPE_CHECKING:
-    from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.state import RunState
+from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
 __all__ = ["LearnerHealth"]
 
 
-class LearnerHealth:
-    """``tick()`` from the plan's loop; raises :class:`ApexRuntimeError` once the
-    learner reports a ``thread_error``."""
+class LearnerHealth(Job):
+    """Raises :class:`ApexRuntimeError` once the learner reports a ``thread_error``."""
 
-    def __init__(self, plan: ExecutionPlan, every_s: float = 1.0) -> None:
-        self.plan, self.every_s = plan, every_s
-        self._pending = False
-        self._next = 0.0
+    def __init__(
+        self, state: RunState, tasks: TaskSet, timeout_s: float, every_s: float = 1.0
+    ) -> None:
+        super().__init__(tasks, every_s)
+        self.state, self.timeout = state, timeout_s
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        if self._pending or now < self._next or self.plan.halting:
-            return
-        self._pending, self._next = True, now + self.every_s
-        self.plan.tasks.add(self._thread_error(), self._checked)
+    def due(self, now: float) -> bool:
+        return not self.state.halting
 
-    async def _thread_error(self) -> str | None:
+    async def start(self, now: float) -> str | None:  # type: ignore[override]
         try:
-            return await call_with_timeout(self.plan.learner.thread_error(), self.plan.timeout)
+            return await call_with_timeout(self.state.learner.thread_error(), self.timeout)
         except Exception:  # a lost learner is reported where its calls fail
             return None
 
-    def _checked(self, task: asyncio.Future) -> None:
-        self._pending = False
-        error = None if task.cancelled() or task.exception() else task.result()
-        if error:
-            raise ApexRuntimeError(f"the learner thread failed: {error}")
+    def done(self, result: Any, exc: BaseException | None) -> None:
+        if exc is None and result:
+            raise ApexRuntimeError(f"the learner thread failed: {result}")

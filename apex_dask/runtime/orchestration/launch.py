@@ -3,16 +3,18 @@
 ::
 
     actors = ActorSet(client, config, placement, env_factory, run_id)
-    actors.create(before_learn_on_batch)    # shards, learner, env workers, evaluator
-    actors.learner, actors.shards, actors.slots, actors.evaluator
-    await actors.replace_env_worker(slot, scheduler_info)
-    actors.release()
+    state = actors.create(before_learn_on_batch)   # a RunState holding every handle
+    future, handle, address = await actors.replace_env_worker(slot, scheduler_info)
+    handle = await actors.rebuild_shard(k, where)   # the caller puts it in the state
+    actors.close(state.handles()); actors.release()
 
 Every actor is pinned to the worker its placement names, and its Future is
 kept until :meth:`ActorSet.release` (Dask deletes an actor whose Future is
-dropped, even while other actors hold its handle). Handles are bound to the
-driver's client. Bulk data never passes through here: the shards, the
-learner and the env workers get each other's handles.
+dropped, even while other actors hold its handle). This owns the Futures,
+the refs new actors are wired with and the placement; the handles live in
+the :class:`~.state.RunState` only. Handles are bound to the driver's
+client. Bulk data never passes through here: the shards, the learner and
+the env workers get each other's handles.
 """
 
 from __future__ import annotations
@@ -34,32 +36,21 @@ from apex_dask.experiment.builder import (
     shard_actor_kwargs,
 )
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
-from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.orchestration.faults import EnvSlot
+from apex_dask.runtime.actors.calls import ActorRef, bind
+from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
+from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.placement import (
     Placement,
     WorkerInfo,
     workers_from_scheduler_info,
 )
+from apex_dask.runtime.orchestration.state import EnvSlot, RunState
 
 __all__ = ["ActorSet"]
 
 
-def _bind(handle: Any, client: Any) -> Any:
-    """A handle to the same actor bound to ``client`` (not whatever client is the default)."""
-    from distributed.actor import Actor
-
-    with client.as_current():
-        return Actor(handle._cls, handle._address, handle.key)
-
-
 def _live_actors(keys: set, dask_worker: Any = None) -> int:
     return sum(1 for k in dask_worker.state.actors if k in keys)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 class ActorSet:
@@ -80,10 +71,7 @@ class ActorSet:
         self.run_id = run_id
         self.timeout = float(config.topology.call_timeout_s)
         self.futures: list[Any] = []
-        self.shards: list[Any] = []
-        self.learner: Any = None
-        self.slots: list[EnvSlot] = []
-        self.evaluator: EnvSlot | None = None
+        self._refs: dict[str, ActorRef] = {}  # Future key -> the ref its handle is made from
         self.replaced = 0
         # the current Future of each shard and of the learner (a rebuilt actor's replaces
         # a lost one's: new actors must never wait on a lost Future)
@@ -95,7 +83,12 @@ class ActorSet:
     def _submit(self, cls: type, *args: Any, where: str, **kwargs: Any) -> Any:
         fut = self.client.submit(cls, *args, actor=True, workers=[where], pure=False, **kwargs)
         self.futures.append(fut)
+        self._refs[fut.key] = (cls, where, fut.key)
         return fut
+
+    def _handle(self, fut: Any) -> Any:
+        """The handle of the (created) actor of ``fut``, bound to the driver's client."""
+        return bind(self._refs[fut.key], self.client)
 
     def _env_kwargs(self, epsilon: float, seed: int) -> dict[str, Any]:
         return {
@@ -120,7 +113,7 @@ class ActorSet:
     def _shard(self, k: int, where: str) -> Any:
         kwargs = shard_actor_kwargs(self.config, k)
         fut = self._submit(ReplayShardActor, k, **kwargs, run=self.run_id, where=where)
-        ref = (ReplayShardActor, where, fut.key)
+        ref = self._refs[fut.key]
         if k < len(self.shard_refs):
             self.shard_refs[k] = ref
         else:
@@ -144,11 +137,12 @@ class ActorSet:
             run=self.run_id,
             where=where,
         )
-        self.learner_ref = (LearnerActor, where, fut.key)
+        self.learner_ref = self._refs[fut.key]
         return fut
 
-    def create(self, hook: Hook | None) -> None:
-        """Create every actor and wait for them (one-line :class:`ApexRuntimeError` if one fails)."""
+    def create(self, hook: Hook | None) -> RunState:
+        """Create every actor and wait for them; the run state holding their handles
+        (one-line :class:`ApexRuntimeError` if one fails)."""
         cfg, p = self.config, self.placement
         n_shards, n_env = cfg.replay.num_shards, cfg.workers.num_workers
         create_timeout = max(self.timeout, 120.0)
@@ -167,11 +161,12 @@ class ActorSet:
             out = []
             for role, fut in zip(roles, futs, strict=True):
                 try:
-                    out.append(_bind(fut.result(timeout=create_timeout), self.client))
+                    fut.result(timeout=create_timeout)
                 except Exception as exc:
                     raise ApexRuntimeError(
-                        f"cannot create the {role} actor: {type(exc).__name__}: {_first_line(exc)}"
+                        f"cannot create the {role} actor: {describe(exc)}"
                     ) from None
+                out.append(self._handle(fut))
             return out
 
         # in order: actors are wired by refs, not Futures, so Dask does not order them
@@ -188,28 +183,30 @@ class ActorSet:
             seed = derive_seed(cfg.seed, "eval")
             env_futs.append(self._env_worker(-1, 0.0, seed, p.evaluator.address))
         roles = [f"env worker {i}" for i in range(n_env)] + (["evaluator"] if with_eval else [])
-        handles += wait(roles, env_futs)
-        self.shards = handles[:n_shards]
-        self.learner = handles[n_shards]
-        first_env = n_shards + 1
-        self.slots = [
-            EnvSlot(
-                i,
-                self.futures[first_env + i],
-                handles[first_env + i],
-                p.env_workers[i].address,
-                float(e),
-            )
+        envs = wait(roles, env_futs)
+        slots = [
+            EnvSlot(i, env_futs[i], envs[i], p.env_workers[i].address, float(e))
             for i, e in enumerate(epsilons)
         ]
+        evaluator = None
         if with_eval:
-            self.evaluator = EnvSlot(-1, self.futures[-1], handles[-1], p.evaluator.address, 0.0)
+            evaluator = EnvSlot(-1, env_futs[-1], envs[-1], p.evaluator.address, 0.0)
+        return RunState(
+            learner=handles[n_shards],
+            learner_address=p.learner.address,
+            shards=handles[:n_shards],
+            slots=slots,
+            evaluator=evaluator,
+            seed=cfg.seed,
+        )
 
-    async def replace_env_worker(self, slot: EnvSlot, info: Mapping[str, Any]) -> None:
-        """Re-create a lost env worker on the surviving worker with the fewest env workers.
+    async def replace_env_worker(
+        self, slot: EnvSlot, info: Mapping[str, Any]
+    ) -> tuple[Any, EnvWorkerHandle, str]:
+        """Re-create a lost env worker on the surviving worker with the fewest env workers;
+        ``(future, handle, address)`` of the new actor, for :meth:`EnvSlot.rebind`.
 
-        The new actor has no weights (``slot.version`` -1): the plan syncs it
-        before its first rollout.
+        The new actor has no weights: the plan syncs it before its first rollout.
         """
         workers = workers_from_scheduler_info(info)
         learner = self.placement.learner.address
@@ -217,54 +214,45 @@ class ActorSet:
         if not alive:
             raise ApexRuntimeError(f"env worker {slot.index} was lost and no worker is left")
         load = {w.address: 0 for w in alive}
-        for s in self.slots:
-            if s.address in load:
-                load[s.address] += 1
+        for w in self.placement.env_workers:
+            if w.address in load:
+                load[w.address] += 1
         where = min(alive, key=lambda w: load[w.address])
         self.replaced += 1
         role = ("eval", 0) if slot.index < 0 else ("worker", slot.index)
         seed = derive_seed(self.config.seed, *role) + 7919 * self.replaced
         fut = self._env_worker(slot.index, slot.epsilon, seed & 0x7FFFFFFF, where.address)
-        handle = await self.client.gather(fut, asynchronous=True)
-        slot.future, slot.handle, slot.address = fut, _bind(handle, self.client), where.address
-        slot.version, slot.steps_since_sync = -1, 0
+        await self.client.gather(fut, asynchronous=True)
         self.placement = self.placement.moved(slot.index, where)
+        return fut, self._handle(fut), where.address
 
     async def _created(self, fut: Any) -> Any:
-        handle = await asyncio.wait_for(
-            self.client.gather(fut, asynchronous=True), max(self.timeout, 120.0)
-        )
-        return _bind(handle, self.client)
+        await asyncio.wait_for(self.client.gather(fut, asynchronous=True), max(self.timeout, 120.0))
+        return self._handle(fut)
 
-    async def rebuild_shard(self, k: int, where: WorkerInfo) -> Any:
+    async def rebuild_shard(self, k: int, where: WorkerInfo) -> ShardHandle:
         """A new, empty replay shard ``k`` on ``where``; its handle."""
-        self._drop(self.shard_refs[k])
-        self.shards[k] = await self._created(self._shard(k, where.address))
+        self._drop(self.shard_refs[k][2])
+        handle = await self._created(self._shard(k, where.address))
         self.placement = self.placement.shard_moved(k, where)
-        return self.shards[k]
+        return handle
 
-    async def rebuild_learner(self, where: WorkerInfo) -> Any:
+    async def rebuild_learner(self, where: WorkerInfo) -> LearnerHandle:
         """A new learner on ``where``, wired to the current shards (not started)."""
-        self._drop(self.learner_ref)
-        self.learner = await self._created(self._learner(where.address))
+        self._drop(self.learner_ref[2])
+        handle = await self._created(self._learner(where.address))
         self.placement = self.placement.learner_moved(where)
-        return self.learner
+        return handle
 
-    def _drop(self, ref: tuple) -> None:
+    def _drop(self, key: str) -> None:
         """Forget a lost actor's Future (else the scheduler would re-create the actor
         where its worker comes back)."""
-        self.futures = [f for f in self.futures if f.key != ref[2]]
+        self.futures = [f for f in self.futures if f.key != key]
+        self._refs.pop(key, None)
 
-    def handles(self) -> list[Any]:
-        """Every actor handle: learner, shards, env workers, evaluator."""
-        out = [self.learner, *self.shards, *(s.handle for s in self.slots)]
-        if self.evaluator is not None:
-            out.append(self.evaluator.handle)
-        return [h for h in out if h is not None]
-
-    def close(self) -> None:
-        """Ask every actor to stop and flush its metrics (best effort)."""
-        for h in self.handles():
+    def close(self, handles: list[Any]) -> None:
+        """Ask every actor in ``handles`` to stop and flush its metrics (best effort)."""
+        for h in handles:
             try:
                 h.close().result(timeout=10)
             except Exception:
@@ -274,8 +262,7 @@ class ActorSet:
         """Drop every Future (Dask deletes the actors); wait up to 10 s until they are gone."""
         client, futures = self.client, self.futures
         keys = {f.key for f in futures}
-        self.futures, self.slots, self.evaluator = [], [], None
-        self.learner, self.shards = None, []
+        self.futures, self._refs = [], {}
         if futures:
             try:
                 client.cancel(futures, force=True)

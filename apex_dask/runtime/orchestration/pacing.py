@@ -15,35 +15,53 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from apex_dask.config.tree import EnvWorkersConfig
 from apex_dask.runtime.actors.calls import call_with_timeout
-
-if TYPE_CHECKING:
-    from apex_dask.runtime.orchestration.faults import EnvSlot
-    from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.state import EnvSlot, RunState
+from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
 __all__ = ["ReplayRatioPacer"]
 
 
-class ReplayRatioPacer:
-    """Holds env workers' next rollouts while the learner is behind ``rho`` (None: never)."""
+class ReplayRatioPacer(Job):
+    """Holds env workers' next rollouts while the learner is behind ``rho`` (None: never).
 
-    def __init__(self, plan: ExecutionPlan, rho: float | None) -> None:
-        self.plan = plan
-        self.rho = rho
+    ``hold(slot)`` after each rollout; held slots go back to ``relaunch`` once
+    the learner has caught up. A failed poll calls ``on_lost`` (the recovery's
+    ``soon``) and backs off half a second.
+    """
+
+    def __init__(
+        self,
+        state: RunState,
+        tasks: TaskSet,
+        workers: EnvWorkersConfig,
+        rho: float | None,
+        *,
+        timeout_s: float,
+        relaunch: Callable[[EnvSlot], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        super().__init__(tasks)
+        self.state, self.w, self.rho, self.timeout = state, workers, rho, timeout_s
+        self.relaunch, self.on_lost = relaunch, on_lost
         self._trained = 0  # learner's steps trained, as last seen
         self._added = 0  # items added to all shards, as the learner last saw them
         self._held: list[EnvSlot] = []
-        self._pending = False
+        self._wanted = False  # a rollout finished since the last poll
         self._last_poll = -float("inf")
 
     def new_session(self) -> None:
-        self._held, self._pending = [], False
+        self._held, self.pending = [], False
 
-    def trained(self, steps_trained: int) -> None:
-        """The learner's transitions trained, as a report saw them."""
-        self._trained = max(self._trained, steps_trained)
+    def trained(self) -> int:
+        """The learner's transitions trained, as a poll or a report saw them last."""
+        seen = int(self.state.last_learner.get("learner/steps_trained", 0))
+        self._trained = max(self._trained, seen)
+        return self._trained
 
     def behind(self) -> bool:
         """True while training has started and transitions trained < rho * (items
@@ -52,11 +70,12 @@ class ReplayRatioPacer:
         ``max_replay_ratio`` (which counts items *stored*, a few n-step tails
         fewer) then never waits on env workers that wait on it (measured: one
         fragment of slack left the learner idle 24% of the time, four: 2%)."""
-        if self.rho is None or self._trained <= 0 or self._added <= 0:
+        trained = self.trained()
+        if self.rho is None or trained <= 0 or self._added <= 0:
             return False
-        w = self.plan.cfg.workers
-        slack = 4 * len(self.plan.slots) * w.rollouts_in_flight * w.rollout_fragment_length
-        return self._trained < self.rho * (self._added - slack)
+        w = self.w
+        slack = 4 * len(self.state.slots) * w.rollouts_in_flight * w.rollout_fragment_length
+        return trained < self.rho * (self._added - slack)
 
     def hold(self, slot: EnvSlot) -> bool:
         """After a rollout of ``slot``: True if its next rollout must wait (it is held)."""
@@ -65,46 +84,43 @@ class ReplayRatioPacer:
         held = self.behind()
         if held:
             self._held.append(slot)  # relaunched once the learner has caught up
-        self._maybe_poll()
+        self._wanted = True
+        self.tick()
         return held
 
-    def _maybe_poll(self) -> None:
-        """Ask the learner how far it is, at most every 20 ms (50 ms while nobody waits)."""
-        if self._pending:
-            return
-        now = time.monotonic()
-        gap = 0.02 if self._held else 0.05
-        if not self._held and now - self._last_poll < gap:
-            return
-        delay = max(0.0, self._last_poll + gap - now)
-        self._pending = True
+    def due(self, now: float) -> bool:
+        """Poll the learner at most every 20 ms while a worker waits; else at most every
+        50 ms, and only after a rollout finished."""
+        if self.rho is None:
+            return False
+        return bool(self._held) or (self._wanted and now - self._last_poll >= 0.05)
+
+    def start(self, now: float) -> Any:
+        self._wanted = False
+        delay = max(0.0, self._last_poll + 0.02 - now)
 
         async def poll() -> tuple[int, int]:
             if delay:
                 await asyncio.sleep(delay)
             self._last_poll = time.monotonic()
-            return await call_with_timeout(self.plan.learner.progress(), self.plan.timeout)
+            return await call_with_timeout(self.state.learner.progress(), self.timeout)
 
-        self.plan.tasks.add(poll(), self._polled)
+        return poll()
 
-    def _polled(self, task: asyncio.Future) -> None:
-        self._pending = False
-        exc = None if task.cancelled() else task.exception()
-        if task.cancelled():
-            return
+    def done(self, result: Any, exc: BaseException | None) -> None:
         if exc is not None:  # lost? the recovery check rebuilds it; held slots wait for it
-            self.plan.recovery.soon()
+            self.on_lost()
             self._last_poll = time.monotonic() + 0.5
             if self._held:
-                self._maybe_poll()
+                self.tick()
             return
-        trained, added = task.result()
-        self.trained(trained)
+        trained, added = result
+        self._trained = max(self._trained, int(trained))
         self._added = int(added)  # a rebuilt learner may know fewer: taken as it is
         if not self.behind():
             held, self._held = self._held, []
-            if not self.plan.halting:
+            if not self.state.halting:
                 for slot in held:
-                    self.plan.store.launch(slot)
+                    self.relaunch(slot)
         if self._held:
-            self._maybe_poll()
+            self.tick()

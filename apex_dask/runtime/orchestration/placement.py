@@ -80,6 +80,10 @@ class Placement:
             "evaluator": self.evaluator.as_dict(),
         }
 
+    def env_worker(self, env_index: int) -> WorkerInfo:
+        """Where env worker ``env_index`` (-1: the evaluator) is."""
+        return self.evaluator if env_index < 0 else self.env_workers[env_index]
+
     def moved(self, env_index: int, where: WorkerInfo) -> Placement:
         """This placement with env worker ``env_index`` (-1: the evaluator) on ``where``."""
         if env_index < 0:

@@ -17,95 +17,62 @@ plan asks the scheduler which workers live. For each actor whose worker is gone:
   Env workers then take its weights whatever their version. The run stops,
   with one line, only when no worker is left.
 
-A lost actor's counters died with it: its last reported ``flow/*`` counters
-are kept here and added to the live ones, so the totals never go backwards,
-and the batches a lost learner had received but not trained (as of its last
-stats) are added to ``flow/batches_lost``.
+A lost actor's counters died with it: its last reported flow counters (as
+the newest report saw them, ``state.last_shards`` / ``state.last_learner``)
+go to ``state.counters.retired`` and are added to the live ones, so the
+totals never go backwards; the batches a lost learner had received but not
+trained are added to ``flow/batches_lost``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 from apex_dask.algo.checkpoint import read_manifest
+from apex_dask.experiment.flow import LearnerFlow, ShardFlow
 from apex_dask.runtime.actors.calls import call_with_timeout
-from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.errors import ApexRuntimeError, describe
+from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
-
-if TYPE_CHECKING:
-    from apex_dask.runtime.orchestration.launch import ActorSet
-    from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.state import RunState
+from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
 __all__ = ["Recovery"]
 
-_SHARD_FLOW = {
-    "rollouts_stored": "flow/rollouts_stored",
-    "batches_sampled": "flow/batches_sampled",
-    "priority_updates_applied": "flow/priority_updates_applied",
-}
-_LEARNER_FLOW = (
-    "flow/batches_received",
-    "flow/batches_trained",
-    "flow/priority_updates_sent",
-    "flow/priority_updates_failed",
-    "flow/batches_lost",
-)
 
+class Recovery(Job):
+    """Watches the workers of the learner and the shards; rebuilds lost ones via ``actors``.
 
-class Recovery:
-    """Watches the workers of ``plan``'s learner and shards; rebuilds lost ones via ``actors``."""
+    ``latest()`` names the checkpoint to restore from; ``start_learner()``
+    starts a rebuilt learner's threads.
+    """
 
-    def __init__(self, plan: ExecutionPlan, actors: ActorSet | None, every_s: float = 1.0) -> None:
-        self.plan, self.actors, self.every_s = plan, actors, every_s
-        self.shards_restored = 0
-        self.replay_items_lost = 0
-        self.learner_restored = 0
-        self.retired: Counter[str] = Counter()  # flow counters of lost actors
-        self.last_shards: list[dict[str, float]] = []  # set by the report
-        self.last_learner: dict[str, Any] = {}
+    def __init__(
+        self,
+        state: RunState,
+        tasks: TaskSet,
+        actors: ActorSet | None,
+        *,
+        client: Any,
+        timeout_s: float,
+        latest: Callable[[], Path | None],
+        start_learner: Callable[[], Awaitable[None]],
+        every_s: float = 1.0,
+    ) -> None:
+        super().__init__(tasks, every_s)
+        self.state, self.actors, self.client, self.timeout = state, actors, client, timeout_s
+        self.latest, self.start_learner = latest, start_learner
         self._lock: asyncio.Lock | None = None
-        self._pending = False
-        self._next = 0.0
 
-    # -- counters ---------------------------------------------------------------
-    def counters(self) -> dict[str, float]:
-        return {
-            "faults/shards_restored": float(self.shards_restored),
-            "faults/replay_items_lost": float(self.replay_items_lost),
-            "faults/learner_restored": float(self.learner_restored),
-        }
+    def due(self, now: float) -> bool:
+        return self.actors is not None and not self.state.halting
 
-    def load_counters(self, counters: dict[str, float]) -> None:
-        self.shards_restored = int(counters.get("faults/shards_restored", 0))
-        self.replay_items_lost = int(counters.get("faults/replay_items_lost", 0))
-        self.learner_restored = int(counters.get("faults/learner_restored", 0))
-
-    def add_retired(self, result: dict[str, float]) -> None:
-        """Add the lost actors' last counters to ``result``'s ``flow/*`` totals."""
-        for name, value in self.retired.items():
-            result[name] = result.get(name, 0.0) + float(value)
-
-    # -- watching ---------------------------------------------------------------
-    def tick(self) -> None:
-        """From the plan's loop: a check about every ``every_s``."""
-        now = time.monotonic()
-        if self.actors is None or self._pending or now < self._next or self.plan.halting:
-            return
-        self._pending, self._next = True, now + self.every_s
-        self.plan.tasks.add(self.check(), self._checked)
-
-    def soon(self) -> None:
-        """A call failed as if its peer were gone: check at the next tick."""
-        self._next = 0.0
-
-    def _checked(self, task: asyncio.Future) -> None:
-        self._pending = False
-        exc = None if task.cancelled() else task.exception()
-        if exc is not None:
-            raise exc
+    def start(self, now: float) -> Awaitable[bool]:
+        return self.check()
 
     async def check(self) -> bool:
         """Rebuild every actor whose worker is gone; True if one was rebuilt."""
@@ -115,7 +82,7 @@ class Recovery:
             self._lock = asyncio.Lock()
         async with self._lock:
             try:
-                info = await self.plan.client.scheduler.identity(n_workers=-1)
+                info = await self.client.scheduler.identity(n_workers=-1)
             except (OSError, TimeoutError):  # the scheduler itself: the client's to report
                 return False
             alive = workers_from_scheduler_info(info)
@@ -131,8 +98,8 @@ class Recovery:
                 return False
             if not alive:
                 raise ApexRuntimeError("every Dask worker was lost; stopping the run")
-            ckpt = self.plan.checkpoints.latest()
-            live = self.plan.learner if not learner_lost else None
+            ckpt = self.latest()
+            live = self.state.learner if not learner_lost else None
             try:
                 parts = read_manifest(ckpt)["parts"] if ckpt is not None else {}
                 for k in lost:
@@ -142,91 +109,79 @@ class Recovery:
             except ApexRuntimeError:
                 raise
             except Exception as exc:
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
                 raise ApexRuntimeError(
-                    f"could not rebuild a lost actor: {type(exc).__name__}: {first}"
+                    f"could not rebuild a lost actor: {describe(exc, 200)}"
                 ) from None
             return True
 
     # -- shards -----------------------------------------------------------------
     async def _rebuild_shard(
-        self, k: int, alive: list[WorkerInfo], ckpt: Any, entry: dict | None, learner: Any
+        self, k: int, alive: list[WorkerInfo], ckpt: Path | None, entry: dict | None, learner: Any
     ) -> None:
         assert self.actors is not None
-        p, placement = self.plan, self.actors.placement
+        s, placement = self.state, self.actors.placement
         was = placement.shards[k].address
-        p.missing_shards.add(k)
-        last = self.last_shards[k] if k < len(self.last_shards) else {}
-        for name, total in _SHARD_FLOW.items():
-            self.retired[total] += int(last.get(f"replay/{k}/{name}", 0.0))
-        held = {s.address: 0 for s in alive}
-        for s in placement.shards:
-            if s.address in held:
-                held[s.address] += 1
-        learner = placement.learner.address
-        where = next((w for w in alive if w.address == learner), None)
+        s.shard_lost(k)
+        last = s.last_shards[k] if k < len(s.last_shards) else {}
+        s.counters.retired.retire_shard(ShardFlow.from_shard_metrics(k, last))
+        held = {w.address: 0 for w in alive}
+        for w in placement.shards:
+            if w.address in held:
+                held[w.address] += 1
+        learner_address = placement.learner.address
+        where = next((w for w in alive if w.address == learner_address), None)
         where = where or min(alive, key=lambda w: held[w.address])
         handle = await self.actors.rebuild_shard(k, where)
         added = 0
         if ckpt is not None and entry is not None:
-            await call_with_timeout(handle.load_part(str(ckpt), entry), max(p.timeout, 120.0))
-            added = await call_with_timeout(handle.added(), p.timeout)
-        self.replay_items_lost += max(0, int(last.get(f"replay/{k}/added", 0.0)) - int(added))
-        p.shards[k] = handle
-        self.shards_restored += 1
-        ref = self.actors.shard_refs[k]
-        await self._tell_all("set_shard", k, ref, alive=alive, learner=learner)
-        p.missing_shards.discard(k)
-        source = f"checkpoint {ckpt.name}" if ckpt is not None else "nothing (no checkpoint yet)"
-        p.report.note(
-            f"replay shard {k} was lost with {was}; rebuilt on {where.name} from {source}"
+            await call_with_timeout(handle.load_part(str(ckpt), entry), max(self.timeout, 120.0))
+            added = await call_with_timeout(handle.added(), self.timeout)
+        items = int(last.get(f"replay/{k}/added", 0.0))
+        s.counters.faults.replay_items_lost += max(0, items - int(added))
+        s.replace_shard(k, handle)
+        s.counters.faults.shards_restored += 1
+        await self._tell_all(
+            "set_shard", k, self.actors.shard_refs[k], alive=alive, learner=learner
         )
+        source = f"checkpoint {ckpt.name}" if ckpt is not None else "nothing (no checkpoint yet)"
+        s.note(f"replay shard {k} was lost with {was}; rebuilt on {where.name} from {source}")
 
     # -- the learner ------------------------------------------------------------
     async def _rebuild_learner(
-        self, alive: list[WorkerInfo], ckpt: Any, entry: dict | None
+        self, alive: list[WorkerInfo], ckpt: Path | None, entry: dict | None
     ) -> None:
         assert self.actors is not None
-        p, placement = self.plan, self.actors.placement
+        s, placement = self.state, self.actors.placement
         was = placement.learner.address
-        last = self.last_learner
-        for name in _LEARNER_FLOW:
-            self.retired[name] += int(last.get(name, 0.0))
-        # what it had received and not trained (as of its last stats) died with it
-        self.retired["flow/batches_lost"] += max(
-            0, int(last.get("flow/batches_received", 0)) - int(last.get("flow/batches_trained", 0))
-        )
-        held = Counter(s.address for s in placement.shards)
+        s.counters.retired.retire_learner(LearnerFlow.from_metrics(s.last_learner))
+        held = Counter(w.address for w in placement.shards)
         gpu = [w for w in alive if float(w.resources.get("GPU", 0)) > 0]
         where = max(gpu or alive, key=lambda w: held[w.address])
         handle = await self.actors.rebuild_learner(where)
         updates = 0
         if ckpt is not None and entry is not None:
-            await call_with_timeout(handle.load_part(str(ckpt), entry), max(p.timeout, 120.0))
-            stats = await call_with_timeout(handle.stats(), p.timeout)
+            await call_with_timeout(handle.load_part(str(ckpt), entry), max(self.timeout, 120.0))
+            stats = await call_with_timeout(handle.stats(), self.timeout)
             updates = int(stats.get("learner/updates", 0))
-        p.learner, p.learner_address = handle, where.address
-        p.report.prev_learner = {"learner/updates": float(updates), "learner/grad_total_s": 0.0}
-        self.learner_restored += 1
-        if not p.halting:
-            await p.replay_and_update.start()
+        s.replace_learner(handle, where.address, updates)
+        s.counters.faults.learner_restored += 1
+        if not s.halting:
+            await self.start_learner()
         await self._tell_all("set_learner", self.actors.learner_ref, alive=alive, learner=None)
         source = f"checkpoint {ckpt.name}" if ckpt is not None else "fresh weights (no checkpoint)"
-        p.report.note(f"the learner was lost with {was}; rebuilt on {where.name} from {source}")
+        s.note(f"the learner was lost with {was}; rebuilt on {where.name} from {source}")
 
     async def _tell_all(
         self, method: str, *args: Any, alive: list[WorkerInfo], learner: Any
     ) -> None:
         """Call ``method(*args)`` on every env worker on a live worker (and on ``learner``);
         one on a lost worker is replaced later, with the current handles."""
-        p = self.plan
         addresses = {w.address for w in alive}
-        slots = [*p.slots, *([p.evaluator] if p.evaluator is not None else [])]
-        targets = [s.handle for s in slots if s.address in addresses]
+        targets = [slot.handle for slot in self.state.env_slots() if slot.address in addresses]
         if learner is not None:
             targets.append(learner)
 
         async def one(h: Any) -> None:
-            await call_with_timeout(getattr(h, method)(*args), p.timeout)
+            await call_with_timeout(getattr(h, method)(*args), self.timeout)
 
         await asyncio.gather(*(one(h) for h in targets), return_exceptions=True)

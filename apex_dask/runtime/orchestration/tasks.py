@@ -1,10 +1,12 @@
-"""Calls in flight on the driver's loop, each with its own handler.
+"""Calls in flight on the driver's loop, each with its own handler, and the plan's jobs.
 
 ::
 
     tasks = TaskSet(timeout_s=60)
     tasks.spawn(lambda: worker.sample_into(k), on_done=lambda task: ...)
     while running:
+        for job in jobs:            # Job subclasses: report, health, checkpoints, ...
+            job.tick(time.monotonic())
         await tasks.step(0.1)       # runs the handlers of the calls that finished
 
 Dask's ``wait``/``as_completed`` do not work on actor futures, so this uses
@@ -21,9 +23,14 @@ from typing import Any
 
 from apex_dask.runtime.actors.calls import call_with_timeout
 
-__all__ = ["Handler", "TaskSet"]
+__all__ = ["Handler", "Job", "TaskSet", "task_error"]
 
 Handler = Callable[[asyncio.Future], Awaitable[None] | None]
+
+
+def task_error(task: asyncio.Future) -> BaseException | None:
+    """The task's exception (``CancelledError`` if it was cancelled), or None."""
+    return asyncio.CancelledError() if task.cancelled() else task.exception()
 
 
 class TaskSet:
@@ -81,3 +88,48 @@ class TaskSet:
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
+
+
+class Job:
+    """One job the plan's loop ticks, with at most one run in flight.
+
+    ``tick(now)`` starts a run when none is pending, ``every_s`` has passed
+    since the last start and :meth:`due` agrees; :meth:`start` makes the run's
+    coroutine (anything to do at once happens there); :meth:`done` gets its
+    result or error (by default an error stops the run). :meth:`soon` lifts the
+    ``every_s`` wait once. A cancelled run (the plan drains) gets no ``done``.
+    """
+
+    def __init__(self, tasks: TaskSet, every_s: float = 0.0) -> None:
+        self.tasks = tasks
+        self.every_s = float(every_s)
+        self.pending = False
+        self._next = 0.0
+
+    def due(self, now: float) -> bool:
+        return True
+
+    def start(self, now: float) -> Awaitable[Any]:
+        raise NotImplementedError
+
+    def done(self, result: Any, exc: BaseException | None) -> Awaitable[None] | None:
+        if exc is not None:
+            raise exc
+        return None
+
+    def tick(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if self.pending or now < self._next or not self.due(now):
+            return
+        self.pending, self._next = True, now + self.every_s
+        self.tasks.add(self.start(now), self._finished)
+
+    def soon(self) -> None:
+        self._next = 0.0
+
+    def _finished(self, task: asyncio.Future) -> Awaitable[None] | None:
+        self.pending = False
+        if task.cancelled():
+            return None
+        exc = task.exception()
+        return self.done(None if exc is not None else task.result(), exc)
