@@ -153,6 +153,7 @@ def test_same_seed_same_training():
         np.testing.assert_array_equal(wa[k], wb[k])
 
 
+@pytest.mark.slow
 def test_cartpole_preset_learns_well_above_random():
     """A broken learner fails here: random play scores ~22 on CartPole-v1."""
     cfg = ApexConfig.preset("cartpole").override({"eval.episodes": 0, "seed": 0})

@@ -133,6 +133,7 @@ def test_connect_existing_trains_on_local_sh_serve_which_ctrl_c_then_stops(tmp_p
         assert_nothing_left(marker)
 
 
+@pytest.mark.slow
 def test_connect_existing_without_a_cluster_fails_fast_with_one_line(tmp_path, monkeypatch):
     from nbclient.exceptions import CellExecutionError
 
@@ -149,6 +150,7 @@ def test_connect_existing_without_a_cluster_fails_fast_with_one_line(tmp_path, m
     assert took < 60, took  # kernel start-up included; the cell itself gives up at once
 
 
+@pytest.mark.slow
 def test_connect_existing_with_a_dead_scheduler_address_gives_up_within_its_timeout(
     tmp_path, monkeypatch
 ):

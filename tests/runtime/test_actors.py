@@ -12,6 +12,8 @@ from apex_dask.algo.env_worker import probe_spaces
 from apex_dask.algo.envs import make_env_factory
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 
+pytestmark = pytest.mark.slow  # every test uses the module's 2-process LocalCluster
+
 OBS = 4
 LEARNER_KWARGS = {"hiddens": (32,), "target_update_freq": 10_000, "device": "cpu", "num_threads": 1}
 

@@ -13,6 +13,8 @@ from apex_dask.config import ApexConfig
 from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
 from apex_dask.runtime.orchestration.driver import ApexDriver, ApexRuntimeError
 
+pytestmark = pytest.mark.slow  # trains and resumes on a 2-process LocalCluster
+
 
 def config(**overrides) -> ApexConfig:
     base = {

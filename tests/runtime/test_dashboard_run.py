@@ -157,6 +157,7 @@ def same(served: float | None, result: float) -> bool:
 # -- HTTP -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_driver_links_the_apex_page_of_its_scheduler(real_run):
     assert real_run.driver.dashboard_link == dashboard_url(real_run.client)
     status, body = get(real_run.base + "status")
@@ -164,6 +165,7 @@ def test_driver_links_the_apex_page_of_its_scheduler(real_run):
     assert 'href="apex"' in body  # the navigation bar links the page
 
 
+@pytest.mark.slow
 def test_apex_page_serves_a_bokeh_document_of_the_run(real_run):
     from bokeh.client import pull_session
     from bokeh.models import ColumnDataSource, Div
@@ -182,6 +184,7 @@ def test_apex_page_serves_a_bokeh_document_of_the_run(real_run):
         assert len(filled) >= 8, "most plot lines carry points of the run"
 
 
+@pytest.mark.slow
 def test_metrics_json_values_grow_while_training(real_run):
     base = real_run.base
     growing = ["learner/steps_trained", "learner/updates", "env/steps_sampled", "iteration"]
@@ -204,6 +207,7 @@ def test_metrics_json_values_grow_while_training(real_run):
         assert len(values) >= 2 and values == sorted(values), name  # cumulative: never falls
 
 
+@pytest.mark.slow
 def test_metrics_json_carries_the_result_dict_names_and_values(real_run):
     doc = metrics_json(real_run.base, "?series=0")
     n = int(doc["latest"]["iteration"])
@@ -218,6 +222,7 @@ def test_metrics_json_carries_the_result_dict_names_and_values(real_run):
         assert same(doc["latest"][name], last[name]), (name, doc["latest"][name], last[name])
 
 
+@pytest.mark.slow
 def test_every_replay_shard_reports_its_size(real_run):
     base = real_run.base
     names = {f"replay/{k}/size" for k in range(NUM_SHARDS)}
@@ -234,6 +239,7 @@ def test_every_replay_shard_reports_its_size(real_run):
     assert set(latest_only["latest"]) == names | {"learner/queue_size"}
 
 
+@pytest.mark.slow
 def test_prometheus_endpoint_carries_apex_gauges_of_the_run(real_run):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -265,6 +271,7 @@ def test_prometheus_endpoint_carries_apex_gauges_of_the_run(real_run):
     assert not [n for n, _ in samples if re.search(r"_\d+_", n)], "no index inside a gauge name"
 
 
+@pytest.mark.slow
 def test_preload_and_plugin_registration_are_idempotent(real_run):
     client, base = real_run.client, real_run.base
 
@@ -340,6 +347,7 @@ def plot_area_stats(path: Any) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_chromium_renders_live_plots_of_the_run(real_run, tmp_path):
     chromium = require_chromium()
     shot = screenshot(

@@ -15,6 +15,8 @@ from apex_dask.config import ApexConfig
 from apex_dask.runtime.orchestration.cluster import connect
 from apex_dask.runtime.orchestration.driver import ApexDriver, ApexRuntimeError
 
+pytestmark = pytest.mark.slow  # real clusters (SpecCluster, LocalCluster) and training runs
+
 
 def small_config(**overrides) -> ApexConfig:
     base = {

@@ -12,6 +12,8 @@ pytest.importorskip("minatar")
 from apex_dask.config import ApexConfig  # noqa: E402
 from apex_dask.runtime.orchestration.driver import train  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains MinAtar on a 2-process LocalCluster
+
 ITERATIONS = 3
 
 

@@ -12,10 +12,13 @@ import json
 import urllib.request
 from typing import Any
 
+import pytest
 from polling import poll
 
 from apex_dask.runtime.observability.metrics import PLUGIN_NAME, publish_from_client
 from apex_dask.runtime.preload import dashboard_url, ensure_plugin
+
+pytestmark = pytest.mark.slow  # starts a LocalCluster (in-process scheduler and HTTP server)
 
 
 def get(url: str) -> tuple[int, str]:

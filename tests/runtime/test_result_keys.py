@@ -80,6 +80,7 @@ def test_in_process_results_have_exactly_the_documented_keys(config):
     assert folded(results) == documented()["local"]
 
 
+@pytest.mark.slow
 def test_dask_results_have_exactly_the_documented_keys(config, client):
     results = train(config, client, stop={"iterations": ITERATIONS})
     assert len(results) >= ITERATIONS
