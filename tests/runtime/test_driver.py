@@ -335,7 +335,7 @@ def test_env_workers_act_with_the_learners_weights_from_their_first_rollout(gpu_
     cfg = small_config(**{"workers.max_weight_sync_delay": 10**9, "eval.episodes": 0})
     with ApexDriver(cfg, gpu_client) as driver:
         results = driver.run(stop={"iterations": 2})
-        envs = [s.handle.stats().result() for s in driver._plan.slots]
+        envs = [s.handle.stats().result() for s in driver._plan.state.slots]
     n = cfg.workers.num_workers
     assert [e[f"env/{i}/weights_version"] for i, e in enumerate(envs)] == [0] * n
     assert results[-1]["sync/weight_syncs"] == n
