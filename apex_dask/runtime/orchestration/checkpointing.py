@@ -83,7 +83,6 @@ class Checkpointer(Job):
         self.root = None if root is None else Path(root)
         self.cfg = config.checkpoint
         self.timeout = timeout_s
-        self.saved = 0
         self.last_path: Path | None = None
         self._lock: asyncio.Lock | None = None
         self._last_t = time.monotonic()
@@ -153,7 +152,6 @@ class Checkpointer(Job):
         except BaseException:
             staged.abort()
             raise
-        self.saved += 1
         self.last_path = path
         for old in checkpoints_in(self.root)[: -self.cfg.keep]:
             shutil.rmtree(old, ignore_errors=True)
