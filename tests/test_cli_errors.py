@@ -97,3 +97,38 @@ def test_help_mentions_presets_and_flags():
     assert proc.returncode == 0
     for flag in ("--preset", "--scheduler-file", "--stop-reward", "--out", "cartpole"):
         assert flag in proc.stdout
+
+
+class SchedulerInfo:
+    """The one client call the remote checks make on a CPU-only learner: ``scheduler_info``."""
+
+    def __init__(self, workers: dict[str, dict]) -> None:
+        self.workers = workers
+
+    def scheduler_info(self, n_workers: int = 5) -> dict:
+        return {"workers": self.workers}
+
+
+def test_replay_too_large_for_the_learners_worker_is_refused_naming_that_worker():
+    from apex_dask.cli.checks import UsageError, probe_env
+    from apex_dask.cli.remote import check_learner_worker
+    from apex_dask.config import ApexConfig
+
+    gib = 2**30
+    client = SchedulerInfo(
+        {
+            "tcp://h:1": {"name": 0, "host": "h", "memory_limit": 64 * gib},
+            "tcp://h:2": {"name": 1, "host": "h", "memory_limit": 2 * gib, "resources": {"GPU": 1}},
+        }
+    )
+    cfg = ApexConfig.preset("cartpole")
+    spaces = probe_env(cfg)
+    check_learner_worker(client, cfg, spaces)  # the preset's replay fits in 2 GiB
+    check_learner_worker(SchedulerInfo({}), cfg, spaces)  # no workers yet: the driver's to say
+    big = cfg.override({"replay.capacity": 100_000_000})
+    with pytest.raises(UsageError) as err:  # the learner goes to the GPU worker: 2 GiB there
+        check_learner_worker(client, big, spaces)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "replay.capacity=100,000,000" in message and "lower it" in message
+    assert "the learner's worker tcp://h:2 has 2.0 GiB" in message

@@ -68,6 +68,26 @@ def test_known_ids_pass_check():
     check_env_id("gymnasium.envs.classic_control:MountainCar-v0")
 
 
+def test_sleepy_benchmark_env_sleeps_each_step_and_truncates_after_max_steps():
+    import time
+
+    from apex_dask.algo.benchmark_envs import SLEEPY_ID
+
+    factory = make_env_factory(SLEEPY_ID, {"step_s": 0.02, "max_steps": 5})
+    env, twin = factory(), factory()
+    obs, _ = env.reset(seed=4)
+    assert env.observation_space.contains(obs) and env.action_space.n == 2
+    np.testing.assert_array_equal(twin.reset(seed=4)[0], obs)  # seeded
+    t0 = time.monotonic()
+    steps = [env.step(0) for _ in range(5)]
+    assert time.monotonic() - t0 >= 5 * 0.02  # each step sleeps step_s at least
+    assert [s[1] for s in steps] == [1.0] * 5
+    assert [s[3] for s in steps] == [False] * 4 + [True]  # truncated, never terminated
+    assert not any(s[2] for s in steps)
+    out = _worker(factory=factory, fragment_length=12).sample()
+    assert out["steps"] == 12 and out["episode_lengths"] == [5, 5]
+
+
 # -- rollouts -------------------------------------------------------------
 
 

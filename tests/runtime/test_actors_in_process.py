@@ -1,0 +1,193 @@
+"""The actor classes in this process, without Dask: their async methods awaited directly.
+
+A Dask worker runs these same objects and methods on its event loop; here one
+``asyncio.run`` stands in for that loop. Shards are passed to the env worker
+and the prefetcher as local objects, as the learner's worker does for the
+shards it holds. The learner actor needs a Dask worker (``get_worker()``),
+so its weights come from :class:`WeightsSource`, which answers
+``weights_if_newer`` as the learner actor does. The same pieces on a real
+cluster: ``test_actors.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import queue
+import time
+
+import numpy as np
+import pytest
+
+from apex_dask.algo.checkpoint import CheckpointError
+from apex_dask.algo.env_worker import probe_spaces
+from apex_dask.algo.envs import make_env_factory
+from apex_dask.algo.learner import Learner
+from apex_dask.runtime.actors import EnvWorkerActor, ReplayShardActor
+from apex_dask.runtime.actors.prefetch import ReplayPrefetcher
+
+HIDDENS = (16,)
+
+
+def transitions(n: int, seed: int) -> dict[str, np.ndarray]:
+    """``n`` CartPole-shaped items (obs of 4 floats, 2 actions)."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n + 1, 4)).astype(np.float32)
+    return {
+        "obs": obs[:-1],
+        "next_obs": obs[1:],
+        "action": rng.integers(0, 2, size=n),
+        "reward": np.ones(n, np.float32),
+        "done": np.zeros(n, np.float32),
+        "discount": np.full(n, 0.99**3, np.float32),
+    }
+
+
+def shard(shard_id: int, **kwargs) -> ReplayShardActor:
+    kwargs = {"capacity": 1024, "batch_size": 8, "seed": shard_id, **kwargs}
+    return ReplayShardActor(shard_id, kwargs.pop("capacity"), **kwargs)
+
+
+async def until(condition, timeout_s: float = 30.0) -> None:
+    """Yield to the loop until ``condition()`` holds; ``AssertionError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        await asyncio.sleep(0.01)
+
+
+class WeightsSource:
+    """The learner actor's ``weights_if_newer``: one pickled ``(version, weights)`` blob."""
+
+    def __init__(self, version: int, weights: dict[str, np.ndarray]) -> None:
+        self.version, self.weights, self.asked = version, weights, 0
+
+    async def weights_if_newer(self, version: int) -> bytes | None:
+        self.asked += 1
+        return pickle.dumps((self.version, self.weights)) if self.version > version else None
+
+
+def test_shard_answers_none_below_learning_starts_then_batches_and_takes_priorities():
+    async def scenario():
+        s = shard(2, learning_starts=50)
+        assert await s.add(transitions(40, 0)) == 40
+        assert await s.sample() is None
+        assert await s.add(transitions(40, 1), np.full(40, 5.0, np.float32)) == 80
+        batch = await s.sample()
+        await s.update_priorities(batch.indices, np.full(8, 0.5, np.float32))
+        stats = await s.stats()
+        await s.close()
+        return batch, stats, await s.added()
+
+    batch, stats, added = asyncio.run(scenario())
+    assert batch.shard_id == 2 and batch.added == 80 == added
+    assert batch.data["obs"].shape == (8, 4) and batch.indices.shape == (8,)
+    assert np.all((batch.weights > 0) & (batch.weights <= 1.0))
+    assert stats["replay/2/size"] == 80
+    assert stats["replay/2/rollouts_stored"] == 2
+    assert stats["replay/2/batches_sampled"] == 1
+    assert stats["replay/2/priority_updates_applied"] == 1
+
+
+def test_shard_checkpoint_part_restores_into_a_new_shard_and_refuses_another_capacity(tmp_path):
+    async def scenario():
+        a = shard(0)
+        await a.add(transitions(100, 2), np.linspace(0.1, 3.0, 100, dtype=np.float32))
+        entry = await a.save_part(str(tmp_path), "shard-0")
+        b = shard(0)
+        held = await b.load_part(str(tmp_path), entry)
+        same = [await a.state_dict(), await b.state_dict()]
+        with pytest.raises(CheckpointError, match="does not fit replay shard 0"):
+            await shard(0, capacity=64).load_part(str(tmp_path), entry)
+        return held, same
+
+    held, (before, after) = asyncio.run(scenario())
+    assert held == 100
+    assert before.keys() == after.keys()
+    for key in before:
+        np.testing.assert_equal(after[key], before[key])
+
+
+def test_env_worker_stores_each_rollout_in_the_named_shard_and_takes_only_newer_weights():
+    factory = make_env_factory("CartPole-v1")
+    obs_space, act_space = probe_spaces(factory)
+    weights = Learner(obs_space, act_space, hiddens=HIDDENS, device="cpu").get_weights()[1]
+    source = WeightsSource(7, weights)
+    shards = [shard(0, learning_starts=10**6), shard(1, learning_starts=10**6)]
+    worker = EnvWorkerActor(
+        3, factory, shards, source, epsilon=0.2, seed=3, n_step=3, gamma=0.99,
+        fragment_length=20, hiddens=HIDDENS, dueling=True, double_q=True,
+    )  # fmt: skip
+
+    async def scenario():
+        first = await worker.sample_into(1)
+        synced = [await worker.sync_weights(), await worker.sync_weights()]
+        both = await worker.sample_into([0, 1])
+        ev = await worker.evaluate(1, seed=0, max_steps=30)
+        out = first, synced, both, ev, await worker.stats()
+        out += ([await s.stats() for s in shards],)
+        await worker.close()
+        return out
+
+    first, synced, both, ev, stats, (s0, s1) = asyncio.run(scenario())
+    assert (first.rollouts, first.steps, first.weights_version) == (1, 20, -1)
+    assert synced == [7, None]  # the second ask finds nothing newer
+    assert (both.rollouts, both.steps, both.weights_version) == (2, 40, 7)
+    assert s0["replay/0/rollouts_stored"] == 1 and s1["replay/1/rollouts_stored"] == 2
+    assert 40 - 2 <= s1["replay/1/size"] <= 40  # up to n - 1 steps still pending
+    assert ev["weights_version"] == 7 and 1 <= ev["return_mean"] <= 30
+    assert stats["env/epsilon/3"] == 0.2
+    assert stats["env/3/rollouts_sent"] == 3 and stats["env/3/steps_sampled"] == 60
+    assert stats["env/3/weights_version"] == 7
+
+
+def test_prefetcher_waits_while_the_queue_is_full_and_drops_nothing():
+    shards = [shard(0), shard(1)]
+    inq: queue.Queue = queue.Queue(maxsize=4)
+    alive = [True]  # the consumer (the learner thread), here this coroutine
+
+    async def scenario():
+        for k, s in enumerate(shards):
+            await s.add(transitions(64, k))
+        handles = [object(), object()]  # not the shards: both are called as local objects
+        pf = ReplayPrefetcher(shards, handles, inq, batch_size=8, prefetch_per_shard=2)
+        pf.start(lambda: alive[0])
+        await until(inq.full)  # the slots now wait for space
+        taken = [inq.get_nowait() for _ in range(4)]
+        for _ in taken:
+            pf.taken(asyncio.get_running_loop())  # at half queue: the waiting slots wake
+        await until(inq.full)
+        alive[0] = False
+        await pf.stop(timeout_s=5.0)
+        return pf, taken
+
+    pf, taken = asyncio.run(scenario())
+    assert pf.local_shards == 2
+    assert pf.enqueue_blocked_s > 0.0
+    assert pf.batches_received == len(taken) + inq.qsize() == 8  # none beyond the queue
+    assert pf.batches_lost == 0 and not pf.errors
+    assert pf.added_total == 128
+    assert {b.shard_id for b in taken} == {0, 1}
+
+
+def test_prefetcher_keeps_batches_times_batch_size_within_the_replay_ratio():
+    s = shard(0)
+    inq: queue.Queue = queue.Queue(maxsize=100)
+
+    async def scenario():
+        await s.add(transitions(40, 5))  # ratio 2: at most 2 * 40 / 8 = 10 batches
+        pf = ReplayPrefetcher([s], [s], inq, batch_size=8, max_replay_ratio=2.0)
+        pf.start(lambda: True)
+        # requests in flight count against the ratio too: once the gate holds, none can follow
+        await until(lambda: pf.ratio_wait_s > 0.0 and inq.qsize() >= 10)
+        capped, waited = inq.qsize(), pf.ratio_wait_s
+        await s.add(transitions(20, 6))  # room for 5 more
+        await until(lambda: inq.qsize() >= 15 and pf.ratio_wait_s > waited)
+        await pf.stop(timeout_s=5.0)
+        return pf, capped
+
+    pf, capped = asyncio.run(scenario())
+    assert pf.local_shards == 0  # its handle is itself: called as a remote shard
+    assert capped == 10
+    assert pf.batches_received == inq.qsize() == 15
+    assert pf.ratio_wait_s > 0.0
