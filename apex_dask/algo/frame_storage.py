@@ -27,24 +27,21 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from apex_dask.algo.frame_codec import COMPACT_KEYS, encode_stacks, is_compact, split_compact
-from apex_dask.algo.replay_storage import ItemStorage, Schema, check_required, schema_of
-
-if TYPE_CHECKING:
-    from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay_storage import Schema
 
 __all__ = [
     "FRAMES_PER_ITEM",
     "REF_KEYS",
     "FrameStore",
-    "add_stacked",
+    "Stacked",
     "split_stacked",
     "stacked_schema",
+    "user_keys",
 ]
 
 REF_KEYS = {"obs_refs": "obs", "next_obs_refs": "next_obs"}
@@ -53,17 +50,29 @@ REF_KEYS = {"obs_refs": "obs", "next_obs_refs": "next_obs"}
 FRAMES_PER_ITEM = 1.2
 """Frame slots per item of capacity."""
 
+Stacked = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A batch's ``(frames, obs_refs, next_obs_refs)``: each frame once, and per item
+the rows of ``frames`` of its ``obs`` and ``next_obs`` stacks."""
+
 
 class FrameStore:
     """A ring of frames for ``capacity`` items of stacks of ``frame_stack`` frames.
 
+    Owns: the frame ring (allocated by the first batch, which fixes the frame
+    shape and dtype), the count of frames ever written, the log of stored
+    batches that decides early eviction (see the module docstring), and their
+    checkpoint state (``frame_stack``, ``frame_capacity``, ``frames/*``). The
+    items, with their frames' ring slots, live in the shard's
+    :class:`~apex_dask.algo.replay_storage.ItemStorage`.
+
     Usage (by :class:`~apex_dask.algo.replay.ReplayShard`)::
 
         store = FrameStore(capacity, 4)
-        frames, orefs, nrefs, first = store.fit(frames, orefs, nrefs, max_items)
-        obs_slots, next_slots = store.write(frames, orefs, nrefs)
-        live = store.commit(len(orefs) - first, shard_size)   # items still valid
-        stacks = store.gather(obs_slots_of_sampled_items)
+        stacked, items = store.split(batch)       # ValueError for a bad batch
+        first, arrays = store.add(*stacked, items, max_items=capacity)
+        ...                                       # the item storage stores arrays
+        live = store.commit(len(stacked[1]) - first, shard_size)   # items still valid
+        data = store.stacks(item_storage.gather(slots))   # obs / next_obs as stacks
     """
 
     def __init__(self, capacity: int, frame_stack: int) -> None:
@@ -88,6 +97,47 @@ class FrameStore:
         self.frames = np.empty((self.frame_capacity, *frame_shape), dtype)
 
     # --------------------------------------------------------------- writing
+    def split(self, batch: Mapping[str, np.ndarray]) -> tuple[Stacked, dict[str, np.ndarray]]:
+        """:func:`split_stacked`, and ``ValueError`` when its frames are not the ring's.
+
+        Changes nothing.
+        """
+        frames, orefs, nrefs, items = split_stacked(batch, self.frame_stack)
+        mine = self.frames
+        if mine is not None and (frames.dtype, frames.shape[1:]) != (mine.dtype, mine.shape[1:]):
+            k = self.frame_stack
+            raise ValueError(
+                f"frames make stacks {frames.dtype}{[k, *frames.shape[1:]]}, "
+                f"the schema says {mine.dtype}{[k, *mine.shape[1:]]}"
+            )
+        return (frames, orefs, nrefs), items
+
+    def add(
+        self,
+        frames: np.ndarray,
+        orefs: np.ndarray,
+        nrefs: np.ndarray,
+        items: Mapping[str, np.ndarray],
+        *,
+        max_items: int,
+    ) -> tuple[int, dict[str, np.ndarray]]:
+        """Write the frames of the newest items of a batch that fit; ``(first, items)``.
+
+        The items kept are ``first..n-1`` of the batch (:meth:`fit`); the
+        returned item arrays are theirs, with ``obs_refs`` / ``next_obs_refs``
+        set to the ring slots of their frames. The first batch allocates the
+        ring (also an empty one, which writes nothing). Follow a non-empty
+        batch with :meth:`commit` once its items are stored.
+        """
+        if self.frames is None:
+            self.allocate(frames.shape[1:], frames.dtype)
+        if orefs.shape[0] == 0:
+            return 0, dict(items)
+        frames, orefs, nrefs, first = self.fit(frames, orefs, nrefs, max_items)
+        out = {key: v[first:] for key, v in items.items()} if first else dict(items)
+        out["obs_refs"], out["next_obs_refs"] = self.write(frames, orefs, nrefs)
+        return first, out
+
     def fit(
         self, frames: np.ndarray, orefs: np.ndarray, nrefs: np.ndarray, max_items: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -156,13 +206,29 @@ class FrameStore:
         out = self.frames.take(slots.reshape(-1), axis=0)
         return out.reshape(*slots.shape, *self.frames.shape[1:])
 
+    def stacks(self, items: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Gathered items with ``obs`` / ``next_obs`` stacks in place of their refs."""
+        return {
+            REF_KEYS[k] if k in REF_KEYS else k: self.gather(v) if k in REF_KEYS else v
+            for k, v in items.items()
+        }
+
+    def user_schema(self, item_schema: Schema) -> Schema:
+        """The schema users see for items of ``item_schema`` (:func:`stacked_schema`)."""
+        if self.frames is None:
+            return dict(item_schema)
+        f = self.frames
+        return stacked_schema(item_schema, (f.dtype, (self.frame_stack, *f.shape[1:])))
+
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, np.ndarray | int]:
-        """The frames the log's batches use (oldest first), the log and counters."""
+        """``frame_stack``, ``frame_capacity`` and ``frames/*``: the frames the log's batches
+        use (oldest first, each once), the log and the count of frames written."""
         first = self._log[0][1] if self._log else self.written
         ids = np.arange(first, self.written) % self.frame_capacity
         frames = self.frames[ids] if self.frames is not None else np.zeros((0,), np.uint8)
         return {
+            "frame_stack": self.frame_stack,
             "frame_capacity": self.frame_capacity,
             "frames/written": self.written,
             "frames/data": frames,
@@ -171,7 +237,8 @@ class FrameStore:
         }
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
-        """Restore :meth:`state_dict` (``ValueError`` when it does not fit this ring)."""
+        """Restore :meth:`state_dict` (``ValueError`` when it does not fit this ring; nothing
+        changed then). The shard checks ``frame_stack``."""
         cap = int(np.asarray(state["frame_capacity"]).item())
         if cap != self.frame_capacity:
             raise ValueError(
@@ -187,6 +254,7 @@ class FrameStore:
         self.written = written
         self._log = deque(zip(items.tolist(), first.tolist(), strict=True))
         self._logged = int(items.sum())
+        self.frames = None
         if frames.ndim > 1:
             self.allocate(frames.shape[1:], frames.dtype)
             self.frames[np.arange(written - count, written) % cap] = frames
@@ -229,46 +297,6 @@ def stacked_schema(item_schema: Schema, stacked: tuple[np.dtype, tuple[int, ...]
     return {REF_KEYS.get(k, k): stacked if k in REF_KEYS else v for k, v in item_schema.items()}
 
 
-def add_stacked(
-    shard: ReplayShard, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None
-) -> tuple[np.ndarray, int, float | None]:
-    """:meth:`ReplayShard.add <apex_dask.algo.replay.ReplayShard.add>` of a frame-stacked shard.
-
-    Encodes (or checks) the batch, writes its frames to the ring and its items
-    (with their frames' ring slots) to the item storage, then evicts items
-    whose frames were overwritten. Returns the slots (-1: not stored), the
-    number of items and the largest priority given (None without priorities).
-    """
-    k, fs = shard.frame_stack, shard._frames
-    frames, orefs, nrefs, items = split_stacked(batch, k)
-    stacked = (frames.dtype, (k, *frames.shape[1:]))
-    if shard._store is None:
-        check_required(REF_KEYS.get(key, key) for key in items)
-        store = ItemStorage(shard.capacity, schema_of(items))
-    else:
-        store = shard._store
-        if stacked != shard._schema["obs"]:
-            raise ValueError(
-                f"frames make stacks {stacked[0]}{list(stacked[1])}, "
-                f"the schema says {shard._schema['obs'][0]}{list(shard._schema['obs'][1])}"
-            )
-    n, arrays = store.check(items)
-    p, top = (None, None) if priorities is None else shard._check_priorities(priorities, n, "add")
-    if shard._store is None:
-        shard._store = store
-        shard._schema = stacked_schema(store.schema, stacked)
-        fs.allocate(frames.shape[1:], frames.dtype)
-    if n == 0:
-        return np.zeros(0, np.int64), 0, top
-    frames, orefs, nrefs, first = fs.fit(frames, orefs, nrefs, shard.capacity)
-    if first:
-        arrays = {key: v[first:] for key, v in arrays.items()}
-        p = None if p is None else p[first:]
-    arrays = dict(arrays)
-    arrays["obs_refs"], arrays["next_obs_refs"] = fs.write(frames, orefs, nrefs)
-    slots = shard._write(arrays, p, n - first)
-    live = fs.commit(n - first, shard._size)
-    if live < shard._size:
-        shard._clear((shard._pos - shard._size) % shard.capacity, shard._size - live)
-        shard._size = live
-    return (np.concatenate([np.full(first, -1, np.int64), slots]) if first else slots), n, top
+def user_keys(item_keys: Iterable[str]) -> list[str]:
+    """The keys users give for these item keys: ``obs`` / ``next_obs`` for their refs."""
+    return [REF_KEYS.get(key, key) for key in item_keys]

@@ -1,49 +1,43 @@
 """One prioritized replay shard: a ring of transitions plus a sum/min tree.
 
 Pure numpy (+ numba kernels); no Dask here. The runtime wraps it in an actor;
-the in-process runner uses it directly. The items live in
-:mod:`apex_dask.algo.replay_storage`, the frames of frame-stacked
-observations in :mod:`apex_dask.algo.frame_storage`; this module holds the
-priorities and the sampling.
+the in-process runner uses it directly. The shard composes three parts, each
+owning its data and its checkpoint keys (:mod:`apex_dask.algo.replay_checkpoint`):
+the items and the ring's cursor (:class:`~apex_dask.algo.replay_storage.ItemStorage`),
+the priorities and their sum/min tree
+(:class:`~apex_dask.algo.replay_priorities.Priorities`) and, with
+``frame_stack``, the frames, each kept once
+(:class:`~apex_dask.algo.frame_storage.FrameStore`). The shard itself owns
+the sampling rng, the counters and the timers.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from apex_dask.algo.frame_codec import decode_batch
-from apex_dask.algo.frame_storage import REF_KEYS, FrameStore, add_stacked
-from apex_dask.algo.replay_checkpoint import load_shard_state, shard_state
+from apex_dask.algo.frame_storage import FrameStore, user_keys
+from apex_dask.algo.replay_checkpoint import (
+    COUNTERS,
+    TIMERS,
+    check_same,
+    pcg64_from_array,
+    pcg64_to_array,
+)
+from apex_dask.algo.replay_priorities import Priorities
+from apex_dask.algo.replay_sample import ReplaySample
 from apex_dask.algo.replay_storage import (
     REQUIRED_KEYS,
     ItemStorage,
     Schema,
     check_required,
-    schema_of,
+    ring_spans,
 )
-from apex_dask.algo.sumtree import SumMinTree
 
 __all__ = ["REQUIRED_KEYS", "ReplayShard", "ReplaySample"]
-
-_COUNTERS = ("added", "sampled", "updated")
-_TIMERS = ("add_s", "sample_s", "update_s")
-
-
-@dataclass(frozen=True)
-class ReplaySample:
-    """A sampled batch: ``data[k][j]`` is the item stored at slot ``indices[j]``.
-
-    ``weights[j]`` is its importance weight; hand ``indices`` back to
-    :meth:`ReplayShard.update_priorities` with the new priorities.
-    """
-
-    indices: np.ndarray  # int64 [B]
-    weights: np.ndarray  # float32 [B]
-    data: dict[str, np.ndarray]
 
 
 class ReplayShard:
@@ -123,22 +117,15 @@ class ReplayShard:
         self.eps = float(eps)
         self.frame_stack = None if frame_stack is None else int(frame_stack)
         self._frames = None if frame_stack is None else FrameStore(capacity, frame_stack)
-        self._tree = SumMinTree(capacity, backend=backend)
+        self._items = ItemStorage(capacity, evicts_early=self._frames is not None)
+        self._priorities = Priorities(capacity, self.alpha, self.eps, backend=backend)
         self._rng = np.random.default_rng(seed)
-        self._priority = np.zeros(capacity, np.float64)
-        self._store: ItemStorage | None = None
-        self._schema: Schema = {}  # the keys add() takes and sample() returns
-        self._size = 0  # items stored: the newest `size` slots before `pos`
-        self._pos = 0
-        self._filled = 0  # slots ever written (== size unless frames evicted items early)
-        self._max_priority = 1.0
-        self._max_mass = self._mass(np.ones(1))[0]
-        self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._times = dict.fromkeys(_TIMERS, 0.0)
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._times = dict.fromkeys(TIMERS, 0.0)
 
     # ------------------------------------------------------------------ basics
     def __len__(self) -> int:
-        return self._size
+        return self._items.size
 
     def __reduce__(self) -> tuple:
         # Pickle through state_dict: compact (stored items only), and the
@@ -149,29 +136,36 @@ class ReplayShard:
     @property
     def backend(self) -> str:
         """The tree backend in use: ``"numba"`` or ``"numpy"``."""
-        return self._tree.backend
+        return self._priorities.tree.backend
 
     @property
     def max_priority(self) -> float:
         """Largest priority seen so far (1.0 before any was given)."""
-        return self._max_priority
+        return self._priorities.max_priority
 
-    def _mass(self, priorities: np.ndarray) -> np.ndarray:
-        return np.power(priorities + self.eps, self.alpha)
+    @property
+    def added(self) -> int:
+        """Items ever added (``stats()["added"]``)."""
+        return self._counts["added"]
 
-    @staticmethod
-    def _check_priorities(priorities: object, n: int, what: str) -> tuple[np.ndarray, float]:
-        """The priorities as float64 [n] and their maximum, or ``ValueError``."""
-        p = np.asarray(priorities, dtype=np.float64)
-        if p.shape != (n,):
-            raise ValueError(f"{what}: expected {n} priorities, got shape {p.shape}")
-        if n == 0:
-            return p, 0.0
-        top = p.max()
-        # NaN fails both comparisons; +-inf fails one of them.
-        if not (p.min() >= 0.0 and top < np.inf):
-            raise ValueError(f"{what}: priorities must be finite and >= 0")
-        return p, float(top)
+    @property
+    def schema(self) -> Schema:
+        """The keys ``add`` takes and ``sample`` returns, with their per-item dtypes and
+        shapes (stacks for ``obs`` / ``next_obs`` with ``frame_stack``); ``{}`` before
+        the first ``add``."""
+        items = self._items.schema
+        if items is None:
+            return {}
+        return items if self._frames is None else self._frames.user_schema(items)
+
+    def stored_slots(self) -> np.ndarray:
+        """The slots of the items stored, newest first (int64 [len(self)])."""
+        return self._items.stored_slots()
+
+    def items_at(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """The items at ``slots`` (as :meth:`sample` returns them), one array per key."""
+        data = self._items.gather(slots)
+        return data if self._frames is None else self._frames.stacks(data)
 
     # --------------------------------------------------------------------- add
     def add(
@@ -183,111 +177,87 @@ class ReplayShard:
         ``priorities[k]``, or the largest priority seen so far when None.
         Returns those slots (int64 [n]). If ``n > capacity`` only the last
         ``capacity`` items remain stored (with ``frame_stack``: their slots
-        are -1 for the items not stored).
+        are -1 for the items not stored). A batch that raises stores nothing.
         """
         t0 = time.perf_counter()
         if self._frames is not None:
-            slots, n, top = add_stacked(self, batch, priorities)
+            slots, n, top = self._add_stacked(batch, priorities)
         else:
             if "frames" in batch:
                 batch = decode_batch(batch)
-            store = self._store
-            if store is None:  # a rejected first batch fixes no schema
+            items = self._items
+            if items.schema is None:  # a rejected first batch fixes no schema
                 check_required(batch)
-                store = ItemStorage(self.capacity, schema_of(batch))
-            n, arrays = store.check(batch)
+            n, arrays = items.check(batch)
             p, top = (
-                (None, None) if priorities is None else self._check_priorities(priorities, n, "add")
+                (None, None) if priorities is None else self._priorities.check(priorities, n, "add")
             )
-            self._store, self._schema = store, store.schema
-            pos = self._pos
-            end = pos + n
-            if end < self.capacity:  # the common case, inline: one slice per key
-                slots = np.arange(pos, end, dtype=np.int64)
-                dst = store.arrays
-                for k, a in arrays.items():
-                    dst[k][pos:end] = a
-                self._set_priorities_range(pos, p, n)
-                self._pos = end
-                self._size = self._filled = min(self.capacity, self._size + n)
-            else:
-                slots = self._write(arrays, p, n)
+            slots = self._write(arrays, p, n)
         if top is not None:
-            self._raise_max(top)
+            self._priorities.raise_max(top)
         self._counts["added"] += n
         self._times["add_s"] += time.perf_counter() - t0
         return slots
 
+    def _add_stacked(
+        self, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None
+    ) -> tuple[np.ndarray, int, float | None]:
+        """``add`` with ``frame_stack``: the slots (-1: not stored), the items, the top priority.
+
+        The frame store encodes (or checks) the batch and writes its frames;
+        the items, with their frames' ring slots, go to the item storage;
+        then the items whose frames were overwritten are evicted.
+        """
+        frames, items = self._frames, self._items
+        stacked, item_batch = frames.split(batch)
+        if items.schema is None:
+            check_required(user_keys(item_batch))
+        n, arrays = items.check(item_batch)
+        p, top = (
+            (None, None) if priorities is None else self._priorities.check(priorities, n, "add")
+        )
+        first, arrays = frames.add(*stacked, arrays, max_items=self.capacity)
+        if n == 0:
+            return items.add(arrays, 0), 0, top  # fixes the schema
+        p = p[first:] if first and p is not None else p
+        slots = self._write(arrays, p, n - first)
+        live = frames.commit(n - first, items.size)
+        if live < items.size:
+            self._priorities.clear(*items.keep_newest(live))
+        return (np.concatenate([np.full(first, -1, np.int64), slots]) if first else slots), n, top
+
     def _write(self, arrays: Mapping[str, np.ndarray], p: np.ndarray | None, n: int) -> np.ndarray:
-        """Items and priorities to the next ``n`` slots; returns the slots."""
-        cap, pos = self.capacity, self._pos
-        end = pos + n
-        slots = np.arange(pos, end, dtype=np.int64)
-        self._store.write(pos, arrays, n)
-        if end <= cap:  # the common case: one range
-            self._set_priorities_range(pos, p, n)
-        else:  # only the last `cap` items survive: [start, cap) and [0, n - skip - n1)
-            slots %= cap
-            skip = max(0, n - cap)
-            start = (pos + skip) % cap
-            n1 = min(n - skip, cap - start)
-            if p is None:
-                self._set_priorities_range(start, None, n1)
-                self._set_priorities_range(0, None, n - skip - n1)
-            else:
-                self._set_priorities_range(start, p[skip : skip + n1])
-                self._set_priorities_range(0, p[skip + n1 :])
-        self._pos = end % cap
-        self._size = min(cap, self._size + n)
-        self._filled = min(cap, self._filled + n)
+        """Items to the item storage, their priorities to the same slots; returns the slots."""
+        pos = self._items.pos
+        slots = self._items.add(arrays, n)
+        if pos + n <= self.capacity:  # the common case: one range
+            self._priorities.set_range(pos, p, n)
+        else:  # only the last `capacity` items survive
+            for start, count, first in ring_spans(pos, n, self.capacity):
+                pr = None if p is None else p[first : first + count]
+                self._priorities.set_range(start, pr, count)
         return slots
-
-    def _set_priorities_range(self, start: int, p: np.ndarray | None, count: int = -1) -> None:
-        """Priorities of the slots from ``start``: ``p``, or the max priority for ``count``."""
-        if p is None:
-            self._tree.fill_range(start, count, self._max_mass)
-            self._priority[start : start + count] = self._max_priority
-        else:
-            self._tree.set_range(start, self._mass(p))
-            self._priority[start : start + p.shape[0]] = p
-
-    def _clear(self, start: int, count: int) -> None:
-        """Empty ``count`` slots from ``start`` (wrapping): never sampled again."""
-        n1 = min(count, self.capacity - start)
-        for a, c in ((start, n1), (0, count - n1)):
-            self._tree.clear_range(a, c)
-            self._priority[a : a + c] = 0.0
-
-    def _raise_max(self, top: float) -> None:
-        if top > self._max_priority:
-            self._max_priority = top
-            self._max_mass = self._mass(np.array([top]))[0]
 
     # ------------------------------------------------------------------ sample
     def sample(self, batch_size: int, beta: float) -> ReplaySample:
         """Draw ``batch_size`` items iid with probability ``P(i)``; weights ``w_i`` (see class)."""
         t0 = time.perf_counter()
-        if self._size == 0:
+        if self._items.size == 0:
             raise ValueError("cannot sample from an empty replay shard")
         batch_size = int(batch_size)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not (np.isfinite(beta) and beta >= 0.0):
             raise ValueError(f"beta must be finite and >= 0, got {beta}")
-        if not self._tree.total > 0.0:
+        if not self._priorities.total > 0.0:
             raise ValueError(
                 "all stored items have mass 0 (priority 0 with eps=0): nothing to sample"
             )
-        indices, weights = self._tree.sample(self._rng.random(batch_size), beta)
-        data = self._store.gather(indices)
-        if self._frames is not None:
-            data = {
-                REF_KEYS[k] if k in REF_KEYS else k: self._frames.gather(v) if k in REF_KEYS else v
-                for k, v in data.items()
-            }
+        indices, weights = self._priorities.sample(self._rng.random(batch_size), beta)
+        data = self.items_at(indices)
         self._counts["sampled"] += batch_size
         self._times["sample_s"] += time.perf_counter() - t0
-        return ReplaySample(indices=indices, weights=weights, data=data)
+        return ReplaySample(indices, weights, data, 0, self._counts["added"])
 
     # ---------------------------------------------------------------- priorities
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
@@ -304,21 +274,21 @@ class ReplayShard:
                 f"indices must be a 1-d integer array, got {idx.dtype}{list(idx.shape)}"
             )
         n = idx.shape[0]
-        p, top = self._check_priorities(priorities, n, "update_priorities")
+        p, top = self._priorities.check(priorities, n, "update_priorities")
         if n == 0:
             self._times["update_s"] += time.perf_counter() - t0
             return
         idx = idx.astype(np.int64, copy=False)
-        if idx.min() < 0 or idx.max() >= self._filled:
+        items = self._items
+        if idx.min() < 0 or idx.max() >= items.filled:
             raise ValueError(
-                f"indices must lie in [0, {self._filled}), got [{idx.min()}, {idx.max()}]"
+                f"indices must lie in [0, {items.filled}), got [{idx.min()}, {idx.max()}]"
             )
-        if self._size < self._filled:  # slots evicted early: leave them empty
-            live = (self._pos - 1 - idx) % self.capacity < self._size
+        if items.size < items.filled:  # slots evicted early: leave them empty
+            live = items.stored(idx)
             idx, p = idx[live], p[live]
-        self._priority[idx] = p  # repeated indices: numpy assigns in order, the last stays
-        self._tree.set(idx, self._mass(p))
-        self._raise_max(top)
+        self._priorities.set(idx, p)
+        self._priorities.raise_max(top)
         self._counts["updated"] += n
         self._times["update_s"] += time.perf_counter() - t0
 
@@ -326,24 +296,25 @@ class ReplayShard:
     def stats(self) -> dict[str, float | int]:
         """Counters and cumulative seconds per operation.
 
-        ``size, capacity, added, sampled`` (items drawn), ``evicted`` (items
-        overwritten or evicted early, ``added - size``), ``updated``
+        ``size`` (items stored now), ``capacity``, ``added`` (items ever
+        added), ``sampled`` (items drawn, counting repeats), ``evicted``
+        (items overwritten or evicted early, ``added - size``), ``updated``
         (priorities set), ``add_s, sample_s, update_s``, ``max_priority``, and
         ``bytes``: the bytes of every array the shard allocated (items, frames,
         priorities, trees).
         """
-        nbytes = self._priority.nbytes + self._tree.nbytes
-        nbytes += self._store.nbytes if self._store is not None else 0
+        nbytes = self._priorities.nbytes + self._items.nbytes
         nbytes += self._frames.nbytes if self._frames is not None else 0
+        size = self._items.size
         return {
-            "size": self._size,
+            "size": size,
             "capacity": self.capacity,
             "added": self._counts["added"],
             "sampled": self._counts["sampled"],
-            "evicted": self._counts["added"] - self._size,
+            "evicted": self._counts["added"] - size,
             "updated": self._counts["updated"],
             **self._times,
-            "max_priority": self._max_priority,
+            "max_priority": self._priorities.max_priority,
             "bytes": int(nbytes),
         }
 
@@ -351,21 +322,48 @@ class ReplayShard:
     def state_dict(self) -> dict[str, np.ndarray | int | float]:
         """Everything needed to continue exactly: a flat dict of arrays and numbers.
 
-        Keys: ``capacity, alpha, eps, size, pos, max_priority``, the counters
-        and timers of :meth:`stats`, ``priority`` and ``mass`` (float64 [size]),
-        ``rng_state`` (uint64 [6], the PCG64 state) and ``data/<key>`` (copies
-        of the stored items). Suitable for ``np.savez``. A frame-stacked shard
-        saves its frames once each (see :mod:`apex_dask.algo.replay_checkpoint`).
+        The shard's own keys, its item storage's and (with ``frame_stack``)
+        its frame store's; the format is in :mod:`apex_dask.algo.replay_checkpoint`.
+        Suitable for ``np.savez``.
         """
-        return shard_state(self)
+        state: dict[str, np.ndarray | int | float] = {
+            "capacity": self.capacity,
+            "alpha": self.alpha,
+            "eps": self.eps,
+            **self._counts,
+            **self._times,
+            "rng_state": pcg64_to_array(self._rng.bit_generator.state),
+            **self._priorities.state_dict(self._items.filled),
+            **self._items.state_dict(),
+        }
+        if self._frames is not None:
+            state.update(self._frames.state_dict())
+        return state
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore a :meth:`state_dict` (also as loaded back from ``np.load``).
 
         The capacity, alpha, eps and frame_stack must equal this shard's
-        (``ValueError``).
+        (``ValueError``). A state that does not fit raises before anything changes.
         """
-        load_shard_state(self, state)
+        mine = {"capacity": self.capacity, "alpha": self.alpha, "eps": self.eps}
+        check_same(state, {**mine, "frame_stack": self.frame_stack})
+        items = ItemStorage(self.capacity, evicts_early=self._frames is not None)
+        items.load_state_dict(state)
+        frames = None
+        if self._frames is not None:
+            frames = FrameStore(self.capacity, self.frame_stack)
+            frames.load_state_dict(state)
+        rng_state = pcg64_from_array(np.asarray(state["rng_state"]))
+        counts = {k: int(np.asarray(state[k]).item()) for k in COUNTERS}
+        times = {k: float(np.asarray(state[k]).item()) for k in TIMERS}
+        self._priorities.load_state_dict(state, items.filled)  # the last check
+        self._items, self._frames = items, frames
+        if items.filled > items.size:  # slots evicted early stay empty
+            self._priorities.clear(*items.evicted_span())
+        self._counts.update(counts)
+        self._times.update(times)
+        self._rng.bit_generator.state = rng_state
 
 
 def _restore(args: tuple, backend: str, state: dict) -> ReplayShard:

@@ -1,5 +1,7 @@
 """Per-item storage of a replay shard: one array per key over a ring of slots.
 
+:class:`ItemStorage` owns the items and the ring's bookkeeping (where the
+next item goes, which slots hold stored items) and their checkpoint state.
 The priorities live in :mod:`apex_dask.algo.replay`; the frames of
 frame-stacked observations in :mod:`apex_dask.algo.frame_storage`. Pure numpy.
 """
@@ -11,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["REQUIRED_KEYS", "ItemStorage", "Schema", "check_required", "schema_of"]
+__all__ = ["REQUIRED_KEYS", "ItemStorage", "Schema", "check_required", "ring_spans", "schema_of"]
 
 REQUIRED_KEYS: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done")
 """Keys every batch added to a replay shard must have."""
@@ -34,6 +36,21 @@ def schema_of(arrays: Mapping[str, np.ndarray]) -> Schema:
     return schema
 
 
+def ring_spans(pos: int, n: int, capacity: int) -> tuple[tuple[int, int, int], ...]:
+    """Where items ``0..n-1`` written from slot ``pos`` of a ring land: ``(slot, count, item)``.
+
+    Each span puts items ``item .. item+count-1`` into slots ``slot ..
+    slot+count-1``. Only the last ``capacity`` items stay, so the first
+    ``max(0, n - capacity)`` are in no span.
+    """
+    if pos + n <= capacity:
+        return ((pos, n, 0),)
+    skip = max(0, n - capacity)
+    start = (pos + skip) % capacity
+    n1 = min(n - skip, capacity - start)
+    return ((start, n1, skip), (0, n - skip - n1, skip + n1))
+
+
 def check_required(keys: Iterable[str]) -> None:
     """``ValueError`` naming the :data:`REQUIRED_KEYS` missing from ``keys``."""
     keys = set(keys)
@@ -43,25 +60,54 @@ def check_required(keys: Iterable[str]) -> None:
 
 
 class ItemStorage:
-    """``capacity`` slots of items with a fixed :data:`Schema`.
+    """``capacity`` slots of items in a ring; owns the items, the cursor and their checkpoint.
+
+    Owns: the per-key arrays (the :data:`Schema` is fixed by the first
+    :meth:`add`), ``pos`` (the slot the next item goes to), ``filled`` (slots
+    ever written) and ``size`` (items stored: the newest ``size`` slots before
+    ``pos``). ``size == filled`` unless the owner evicted the oldest items
+    early (:meth:`keep_newest`; only a storage made with ``evicts_early``,
+    whose checkpoint then also records ``filled``).
 
     Keys of at most :data:`PACK_BYTES` per item share one record array, so a
     gathered item costs a cache line or two, not one per key; larger keys
     (images) get an array of their own.
+
+    Usage (by :class:`~apex_dask.algo.replay.ReplayShard`)::
+
+        items = ItemStorage(capacity)
+        n, arrays = items.check(batch)     # ValueError for a bad batch; nothing changed
+        slots = items.add(arrays, n)       # int64 [n]; pos, size, filled advance
+        data = items.gather(slots)         # {key: array [len(slots), ...]}
     """
 
-    def __init__(self, capacity: int, schema: Schema) -> None:
+    def __init__(self, capacity: int, *, evicts_early: bool = False) -> None:
         self.capacity = int(capacity)
-        self.schema = dict(schema)
-        self.keys = frozenset(schema)
+        self.evicts_early = bool(evicts_early)
+        self._empty()
+
+    def _empty(self) -> None:
+        self.schema: Schema | None = None  # fixed by the first add
+        self.keys: frozenset[str] = frozenset()
+        self.records: np.ndarray | None = None
+        self.packed: tuple[str, ...] = ()
+        self.arrays: dict[str, np.ndarray] = {}
+        self.pos = 0
+        self.size = 0
+        self.filled = 0
+
+    def _allocate(self, schema: Schema) -> None:
+        capacity = self.capacity
         small = [
             (k, dtype, shape)
             for k, (dtype, shape) in schema.items()
             if dtype.itemsize * math.prod(shape) <= PACK_BYTES and not dtype.hasobject
         ]
+        self.schema = dict(schema)
+        self.keys = frozenset(schema)
         self.records = np.empty(capacity, np.dtype(small, align=True)) if small else None
         self.packed = tuple(k for k, _, _ in small)
-        self.arrays: dict[str, np.ndarray] = {
+        self.arrays = {
             k: self.records[k] if k in self.packed else np.empty((capacity, *shape), dtype)
             for k, (dtype, shape) in schema.items()
         }
@@ -72,16 +118,25 @@ class ItemStorage:
         own = sum(v.nbytes for k, v in self.arrays.items() if k not in self.packed)
         return own + (0 if self.records is None else self.records.nbytes)
 
+    # ---------------------------------------------------------------- writing
     def check(self, batch: Mapping[str, np.ndarray]) -> tuple[int, Mapping[str, np.ndarray]]:
-        """Number of items in ``batch`` and its arrays, or ``ValueError`` naming a bad key."""
-        if batch.keys() != self.keys:
-            extra = sorted(set(batch) - self.keys)
-            missing = sorted(self.keys - set(batch))
-            key = (missing or extra)[0]
-            raise ValueError(
-                f"batch key {key!r} does not match the schema (missing {missing}, extra {extra})"
-            )
-        schema = self.schema
+        """Number of items in ``batch`` and its arrays, or ``ValueError`` naming a bad key.
+
+        Before the first :meth:`add` the batch is checked against its own schema.
+        Changes nothing.
+        """
+        if self.schema is None:
+            schema, keys = schema_of(batch), batch.keys()
+        else:
+            schema, keys = self.schema, self.keys
+            if batch.keys() != keys:
+                extra = sorted(set(batch) - keys)
+                missing = sorted(keys - set(batch))
+                key = (missing or extra)[0]
+                raise ValueError(
+                    f"batch key {key!r} does not match the schema "
+                    f"(missing {missing}, extra {extra})"
+                )
         n = -1
         converted = None
         for k, a in batch.items():
@@ -103,20 +158,56 @@ class ItemStorage:
             return n, {**batch, **converted}
         return n, batch
 
-    def write(self, pos: int, arrays: Mapping[str, np.ndarray], n: int) -> None:
-        """Items ``0..n-1`` to slots ``(pos + i) % capacity``; only the last ``capacity`` stay."""
-        cap = self.capacity
-        if pos + n <= cap:  # the common case: one slice per key
+    def add(self, arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+        """Store :meth:`check`'s ``n`` items at slots ``(pos + i) % capacity``; returns them.
+
+        Only the last ``capacity`` items stay. The first add fixes the schema
+        (also with ``n = 0``).
+        """
+        if self.schema is None:
+            self._allocate(schema_of(arrays))
+        cap, pos = self.capacity, self.pos
+        end = pos + n
+        slots = np.arange(pos, end, dtype=np.int64)
+        dst = self.arrays
+        if end <= cap:  # the common case: one slice per key
             for k, a in arrays.items():
-                self.arrays[k][pos : pos + n] = a
-            return
-        skip = max(0, n - cap)
-        start = (pos + skip) % cap
-        n1 = min(n - skip, cap - start)
-        for k, a in arrays.items():
-            dst = self.arrays[k]
-            dst[start : start + n1] = a[skip : skip + n1]
-            dst[: n - skip - n1] = a[skip + n1 :]
+                dst[k][pos:end] = a
+        else:
+            slots %= cap
+            for slot, count, first in ring_spans(pos, n, cap):
+                for k, a in arrays.items():
+                    dst[k][slot : slot + count] = a[first : first + count]
+        self.pos = end % cap
+        self.size = min(cap, self.size + n)
+        self.filled = min(cap, self.filled + n)
+        return slots
+
+    def keep_newest(self, count: int) -> tuple[int, int]:
+        """Evict all but the newest ``count`` items early; ``(first slot, slots)`` evicted.
+
+        The evicted slots (wrapping from the first) keep their data but are
+        no longer stored.
+        """
+        if not self.evicts_early:
+            raise ValueError("this item storage does not evict items early")
+        evicted = max(0, self.size - int(count))
+        start = (self.pos - self.size) % self.capacity
+        self.size -= evicted
+        return start, evicted
+
+    def evicted_span(self) -> tuple[int, int]:
+        """``(first slot, slots)`` written but evicted early (wrapping from the first)."""
+        return (self.pos - self.filled) % self.capacity, self.filled - self.size
+
+    # ---------------------------------------------------------------- reading
+    def stored(self, slots: np.ndarray) -> np.ndarray:
+        """Which of ``slots`` (written ones, int64) hold stored items (bool)."""
+        return (self.pos - 1 - slots) % self.capacity < self.size
+
+    def stored_slots(self) -> np.ndarray:
+        """The slots of the stored items, newest first (int64 [size])."""
+        return (self.pos - 1 - np.arange(self.size, dtype=np.int64)) % self.capacity
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """The items at ``indices``, one array per key (in schema order)."""
@@ -126,11 +217,37 @@ class ItemStorage:
             for k, v in self.arrays.items()
         }
 
-    def export(self, count: int) -> dict[str, np.ndarray]:
-        """Copies of slots ``0..count-1``, per key."""
-        return {k: v[:count].copy() for k, v in self.arrays.items()}
+    # ------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, np.ndarray | int]:
+        """``size``, ``pos``, ``data/<key>`` (copies of slots ``0..filled-1``) and, with
+        ``evicts_early``, ``filled``."""
+        state: dict[str, np.ndarray | int] = {"size": self.size, "pos": self.pos}
+        if self.evicts_early:
+            state["filled"] = self.filled
+        for k, v in self.arrays.items():
+            state[f"data/{k}"] = v[: self.filled].copy()
+        return state
 
-    def load(self, data: Mapping[str, np.ndarray], count: int) -> None:
-        """Fill slots ``0..count-1`` from :meth:`export`'s arrays."""
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore :meth:`state_dict` (``ValueError`` when it does not fit; nothing changed then).
+
+        ``filled`` defaults to ``size``; without ``data/<key>`` arrays (an
+        empty storage) no schema is fixed.
+        """
+        size = int(np.asarray(state["size"]).item())
+        pos = int(np.asarray(state["pos"]).item())
+        filled = int(np.asarray(state.get("filled", size)).item())
+        if not (0 <= size <= filled <= self.capacity and 0 <= pos < self.capacity):
+            raise ValueError(f"state has size={size}, pos={pos} for capacity {self.capacity}")
+        data = {k[len("data/") :]: np.asarray(v) for k, v in state.items() if k.startswith("data/")}
         for k, v in data.items():
-            self.arrays[k][:count] = v
+            if v.ndim == 0 or v.shape[0] != filled:
+                raise ValueError(f"state data/{k} does not have {filled} items")
+        if filled and not data:
+            raise ValueError("state has items but no data/<key> arrays")
+        self._empty()
+        if data:
+            self._allocate(schema_of(data))
+            for k, v in data.items():
+                self.arrays[k][:filled] = v
+        self.size, self.pos, self.filled = size, pos, filled

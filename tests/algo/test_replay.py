@@ -125,7 +125,7 @@ def test_priorities_written_into_the_shard_move_its_tree_exactly():
     shard.add(transitions(5000), priorities=rng.exponential(1.0, 5000))
     for _ in range(40):
         shard.update_priorities(rng.integers(0, 5000, 500), rng.lognormal(0.0, 3.0, 500))
-    tree = shard._tree
+    tree = shard._priorities.tree
     tree.flush()
     sums, mins = tree.sum_tree.copy(), tree.min_tree.copy()
     tree.rebuild()
@@ -191,8 +191,8 @@ def test_state_dict_round_trips_through_npz_and_continues_identically(backend, t
     b = ReplayShard(50, seed=123, backend=backend)
     b.load_state_dict(state)
     assert b.stats() == a.stats()
-    assert np.array_equal(a._tree.sum_tree, b._tree.sum_tree)
-    assert np.array_equal(a._tree.min_tree, b._tree.min_tree)
+    assert np.array_equal(a._priorities.tree.sum_tree, b._priorities.tree.sum_tree)
+    assert np.array_equal(a._priorities.tree.min_tree, b._priorities.tree.min_tree)
     for _ in range(3):
         sa, sb = a.sample(64, beta=0.4), b.sample(64, beta=0.4)
         assert np.array_equal(sa.indices, sb.indices)

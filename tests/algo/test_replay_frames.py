@@ -55,12 +55,12 @@ def test_interleaved_producers_wrapping_ring_match_naive_store(
     assert shard.stats()["added"] > 10 * capacity
     assert checked > 5000
     # every stored item, not only sampled ones: slots of the newest len(shard) items
-    live = (shard._pos - 1 - np.arange(len(shard))) % capacity
-    data = shard._store.gather(live)
+    live = shard.stored_slots()
+    assert len(live) == len(set(live.tolist())) == len(shard)
+    data = shard.items_at(live)
     for j, slot in enumerate(live):
         for key in ("obs", "next_obs"):
-            got = shard._frames.gather(data[key + "_refs"][j : j + 1])[0]
-            np.testing.assert_array_equal(got, naive[int(slot)][key])
+            np.testing.assert_array_equal(data[key][j], naive[int(slot)][key])
 
 
 def test_state_dict_round_trip_keeps_frames_once_and_continues_exactly(tmp_path):
@@ -115,7 +115,7 @@ def test_stacks_that_do_not_overlap_are_stored_whole_and_evict_early():
     assert 100 * FRAMES_PER_ITEM / 8 * 0.5 <= len(shard) < 100  # fewer items held...
     assert stats["evicted"] == stats["added"] - len(shard)  # ...and counted as evicted
     # an evicted slot is never sampled again, even after a priority update for it
-    dead = np.setdiff1d(np.arange(100), (shard._pos - 1 - np.arange(len(shard))) % 100)
+    dead = np.setdiff1d(np.arange(100), shard.stored_slots())
     assert len(dead) > 0
     shard.update_priorities(dead, np.full(len(dead), 1e6))
     drawn = np.concatenate([shard.sample(500, beta=0.4).indices for _ in range(10)])
@@ -147,7 +147,7 @@ def test_vector_shard_takes_a_compact_batch_as_full_stacks():
     shard = ReplayShard(64, seed=0)
     naive: dict[int, dict] = {}
     add_both(shard, naive, batch, 4, compact=True)
-    assert shard._store.schema["obs"][1] == (4, 6, 5)
+    assert shard.schema["obs"][1] == (4, 6, 5)
     naive_sample_check(shard, naive, 100)
 
 
@@ -179,7 +179,7 @@ def test_bad_stacked_batches_raise_and_fix_no_schema():
         shard.add({k: v for k, v in batch.items() if k != "reward"})
     with pytest.raises(ValueError, match=f"expected {len(batch['obs'])} priorities"):
         shard.add(batch, priorities=np.ones(3))
-    assert shard._store is None and len(shard) == 0
+    assert shard.schema == {} and len(shard) == 0
     shard.add(batch)
     other = StackedEpisodes(rng, frame_shape=(6, 6)).fragment(20)
     with pytest.raises(ValueError, match="the schema says"):
