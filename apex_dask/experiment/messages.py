@@ -4,7 +4,7 @@ Three messages close Ape-X's loops (each is pickled by Dask's comm with its
 numpy arrays out of band, so there is no copy beyond the wire)::
 
     env worker --RolloutSummary--> driver        (the rollout itself went to a shard)
-    shard      --ReplayedBatch---> learner       (Replay + Enqueue)
+    shard      --ReplayedBatch---> learner       (Replay + Enqueue; = algo's ReplaySample)
     learner    --PriorityUpdate--> source shard  (Dequeue + update_priorities)
 
 The in-process runner uses the same types, so both runners speak alike.
@@ -13,9 +13,10 @@ The in-process runner uses the same types, so both runners speak alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from apex_dask.algo.replay_sample import ReplaySample
 
 __all__ = ["PriorityUpdate", "ReplayedBatch", "RolloutSummary"]
 
@@ -38,34 +39,11 @@ class RolloutSummary:
     episode_lengths: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayedBatch:
-    """A prioritized batch from shard ``shard_id``.
-
-    ``data[k][j]`` is the item at slot ``indices[j]``, ``weights[j]`` its
-    importance weight; ``added`` the items ever added to the shard (the
-    learner's replay-ratio gate reads it).
-    """
-
-    shard_id: int
-    indices: np.ndarray
-    weights: np.ndarray
-    data: dict[str, np.ndarray]
-    added: int = 0
-
-    def as_hook_batch(self) -> dict[str, Any]:
-        """The ``{"indices", "weights", "data"}`` dict a ``before_learn_on_batch`` hook gets."""
-        return {"indices": self.indices, "weights": self.weights, "data": self.data}
-
-    def with_hook_batch(self, batch: dict[str, Any]) -> ReplayedBatch:
-        """This batch with what a hook returned (missing keys keep their value)."""
-        return ReplayedBatch(
-            self.shard_id,
-            batch.get("indices", self.indices),
-            batch.get("weights", self.weights),
-            batch.get("data", self.data),
-            self.added,
-        )
+ReplayedBatch = ReplaySample
+"""A prioritized batch from shard ``shard_id``: the algorithm's own
+:class:`~apex_dask.algo.replay_sample.ReplaySample` (``indices, weights, data,
+shard_id, added``; ``added`` the items ever added to that shard), one type from
+the shard's ``sample`` to the learner in both runners."""
 
 
 @dataclass(frozen=True, slots=True)

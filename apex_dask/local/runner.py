@@ -25,8 +25,8 @@ from apex_dask.experiment.builder import (
     learner_kwargs,
     resolve_hook,
 )
-from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
 from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
+from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import (
     IterationWindow,
     build_result,
@@ -170,7 +170,7 @@ class LocalApex:
             self.queue_size.push(0)  # no inqueue in-process: batches are sampled on demand
             with self.dequeue_timer:
                 s = self.shards[k].sample(lc.batch_size, rc.beta)
-            batch = ReplayedBatch(k, s.indices, s.weights, s.data, len(self.shards[k]))
+            batch = s.with_shard_id(k)  # its ``added``: items ever added to shard k
             if self.hook is not None:
                 batch = batch.with_hook_batch(self.hook(batch.as_hook_batch(), k))
                 self.hook_calls += 1

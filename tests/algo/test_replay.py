@@ -351,3 +351,25 @@ def test_bad_arguments_raise():
         s.sample(4, beta=-0.1)
     with pytest.raises(ValueError):
         s.add(transitions(2), priorities=np.ones(3))
+
+
+# ----------------------------------------------------------------- the sample type
+def test_a_sample_carries_the_items_ever_added_not_the_size():
+    shard = ReplayShard(8, seed=0)
+    shard.add(transitions(12))
+    s = shard.sample(4, beta=0.4)
+    assert len(shard) == 8 and s.added == shard.added == shard.stats()["added"] == 12
+    assert s.shard_id == 0
+    t = s.with_shard_id(3)
+    assert (t.shard_id, t.added) == (3, 12) and t.indices is s.indices and t.data is s.data
+
+
+def test_a_hook_batch_replaces_only_what_the_hook_returned():
+    shard = ReplayShard(8, seed=0)
+    shard.add(transitions(5))
+    s = shard.sample(4, beta=0.4).with_shard_id(2)
+    assert s.as_hook_batch() == {"indices": s.indices, "weights": s.weights, "data": s.data}
+    weights = np.full(4, 0.5, np.float32)
+    t = s.with_hook_batch({"weights": weights})
+    assert t.weights is weights and t.indices is s.indices and t.data is s.data
+    assert (t.shard_id, t.added) == (2, 5)

@@ -2,8 +2,9 @@
 
 A shard usually lives on the learner's worker; its methods run on that
 worker's event loop, so none of them may block (each is a few milliseconds
-of numpy at most). ``sample()`` answers with a
-:class:`~apex_dask.experiment.messages.ReplayedBatch`.
+of numpy at most). ``sample()`` answers with the shard's own
+:class:`~apex_dask.algo.replay_sample.ReplaySample` (``ReplayedBatch`` in
+:mod:`apex_dask.experiment.messages`), its ``shard_id`` filled in.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
+from apex_dask.algo.replay_sample import ReplaySample
 from apex_dask.experiment.flow import ShardFlow
-from apex_dask.experiment.messages import ReplayedBatch
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled
 
@@ -28,10 +29,11 @@ class ReplayShardActor:
 
     ``sample()`` returns None until the shard holds ``learning_starts`` items
     (the run's ``learning_starts / num_shards``); then a
-    :class:`~apex_dask.experiment.messages.ReplayedBatch` with ``batch_size``
+    :class:`~apex_dask.algo.replay_sample.ReplaySample` with ``batch_size``
     items drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha and weights
-    w_i = (N P(i))^-beta / max_j w_j (``beta`` constant). ``added`` is the
-    number of items ever added (the learner's replay-ratio gate reads it).
+    w_i = (N P(i))^-beta / max_j w_j (``beta`` constant), this shard's
+    ``shard_id`` and ``added``: the items ever added to it (the learner's
+    replay-ratio gate reads it; ``added()`` answers the same count).
 
     Other keyword arguments (``storage``) go to
     :class:`~apex_dask.algo.replay.ReplayShard` unchanged.
@@ -67,20 +69,20 @@ class ReplayShardActor:
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"apex-shard-{shard_id}-io")
 
     async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
-        """Store one rollout (dict of arrays) with its initial priorities; return the size."""
+        """Store one rollout (dict of arrays) with its initial priorities; return the items
+        stored now (the shard's ``size``, not ``added``)."""
         self._shard.add(batch, priorities)
         self.flow.rollouts_stored += 1
         self._pub.maybe(self._metrics)
         return len(self._shard)
 
-    async def sample(self, batch_size: int | None = None) -> ReplayedBatch | None:
+    async def sample(self, batch_size: int | None = None) -> ReplaySample | None:
         """A prioritized batch, or None while fewer than ``learning_starts`` items are held."""
         if len(self._shard) < self._learning_starts:
             return None
         s = self._shard.sample(batch_size or self._batch_size, self._beta)
         self.flow.batches_sampled += 1
-        added = int(self._shard.stats()["added"])
-        return ReplayedBatch(self.shard_id, s.indices, s.weights, s.data, added)
+        return s.with_shard_id(self.shard_id)
 
     async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
@@ -90,7 +92,7 @@ class ReplayShardActor:
 
     async def added(self) -> int:
         """Items ever added to this shard."""
-        return int(self._shard.stats()["added"])
+        return self._shard.added
 
     async def stats(self) -> dict[str, float]:
         """Metric-named stats: ``replay/<k>/*`` and this shard's flow counters."""
@@ -99,10 +101,6 @@ class ReplayShardActor:
     async def state_dict(self) -> dict[str, Any]:
         """The shard's contents and priorities (see ``ReplayShard.state_dict``)."""
         return self._shard.state_dict()
-
-    async def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        self._shard.load_state_dict(state)
 
     async def save_part(self, directory: str, name: str) -> dict[str, Any]:
         """Write this shard into checkpoint ``directory`` as part ``name``; its manifest entry.
