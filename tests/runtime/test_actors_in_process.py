@@ -24,7 +24,7 @@ from apex_dask.algo.env_worker import probe_spaces
 from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.learner import Learner
 from apex_dask.runtime.actors import EnvWorkerActor, ReplayShardActor
-from apex_dask.runtime.actors.prefetch import ReplayPrefetcher
+from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 
 HIDDENS = (16,)
 
@@ -150,7 +150,7 @@ def test_prefetcher_waits_while_the_queue_is_full_and_drops_nothing():
         for k, s in enumerate(shards):
             await s.add(transitions(64, k))
         handles = [object(), object()]  # not the shards: both are called as local objects
-        pf = ReplayPrefetcher(shards, handles, inq, batch_size=8, prefetch_per_shard=2)
+        pf = ReplayPrefetcher(ShardLinks(shards, handles), inq, batch_size=8, prefetch_per_shard=2)
         pf.start(lambda: alive[0])
         await until(inq.full)  # the slots now wait for space
         taken = [inq.get_nowait() for _ in range(4)]
@@ -176,7 +176,7 @@ def test_prefetcher_keeps_batches_times_batch_size_within_the_replay_ratio():
 
     async def scenario():
         await s.add(transitions(40, 5))  # ratio 2: at most 2 * 40 / 8 = 10 batches
-        pf = ReplayPrefetcher([s], [s], inq, batch_size=8, max_replay_ratio=2.0)
+        pf = ReplayPrefetcher(ShardLinks([s], [s]), inq, batch_size=8, max_replay_ratio=2.0)
         pf.start(lambda: True)
         # requests in flight count against the ratio too: once the gate holds, none can follow
         await until(lambda: pf.ratio_wait_s > 0.0 and inq.qsize() >= 10)
@@ -191,3 +191,31 @@ def test_prefetcher_keeps_batches_times_batch_size_within_the_replay_ratio():
     assert capped == 10
     assert pf.batches_received == inq.qsize() == 15
     assert pf.ratio_wait_s > 0.0
+
+
+def test_shard_links_call_local_shards_directly_and_follow_a_rebuilt_shard():
+    local, rebuilt = object(), object()
+    here = {"h0": local, "h2": rebuilt}  # the actors "on this worker", by handle
+    links = ShardLinks([local, "h1"], ["h0", "h1"], resolve=lambda h: here.get(h, h))
+    assert len(links) == 2 and links.local_count == 1
+    assert links.is_local(0) and links.target(0) is local and links.handle(0) == "h0"
+    assert not links.is_local(1) and links.target(1) == "h1"
+    links.set_shard(1, "h2")  # shard 1 rebuilt on this worker
+    assert links.is_local(1) and links.target(1) is rebuilt and links.local_count == 2
+    links.set_shard(0, "h3")  # shard 0 rebuilt elsewhere: called through its handle
+    assert not links.is_local(0) and links.target(0) == "h3" and links.handle(0) == "h3"
+
+
+def test_a_shard_sample_is_the_replayed_batch_message_with_its_shard_id():
+    from apex_dask.algo.replay_sample import ReplaySample
+    from apex_dask.experiment.messages import ReplayedBatch
+
+    s = shard(4, learning_starts=10)
+
+    async def scenario():
+        await s.add(transitions(30, 0))
+        return await s.sample()
+
+    batch = asyncio.run(scenario())
+    assert ReplayedBatch is ReplaySample and type(batch) is ReplaySample
+    assert batch.shard_id == 4 and batch.added == 30 and len(batch.indices) == 8

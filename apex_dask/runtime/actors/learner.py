@@ -11,8 +11,9 @@
   ``prefetch_per_shard`` sample requests per shard and fills the inqueue;
   a full inqueue makes it wait (``learner/enqueue_blocked_s``), never drop.
   Shards on the learner's own worker (the default placement) are called as
-  local objects: no serialization, no loopback round trip.
-- The **learner thread** takes :class:`ReplayedBatch` es (``learner/dequeue_s``
+  local objects: no serialization, no loopback round trip. The learner and
+  the prefetcher share one :class:`~apex_dask.runtime.actors.prefetch.ShardLinks`.
+- The **learner thread** takes :class:`~apex_dask.algo.replay_sample.ReplaySample` s (``learner/dequeue_s``
   times that wait: high means starved), runs the user's
   ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update``
   (``learner/grad_s``, CPU ``learner/grad_cpu_s``; denormals flushed, heap kept:
@@ -52,22 +53,17 @@ import numpy as np
 import torch
 
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
+from apex_dask.algo.replay_sample import ReplaySample
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.builder import Hook
-from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
 from apex_dask.experiment.flow import LearnerFlow
+from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import learner_metrics
-from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.calls import Throttled, call_with_timeout
 from apex_dask.runtime.actors.heap import keep_freed_heap
-from apex_dask.runtime.actors.prefetch import ReplayPrefetcher
+from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 
 __all__ = ["LearnerActor"]
-
-
-def _is_local(handle: Any, worker: Any) -> bool:
-    """Whether an actor handle points at an actor living (created) on ``worker``."""
-    here = getattr(handle, "_address", None) == worker.address
-    return here and worker.state.actors.get(handle.key) is not None
 
 
 class LearnerActor:
@@ -99,18 +95,13 @@ class LearnerActor:
         from apex_dask.algo.learner import Learner
 
         worker = get_worker()
-        self._worker = worker
         self._loop = worker.loop.asyncio_loop
         self._learner = Learner(observation_space, action_space, **learner_kwargs)
         # A shard on this worker is called as a local object (see the module docstring).
-        self._handles = [as_handle(s) for s in shards]
-        self._shards = [
-            worker.state.actors.get(h.key, h) if _is_local(h, worker) else h for h in self._handles
-        ]
+        self._links = ShardLinks.on_worker(shards, worker)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
         self._prefetcher = ReplayPrefetcher(
-            self._shards,
-            self._handles,
+            self._links,
             self._inq,
             batch_size=batch_size,
             prefetch_per_shard=prefetch_per_shard,
@@ -182,12 +173,9 @@ class LearnerActor:
         return self._metrics()
 
     async def set_shard(self, shard_id: int, handle: Any) -> None:
-        """Use a rebuilt replay shard ``shard_id`` (a new actor) from now on."""
-        handle = as_handle(handle)
-        local = self._worker.state.actors.get(handle.key, handle)
-        shard = local if _is_local(handle, self._worker) else handle
-        self._handles[shard_id], self._shards[shard_id] = handle, shard
-        self._prefetcher.set_shard(shard_id, shard, handle)
+        """Use a rebuilt replay shard ``shard_id`` (a new actor, ref or handle) from now on."""
+        self._links.set_shard(shard_id, handle)
+        self._prefetcher.shard_replaced(shard_id)
 
     async def close(self) -> None:
         """Stop everything and publish the last metrics."""
@@ -196,7 +184,7 @@ class LearnerActor:
         self._pub.now(self._metrics)
 
     # ------------------------------------------------------------ learner thread
-    def _take(self) -> ReplayedBatch | None:
+    def _take(self) -> ReplaySample | None:
         """The next batch; None once a stop was asked and the queue is empty."""
         while True:
             try:
@@ -252,9 +240,9 @@ class LearnerActor:
             while self._outbox:
                 update = self._outbox.popleft()
                 self.priority_updates_sent += 1
-                shard = self._shards[update.shard_id]
-                if shard is not self._handles[update.shard_id]:
-                    await shard.update_priorities(update.indices, update.priorities)
+                k = update.shard_id
+                if self._links.is_local(k):
+                    await self._links.target(k).update_priorities(update.indices, update.priorities)
                     continue
                 task = asyncio.create_task(self._send_one(update))
                 self._pending.add(task)
@@ -267,7 +255,7 @@ class LearnerActor:
         k = update.shard_id
         try:
             await call_with_timeout(
-                self._shards[k].update_priorities(update.indices, update.priorities),
+                self._links.target(k).update_priorities(update.indices, update.priorities),
                 self._timeout,
             )
         except Exception as exc:
@@ -345,16 +333,6 @@ class LearnerActor:
             return int(self._learner.version)
 
         return await asyncio.get_running_loop().run_in_executor(self._snap_pool, load)
-
-    async def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (between updates)."""
-
-        def write() -> None:
-            with self._model_lock:
-                self._learner.load_state_dict(state)
-            self._blob = None
-
-        await asyncio.get_running_loop().run_in_executor(self._snap_pool, write)
 
     # ------------------------------------------------------------------- stats
     async def thread_error(self) -> str | None:

@@ -2,7 +2,8 @@
 
 Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
 
-    pf = ReplayPrefetcher(shards, handles, inqueue, batch_size=512, prefetch_per_shard=4)
+    links = ShardLinks.on_worker(shard_refs, worker)   # shared with the learner actor
+    pf = ReplayPrefetcher(links, inqueue, batch_size=512, prefetch_per_shard=4)
     pf.start(thread_alive)          # one task per slot; prefetch_per_shard slots per shard
     ...                             # the learner thread: inqueue.get(); pf.taken(loop)
     await pf.stop()                 # finish requests in flight, queue what they bring
@@ -15,9 +16,9 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
   has drained the queue to half) and the wait is added to
   ``enqueue_blocked_s`` (summed over slots). Nothing is dropped while the
   learner thread lives.
-- A shard living on the learner's worker is passed as the local object: it is
-  called directly (its async methods run on this loop anyway), and its slot
-  waits for queue space *before* sampling, so it never holds a stale batch.
+- A shard living on the learner's worker is called as the local object
+  (:class:`ShardLinks`; its async methods run on this loop anyway), and its
+  slot waits for queue space *before* sampling, so it never holds a stale batch.
 - ``max_replay_ratio`` (rho): a slot waits before requesting while
   (transitions trained before a resume + (batches received + requests in
   flight + 1) * batch_size) > rho * (items
@@ -38,23 +39,84 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from apex_dask.experiment.messages import ReplayedBatch
-from apex_dask.runtime.actors.calls import call_with_timeout
+from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.runtime.actors.calls import as_handle, call_with_timeout
 
-__all__ = ["ReplayPrefetcher"]
+__all__ = ["ReplayPrefetcher", "ShardLinks"]
 
 
-class ReplayPrefetcher:
-    """Keeps ``prefetch_per_shard`` sample requests per shard and fills ``inqueue``.
+class ShardLinks:
+    """The learner's links to its replay shards: per shard id, the handle and what to call.
 
-    ``shards[k]`` is what to call (a local shard object or an actor handle),
-    ``handles[k]`` the actor handle (the same object when the shard is remote).
+    Owns, for each shard id ``k``, the actor handle (``handle(k)``) and the
+    object to call (``target(k)``): the :class:`ReplayShardActor` itself when
+    the shard lives on the learner's worker (``is_local(k)``: called directly,
+    no serialization, no loopback round trip), else the handle (called
+    through :func:`call_with_timeout`). The learner actor and its prefetcher
+    share one; :meth:`set_shard` points shard ``k`` at a rebuilt actor for both.
+
+    ``ShardLinks(targets, handles)`` takes them resolved (``targets[k] is
+    handles[k]`` for a remote shard); :meth:`on_worker` resolves refs on a
+    Dask worker.
     """
 
     def __init__(
         self,
-        shards: Sequence[Any],
+        targets: Sequence[Any],
         handles: Sequence[Any],
+        resolve: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self._targets = list(targets)
+        self._handles = list(handles)
+        if len(self._targets) != len(self._handles):
+            raise ValueError(f"{len(self._targets)} targets for {len(self._handles)} handles")
+        self._resolve = resolve if resolve is not None else (lambda handle: handle)
+
+    @classmethod
+    def on_worker(cls, shards: Sequence[Any], worker: Any) -> ShardLinks:
+        """Links to ``shards`` (refs or handles) from an actor on Dask ``worker``."""
+
+        def resolve(handle: Any) -> Any:
+            here = getattr(handle, "_address", None) == worker.address
+            local = worker.state.actors.get(handle.key) if here else None
+            return handle if local is None else local
+
+        handles = [as_handle(s) for s in shards]
+        return cls([resolve(h) for h in handles], handles, resolve)
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def target(self, shard_id: int) -> Any:
+        """What to call for shard ``shard_id``: the local actor object or the handle."""
+        return self._targets[shard_id]
+
+    def handle(self, shard_id: int) -> Any:
+        """The actor handle of shard ``shard_id``."""
+        return self._handles[shard_id]
+
+    def is_local(self, shard_id: int) -> bool:
+        """Whether shard ``shard_id`` is called as a local object."""
+        return self._targets[shard_id] is not self._handles[shard_id]
+
+    @property
+    def local_count(self) -> int:
+        """How many shards are called as local objects."""
+        return sum(t is not h for t, h in zip(self._targets, self._handles, strict=True))
+
+    def set_shard(self, shard_id: int, handle: Any) -> None:
+        """Shard ``shard_id`` is the actor ``handle`` (a ref or a handle) from now on."""
+        handle = as_handle(handle)
+        self._handles[shard_id] = handle
+        self._targets[shard_id] = self._resolve(handle)
+
+
+class ReplayPrefetcher:
+    """Keeps ``prefetch_per_shard`` sample requests per shard of ``links`` and fills ``inqueue``."""
+
+    def __init__(
+        self,
+        links: ShardLinks,
         inqueue: queue.Queue,
         *,
         batch_size: int,
@@ -63,8 +125,7 @@ class ReplayPrefetcher:
         call_timeout_s: float = 60.0,
         idle_poll_s: float = 0.02,
     ) -> None:
-        self._shards = list(shards)
-        self._local = [s is not h for s, h in zip(shards, handles, strict=True)]
+        self._links = links
         self._inq = inqueue
         self._batch_size = int(batch_size)
         self._per_shard = int(prefetch_per_shard)
@@ -81,8 +142,8 @@ class ReplayPrefetcher:
         self._stopping = False
         self._thread_alive: Callable[[], bool] = lambda: True
         self._in_flight = 0
-        self._added = [0] * len(self._shards)
-        self._added_checked = [0.0] * len(self._shards)
+        self._added = [0] * len(links)
+        self._added_checked = [0.0] * len(links)
         self.batches_received = 0
         self.batches_lost = 0
         self.enqueue_blocked_s = 0.0
@@ -97,7 +158,7 @@ class ReplayPrefetcher:
     @property
     def local_shards(self) -> int:
         """How many shards are called as local objects."""
-        return sum(self._local)
+        return self._links.local_count
 
     def start(self, thread_alive: Callable[[], bool]) -> None:
         """Start the slots on the running loop; ``thread_alive()`` tells if the consumer lives."""
@@ -107,7 +168,7 @@ class ReplayPrefetcher:
         self._slots = [
             asyncio.create_task(self._slot(k))
             for _ in range(self._per_shard)
-            for k in range(len(self._shards))
+            for k in range(len(self._links))
         ]
 
     async def stop(self, timeout_s: float) -> None:
@@ -126,17 +187,16 @@ class ReplayPrefetcher:
             loop.call_soon_threadsafe(self._wake_all)
 
     # ------------------------------------------------------------------ slots
-    def set_shard(self, shard_id: int, shard: Any, handle: Any) -> None:
-        """Sample shard ``shard_id`` from a rebuilt actor from now on (its ``added`` count
-        is read afresh: items lost with the old shard no longer allow training)."""
-        self._shards[shard_id] = shard
-        self._local[shard_id] = shard is not handle
+    def shard_replaced(self, shard_id: int) -> None:
+        """Shard ``shard_id`` is a rebuilt actor (already in the links): its ``added`` count
+        is read afresh, so items lost with the old shard no longer allow training."""
         self._added[shard_id] = 0
         self._added_checked[shard_id] = 0.0
 
     async def _slot(self, shard_id: int) -> None:
         while not self._stopping:
-            shard, local = self._shards[shard_id], self._local[shard_id]
+            links = self._links
+            shard, local = links.target(shard_id), links.is_local(shard_id)
             if self._ratio is not None and not await self._ratio_allows(shard_id):
                 continue
             self._in_flight += 1  # from the ratio gate until the batch is counted
@@ -179,7 +239,7 @@ class ReplayPrefetcher:
         if now - self._added_checked[shard_id] >= 0.05:  # no sample may be coming: ask
             self._added_checked[shard_id] = now
             try:
-                n = await call_with_timeout(self._shards[shard_id].added(), self._timeout)
+                n = await call_with_timeout(self._links.target(shard_id).added(), self._timeout)
                 self._added[shard_id] = max(self._added[shard_id], int(n))
             except Exception as exc:
                 self.errors.append(f"added() of shard {shard_id}: {type(exc).__name__}: {exc}")
@@ -210,7 +270,7 @@ class ReplayPrefetcher:
             if not fut.done():
                 fut.set_result(None)
 
-    async def _enqueue(self, item: ReplayedBatch) -> None:
+    async def _enqueue(self, item: ReplaySample) -> None:
         """Put a batch in the inqueue, waiting for space; never dropped while the thread lives."""
         while True:
             try:
