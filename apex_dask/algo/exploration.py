@@ -7,6 +7,8 @@ Worker i of N (0-based) explores with
 so worker 0 uses ``base`` (0.4 by default, the most exploratory) and worker
 N-1 uses ``base ** (1 + alpha)`` (0.4 ** 8 ~ 6.6e-4). With one worker it
 uses ``base``. Metrics follow the least-exploring third (highest indices).
+The epsilon-greedy choice itself is made, batched over a worker's envs, by
+:class:`apex_dask.algo.env_worker.EnvWorker` (one draw per env, one forward for the greedy ones).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["apex_epsilons", "epsilon_greedy", "lowest_epsilon_workers"]
+__all__ = ["apex_epsilons", "lowest_epsilon_workers"]
 
 
 def apex_epsilons(num_workers: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -49,10 +51,3 @@ def lowest_epsilon_workers(num_workers: int) -> list[int]:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     k = -(-num_workers // 3)
     return list(range(num_workers - k, num_workers))
-
-
-def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
-    """With probability ``epsilon`` a uniform random action, else ``argmax_a q_values[a]``."""
-    if epsilon > 0.0 and rng.random() < epsilon:
-        return int(rng.integers(q_values.shape[-1]))
-    return int(np.argmax(q_values))

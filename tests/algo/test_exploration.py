@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from apex_dask.algo.exploration import apex_epsilons, epsilon_greedy, lowest_epsilon_workers
+from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
 
 
 def test_epsilons_follow_apex_formula_hand_computed():
@@ -50,11 +50,3 @@ def test_lowest_epsilon_third_is_highest_indices(n, expected):
 def test_lowest_epsilon_third_matches_rllib_slice(n):
     """RLlib reports from ``workers[-N // 3:]``: ceil(N / 3) workers, never N // 3."""
     assert lowest_epsilon_workers(n) == list(range(n))[-n // 3 :]
-
-
-def test_epsilon_greedy_zero_is_argmax_and_one_is_uniform():
-    rng = np.random.default_rng(0)
-    q = np.array([0.1, 2.0, -1.0])
-    assert all(epsilon_greedy(q, 0.0, rng) == 1 for _ in range(20))
-    counts = np.bincount([epsilon_greedy(q, 1.0, rng) for _ in range(3000)], minlength=3)
-    assert counts.min() > 900
