@@ -258,7 +258,7 @@ def run_variant(name: str, capacity: int, obs_shape: tuple, obs_dtype, args, rng
     ours = Ours(capacity, seed=1)
     build(ours, capacity, chunk, rng)
     # The image floor works in the shard's own obs arrays (7.4 GB each way otherwise).
-    borrow = {k: ours.shard._store.arrays[k] for k in ("obs", "next_obs")} if image else None
+    borrow = {k: ours.shard.items.arrays[k] for k in ("obs", "next_obs")} if image else None
     floor = Floor(capacity, chunk, rng, borrow)
     if not image:
         build(floor, capacity, chunk, rng)
@@ -320,7 +320,7 @@ def drift_check(n_updates: int, rng) -> dict:
         idx = rng.integers(0, cap, BATCH)
         shard.update_priorities(idx, rng.lognormal(0.0, 3.0, BATCH))
         done += BATCH
-    tree = shard._tree  # benchmark-only look inside: the tree is not public API
+    tree = shard._priorities.tree  # benchmark-only look inside: the tree is not public API
     tree.flush()
     before_sum, before_min = tree.sum_tree.copy(), tree.min_tree.copy()
     tree.rebuild()

@@ -179,7 +179,7 @@ def run_stacked(args, rng: np.random.Generator) -> dict:
             batches.append(batch)
     per_item = {i.name: i.shard.stats()["bytes"] / capacity for i in impls[:2]}
     held = {i.name: len(i.shard) for i in impls}
-    borrow = {k: impls[0].shard._store.arrays[k] for k in ("obs", "next_obs")}
+    borrow = {k: impls[0].shard.items.arrays[k] for k in ("obs", "next_obs")}
     floor = Floor(capacity, batches[0], rng, borrow)
     base = {"add": 300, "sample": 10, "update": 20, "cycle": 3}
     reps = {op: max(3, int(r * (0.3 if args.quick else 1))) for op, r in base.items()}

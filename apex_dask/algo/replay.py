@@ -158,6 +158,11 @@ class ReplayShard:
             return {}
         return items if self._frames is None else self._frames.user_schema(items)
 
+    @property
+    def items(self) -> ItemStorage:
+        """The item storage (read it, e.g. its ``arrays``; change it only through the shard)."""
+        return self._items
+
     def stored_slots(self) -> np.ndarray:
         """The slots of the items stored, newest first (int64 [len(self)])."""
         return self._items.stored_slots()
