@@ -39,7 +39,5 @@ def test_actor_offers_every_method_of_its_contract_as_async(protocol, cls):
 def test_every_public_actor_method_is_in_a_contract():
     """A method the driver or a peer may call is written down (or private)."""
     for protocol, cls in PAIRS:
-        public = {
-            n for n, f in vars(cls).items() if inspect.iscoroutinefunction(f) and n[0] != "_"
-        }
+        public = {n for n, f in vars(cls).items() if inspect.iscoroutinefunction(f) and n[0] != "_"}
         assert public <= set(_methods(protocol)), (cls.__name__, public - set(_methods(protocol)))

@@ -9,7 +9,16 @@ from typing import Any, TypeVar
 
 from apex_dask.runtime.observability.metrics import MetricsPublisher
 
-__all__ = ["ActorRef", "Throttled", "as_handle", "bind", "call_with_timeout", "peer_lost"]
+__all__ = [
+    "ActorRef",
+    "Throttled",
+    "as_handle",
+    "bind",
+    "call_with_timeout",
+    "current_worker",
+    "local_actor",
+    "peer_lost",
+]
 
 # (class, worker address, key): names an actor without making its key a dependency.
 # Actors are created with refs rather than Futures: an actor created with another's
@@ -34,6 +43,27 @@ def bind(ref: ActorRef, client: Any) -> Any:
 
     with client.as_current():
         return Actor(*ref)
+
+
+def current_worker() -> Any | None:
+    """The Dask worker running this code (None outside one, e.g. actors in a test)."""
+    from distributed import get_worker
+
+    try:
+        return get_worker()
+    except ValueError:
+        return None
+
+
+def local_actor(handle: Any, worker: Any) -> Any | None:
+    """The actor object ``handle`` names if it lives on ``worker`` (else None).
+
+    The one place that reads a handle's private ``_address`` (Dask offers no
+    public way to ask where an actor lives).
+    """
+    if getattr(handle, "_address", None) != worker.address:
+        return None
+    return worker.state.actors.get(handle.key)
 
 
 # Dask's text when a handle's worker is gone: a plain RuntimeError, the one untyped case

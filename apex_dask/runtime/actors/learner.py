@@ -59,7 +59,7 @@ from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import learner_metrics
-from apex_dask.runtime.actors.calls import Throttled, call_with_timeout
+from apex_dask.runtime.actors.calls import Throttled, call_with_timeout, current_worker
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 
@@ -90,15 +90,16 @@ class LearnerActor:
         idle_poll_s: float = 0.02,
         run: str = "",
     ) -> None:
-        from distributed import get_worker
-
         from apex_dask.algo.learner import Learner
 
-        worker = get_worker()
-        self._loop = worker.loop.asyncio_loop
+        worker = current_worker()  # None: the actor runs in this process, without Dask
+        self._loop = None if worker is None else worker.loop.asyncio_loop
         self._learner = Learner(observation_space, action_space, **learner_kwargs)
         # A shard on this worker is called as a local object (see the module docstring).
-        self._links = ShardLinks.on_worker(shards, worker)
+        if worker is None:
+            self._links = ShardLinks(list(shards), list(shards))
+        else:
+            self._links = ShardLinks.on_worker(shards, worker)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
         self._prefetcher = ReplayPrefetcher(
             self._links,
@@ -147,6 +148,7 @@ class LearnerActor:
             return
         self._stop_thread = False
         self._sender_stop = False
+        self._loop = self._loop or asyncio.get_running_loop()
         self._snap_lock = asyncio.Lock()
         keep_freed_heap()
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from apex_dask.algo.replay_sample import ReplaySample
-from apex_dask.runtime.actors.calls import as_handle, call_with_timeout
+from apex_dask.runtime.actors.calls import as_handle, call_with_timeout, local_actor
 
 __all__ = ["ReplayPrefetcher", "ShardLinks"]
 
@@ -77,8 +77,7 @@ class ShardLinks:
         """Links to ``shards`` (refs or handles) from an actor on Dask ``worker``."""
 
         def resolve(handle: Any) -> Any:
-            here = getattr(handle, "_address", None) == worker.address
-            local = worker.state.actors.get(handle.key) if here else None
+            local = local_actor(handle, worker)
             return handle if local is None else local
 
         handles = [as_handle(s) for s in shards]

@@ -33,7 +33,7 @@ class FaultHandler:
         self,
         state: RunState,
         tasks: TaskSet,
-        actors: ActorSet,
+        actors: ActorSet | None,
         *,
         client: Any,
         check_rebuilds: Callable[[], Awaitable[bool]],
@@ -59,6 +59,9 @@ class FaultHandler:
         """Raise if the learner's or a shard's worker is gone; re-create ``slot``'s actor
         if its worker is gone (True); else back off briefly (False)."""
         await self.check_rebuilds()  # a lost learner or shard is rebuilt first
+        if self.actors is None:
+            who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
+            raise ApexRuntimeError(f"{who} did not answer and cannot be replaced here")
         info = await self.client.scheduler.identity(n_workers=-1)
         uids = {a: str(w.get("id", "")) for a, w in info.get("workers", {}).items()}
         uid = self.actors.placement.env_worker(slot.index).uid

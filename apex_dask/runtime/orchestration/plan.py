@@ -53,7 +53,11 @@ __all__ = ["ExecutionPlan"]
 
 class ExecutionPlan:
     """Runs sessions of the plan over ``state``; state (counters, iteration) persists
-    across sessions (a halt, then :meth:`run` again)."""
+    across sessions (a halt, then :meth:`run` again).
+
+    ``actors`` creates and replaces actors on the cluster; without it (actors
+    in this process) nothing lost can be rebuilt and a lost peer ends the run.
+    """
 
     def __init__(
         self,
@@ -62,7 +66,7 @@ class ExecutionPlan:
         client: Any,
         run_id: str,
         state: RunState,
-        actors: ActorSet,
+        actors: ActorSet | None,
         results: queue.Queue,
         min_replay_ratio: float | None = None,
         checkpoint_root: str | Path | None = None,

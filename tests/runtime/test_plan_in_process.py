@@ -1,0 +1,170 @@
+"""The execution plan over the real actor objects in this process, without Dask.
+
+The shards, the learner and the env workers are the classes a Dask worker
+hosts; here their async methods run on one ``asyncio.run`` loop (the
+learner's thread and the env workers' env threads run as they do on a
+worker). So the plan's operations and jobs (store, report, evaluation,
+health, pacing, checkpoints) are exercised in seconds. The same run on a
+cluster: ``test_driver.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+
+import pytest
+
+from apex_dask.algo.checkpoint import read_manifest
+from apex_dask.algo.env_worker import probe_spaces
+from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.config import ApexConfig
+from apex_dask.experiment.builder import (
+    env_factory,
+    env_worker_kwargs,
+    learner_kwargs,
+    shard_actor_kwargs,
+)
+from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
+from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.state import EnvSlot, RunState
+
+
+def small_config() -> ApexConfig:
+    return ApexConfig.preset("cartpole").override(
+        {
+            "replay.learning_starts": 200,
+            "learner.hiddens": (32,),
+            "report.min_iter_time_s": 0.2,
+            "report.timesteps_per_iteration": 200,
+            "eval.interval_s": 0.5,
+            "eval.episodes": 2,
+            "eval.max_episode_steps": 50,
+            "checkpoint.interval_s": 0.5,
+        }
+    )
+
+
+def build(cfg: ApexConfig) -> RunState:
+    factory = env_factory(cfg)
+    spaces = probe_spaces(factory)
+    n_shards, n_env = cfg.replay.num_shards, cfg.workers.num_workers
+    shards = [ReplayShardActor(k, **shard_actor_kwargs(cfg, k)) for k in range(n_shards)]
+    lr = cfg.learner
+    learner = LearnerActor(
+        *spaces,
+        shards,
+        learner_kwargs=learner_kwargs(cfg),
+        batch_size=lr.batch_size,
+        inqueue_size=lr.inqueue_size,
+        prefetch_per_shard=lr.prefetch_per_shard,
+        max_replay_ratio=lr.max_replay_ratio,
+    )
+    eps = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
+
+    def worker(i: int, epsilon: float) -> EnvWorkerActor:
+        kwargs = env_worker_kwargs(cfg)
+        return EnvWorkerActor(i, factory, shards, learner, epsilon=epsilon, seed=i + 1, **kwargs)
+
+    slots = [EnvSlot(i, None, worker(i, e), "in-process", float(e)) for i, e in enumerate(eps)]
+    evaluator = EnvSlot(-1, None, worker(-1, 0.0), "in-process", 0.0)
+    return RunState(
+        learner=learner,
+        learner_address="in-process",
+        shards=shards,
+        slots=slots,
+        evaluator=evaluator,
+        seed=cfg.seed,
+    )
+
+
+async def run_until(plan: ExecutionPlan, results: queue.Queue, n: int, timeout_s: float) -> list:
+    """Run ``plan`` until ``n`` results arrived; halt it; the results."""
+    task = asyncio.ensure_future(plan.run())
+    deadline = time.monotonic() + timeout_s
+    while results.qsize() < n:
+        if task.done():
+            task.result()  # the plan's error, if any
+        assert time.monotonic() < deadline, f"{results.qsize()} of {n} results in {timeout_s} s"
+        await asyncio.sleep(0.05)
+    plan.state.halting = True
+    await asyncio.wait_for(task, 60)
+    return [results.get() for _ in range(results.qsize())]
+
+
+def test_the_plan_runs_over_in_process_actors_and_every_hop_agrees_after_the_halt(tmp_path):
+    cfg = small_config()
+
+    async def scenario():
+        state = build(cfg)
+        results: queue.Queue = queue.Queue()
+        plan = ExecutionPlan(
+            config=cfg,
+            client=None,
+            run_id="in-process",
+            state=state,
+            actors=None,
+            results=results,
+            min_replay_ratio=cfg.learner.min_replay_ratio,
+            checkpoint_root=tmp_path / "checkpoints",
+        )
+        got = await run_until(plan, results, 3, timeout_s=120)
+        for h in state.handles():
+            await h.close()
+        return plan, state, got
+
+    plan, state, results = asyncio.run(scenario())
+    assert [r["iteration"] for r in results] == [1.0, 2.0, 3.0][: len(results)]
+    assert all(r["timesteps_total"] >= cfg.report.timesteps_per_iteration for r in results)
+    assert any("eval/return_mean" in r for r in results), "no evaluation finished"
+    final = plan.final
+    assert final is not None and final["learner/steps_trained"] > 0
+    # after the halt nothing is in transit: every hop's two ends agree
+    assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"] > 0
+    assert final["flow/batches_sampled"] == final["flow/batches_received"]
+    assert (
+        final["flow/batches_received"]
+        == final["flow/batches_trained"] + final["flow/batches_in_queue"]
+    )
+    assert final["flow/priority_updates_sent"] == final["flow/priority_updates_applied"]
+    assert final["flow/batches_lost"] == final["flow/rollouts_lost"] == 0
+    assert all(final[f"faults/{k}"] == 0 for k in ("env_workers_replaced", "rollouts_failed"))
+    # the periodic checkpoint job wrote complete checkpoints of every part
+    ckpt = plan.checkpoints.latest()
+    assert ckpt is not None
+    assert set(read_manifest(ckpt)["parts"]) == {"learner", "driver", "shard_0", "shard_1"}
+    assert state.counters.steps_total == final["timesteps_total"]
+
+
+def test_run_state_snapshot_restores_counters_rng_and_history():
+    cfg = small_config()
+    a = RunState(learner=None, learner_address="", shards=[], slots=[], evaluator=None, seed=3)
+    a.counters.steps_total, a.counters.iteration, a.counters.weight_syncs = 1234, 7, 5
+    a.counters.faults.shards_restored = 2
+    a.counters.retired.shards.rollouts_stored = 9
+    a.eval_history.append({"timesteps_total": 1000, "return_mean": 20.0, "weights_version": 4})
+    a.rng.integers(10, size=5)
+    snap = a.snapshot()
+    b = RunState(
+        learner=None, learner_address="", shards=[], slots=[], evaluator=None, seed=cfg.seed
+    )
+    b.restore(snap)
+    assert b.snapshot()["rng"] == snap["rng"]
+    assert (b.counters.steps_total, b.counters.iteration, b.counters.weight_syncs) == (1234, 7, 5)
+    assert b.counters.faults.shards_restored == 2
+    assert b.counters.retired.metrics() == {"flow/rollouts_stored": 9.0}
+    assert b.eval_history == a.eval_history
+    assert b.rng.integers(1 << 30) == a.rng.integers(1 << 30)
+
+
+@pytest.mark.parametrize("missing", [[], [1]])
+def test_rollouts_go_only_to_live_shards_while_one_is_rebuilt(missing):
+    s = RunState(
+        learner=None, learner_address="", shards=["s0", "s1", "s2"], slots=[], evaluator=None
+    )
+    for k in missing:
+        s.shard_lost(k)
+    assert s.live_shards() == [k for k in range(3) if k not in missing]
+    s.replace_shard(1, "new")
+    assert s.live_shards() == [0, 1, 2] and s.shards[1] == "new"
