@@ -1,15 +1,13 @@
 """Windowed timers and statistics, in the shapes Ape-X learners report.
 
-``Timer`` measures how long a block takes, keeps the last ``window``
-durations and, optionally, how many units (transitions, steps) each timed
-block processed::
+``Timer`` measures how long a block takes and keeps the last ``window``
+durations::
 
     grad_timer = Timer()
     with grad_timer:
         learner.update(batch, weights)
-    grad_timer.push_units_processed(len(weights))
     grad_timer.mean             # mean seconds per block over the window
-    grad_timer.mean_throughput  # sum(units) / sum(seconds) over the window
+    grad_timer.total_s          # seconds of every block ever timed
 
 ``WindowStat`` keeps the last ``n`` values of a quantity (e.g. the learner's
 inqueue size) and summarises them as count / mean / std / quantiles.
@@ -34,10 +32,7 @@ class Timer:
     """Context-manager stopwatch with a sliding window of the last ``window`` timings.
 
     ``mean`` = (1/k) * sum of the last k <= window durations (seconds; NaN before
-    the first one). ``mean_units_processed`` = mean of the last k unit counts
-    pushed with :meth:`push_units_processed`. ``mean_throughput`` =
-    sum(units) / sum(seconds) over the aligned window (units per second; NaN when
-    nothing was timed or no units were pushed). ``count`` = timings ever
+    the first one). ``count`` = timings ever
     recorded; ``total_s`` = their total duration.
     """
 
@@ -46,7 +41,6 @@ class Timer:
             raise ValueError(f"window must be >= 1, got {window!r}")
         self.window = int(window)
         self._samples: deque[float] = deque(maxlen=self.window)
-        self._units: deque[float] = deque(maxlen=self.window)
         self._start: float | None = None
         self.count = 0
         self.total_s = 0.0
@@ -74,29 +68,10 @@ class Timer:
         self.count += 1
         self.total_s += float(seconds)
 
-    def push_units_processed(self, n: float) -> None:
-        """Record how many units the last timed block processed."""
-        self._units.append(float(n))
-
     @property
     def mean(self) -> float:
         """Mean seconds per timed block over the window (NaN if none)."""
         return float(np.mean(self._samples)) if self._samples else math.nan
-
-    @property
-    def mean_units_processed(self) -> float:
-        """Mean units per block over the window (NaN if none pushed)."""
-        return float(np.mean(self._units)) if self._units else math.nan
-
-    @property
-    def mean_throughput(self) -> float:
-        """Units per second over the window: sum(units) / sum(seconds)."""
-        k = min(len(self._samples), len(self._units))
-        if k == 0:
-            return math.nan
-        seconds = sum(list(self._samples)[-k:])
-        units = sum(list(self._units)[-k:])
-        return units / seconds if seconds > 0 else math.nan
 
 
 class WindowStat:

@@ -178,7 +178,6 @@ class LocalApex:
             with self.grad_timer:
                 td_abs, metrics = self.learner.update(batch.data, batch.weights)
             self.grad_cpu_timer.push(time.thread_time() - c0)
-            self.grad_timer.push_units_processed(len(td_abs))
             update = PriorityUpdate(k, batch.indices, td_abs)
             self.shards[update.shard_id].update_priorities(update.indices, update.priorities)
         self._recent.append((metrics["loss"], metrics["mean_q"], metrics["grad_norm"]))

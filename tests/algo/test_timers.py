@@ -25,20 +25,9 @@ def test_timer_window_keeps_only_last_durations():
     assert t.total_s == pytest.approx(16.0)
 
 
-def test_timer_throughput_is_units_over_seconds_in_window():
-    t = Timer(window=2)
-    for seconds, units in [(100.0, 1.0), (1.0, 10.0), (3.0, 30.0)]:
-        t.push(seconds)
-        t.push_units_processed(units)
-    assert t.mean_units_processed == pytest.approx(20.0)
-    assert t.mean_throughput == pytest.approx(40.0 / 4.0)
-
-
 def test_timer_empty_reports_nan():
     t = Timer()
     assert math.isnan(t.mean)
-    assert math.isnan(t.mean_throughput)
-    assert math.isnan(t.mean_units_processed)
 
 
 def test_timer_records_even_when_block_raises():

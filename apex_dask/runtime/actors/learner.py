@@ -220,7 +220,6 @@ class LearnerActor:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
                     self._grad_cpu.push(c3 - c2)
-                    self._grad.push_units_processed(len(td))
                     self._qsize.push(qsize)
                     self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
                     self.batches_trained += 1
