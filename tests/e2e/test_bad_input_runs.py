@@ -220,11 +220,12 @@ def test_stop_time_is_checked_within_an_iteration(shared, untouched, tmp_path):
     assert (out / "weights.npz").exists() and (out / "placement.json").exists()
 
 
-def start_on_shared(sched_file, env: dict, out) -> subprocess.Popen:
-    """A 300 s CartPole run on the shared cluster, writing to ``out`` (stdout, stderr piped)."""
+def start_on_shared(sched_file, env: dict, out, *flags: str) -> subprocess.Popen:
+    """A CartPole run on the shared cluster, writing to ``out`` (stdout, stderr piped);
+    ``flags`` (default: a 300 s stop time) go to the CLI."""
     return subprocess.Popen(
         [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
-        + ["--stop-time", "300"],
+        + list(flags or ("--stop-time", "300")),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -329,15 +330,7 @@ def test_a_lost_env_worker_is_announced_and_accounted(shared, untouched, tmp_pat
 
     sched_file, env = shared
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
-        + ["--stop-time", "45", "--set", "eval.episodes=0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-        cwd=ROOT,
-    )
+    proc = start_on_shared(sched_file, env, out, "--stop-time", "45", "--set", "eval.episodes=0")
     try:
         poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
         before = json.loads((out / "placement.json").read_text())
@@ -376,14 +369,8 @@ def test_a_restarted_scheduler_ends_the_run_in_one_line_and_keeps_what_was_writt
         address = client.scheduler.address
         pid = client.run_on_scheduler(os.getpid)
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [*SUBMIT, *RUN, "--scheduler-file", str(sched_file), "--out", str(out)]
-        + ["--stop-time", "300", "--set", "checkpoint.interval_s=1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-        cwd=ROOT,
+    proc = start_on_shared(
+        sched_file, env, out, "--stop-time", "300", "--set", "checkpoint.interval_s=1"
     )
 
     def checkpoints() -> list[Path]:  # complete ones (a staged one is hidden: ".name")
