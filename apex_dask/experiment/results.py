@@ -32,6 +32,7 @@ __all__ = [
     "env_metrics",
     "learner_metrics",
     "shard_metrics",
+    "shard_stat",
 ]
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
@@ -55,6 +56,11 @@ def shard_metrics(shard_id: int, stats: Mapping[str, Any], flow: ShardFlow) -> d
     out = {f"replay/{k}/{name}": float(stats[name]) for name in _SHARD_KEYS if name in stats}
     out.update(flow.shard_metrics(k))
     return out
+
+
+def shard_stat(stats: Mapping[str, Any], shard_id: int, name: str) -> float:
+    """Shard ``shard_id``'s ``name`` (e.g. ``added``) in metric-named ``stats`` (0 if absent)."""
+    return float(stats.get(f"replay/{shard_id}/{name}", 0.0))
 
 
 def env_metrics(
@@ -177,7 +183,7 @@ def build_result(
     size = 0.0
     for k, s in enumerate(shards):
         out.update(s)
-        size += s.get(f"replay/{k}/size", 0.0)
+        size += shard_stat(s, k, "size")
     out["replay/size"] = size
     out[ROLLOUTS_SENT] = sent
     out.update(ShardFlow.total(list(shards)).metrics())

@@ -34,6 +34,7 @@ from typing import Any
 
 from apex_dask.algo.checkpoint import read_manifest
 from apex_dask.experiment.flow import LearnerFlow, ShardFlow
+from apex_dask.experiment.results import shard_stat
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.launch import ActorSet
@@ -136,7 +137,7 @@ class Recovery(Job):
         if ckpt is not None and entry is not None:
             await call_with_timeout(handle.load_part(str(ckpt), entry), max(self.timeout, 120.0))
             added = await call_with_timeout(handle.added(), self.timeout)
-        items = int(last.get(f"replay/{k}/added", 0.0))
+        items = int(shard_stat(last, k, "added"))
         s.counters.faults.replay_items_lost += max(0, items - int(added))
         s.replace_shard(k, handle)
         s.counters.faults.shards_restored += 1
