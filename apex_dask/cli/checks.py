@@ -154,7 +154,8 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
     """Make one env as the env workers will; check its spaces and ``env_kwargs``.
 
     The action space must be ``Discrete``; the observation space a ``Box`` of
-    rank 1 (vector) or 2-3 (image), the ones the Q-networks take.
+    rank 1 (vector) or 2-3 (image), the ones the Q-networks take. Making it may
+    take ``env.make_timeout_s``; a constructor that does not return is one line.
     """
     from gymnasium import spaces
 
@@ -165,8 +166,16 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
         factory = make_env_factory(env_id, kwargs)
     except UnknownEnvError as exc:
         raise UsageError(str(exc)) from None
+    from apex_dask.algo.env_guard import BoundedCaller, Late
+
+    timeout = cfg.env.make_timeout_s
     try:
-        env = factory()
+        env = BoundedCaller("apex-probe-env").call(factory, timeout)
+    except Late:  # its thread is abandoned (a daemon: it does not hold up the exit)
+        raise UsageError(
+            f"env {env_id!r} was not made within env.make_timeout_s={timeout:g} s (its "
+            "constructor did not return); start what it needs, or raise env.make_timeout_s"
+        ) from None
     except TypeError as exc:
         if kwargs:
             raise UsageError(

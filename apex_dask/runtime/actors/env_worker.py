@@ -60,6 +60,10 @@ class EnvWorkerActor:
         double_q: bool,
         frame_stack: int | None = None,
         num_envs: int = 1,
+        make_timeout_s: float = 60.0,
+        step_timeout_s: float | None = None,
+        restart_failed_envs: bool = True,
+        max_env_errors_per_min: int = 10,
         call_timeout_s: float = 60.0,
         run: str = "",
     ) -> None:
@@ -83,11 +87,17 @@ class EnvWorkerActor:
             double_q=double_q,
             frame_stack=frame_stack,
             num_envs=num_envs,
+            make_timeout_s=make_timeout_s,
+            step_timeout_s=step_timeout_s,
+            restart_failed_envs=restart_failed_envs,
+            max_env_errors_per_min=max_env_errors_per_min,
+            where=f"env worker {index}" if index >= 0 else "the evaluator",
         )
         self.epsilon = float(epsilon)
         self.rollouts_sent = 0
         self.steps_sampled = 0
         self.weight_syncs = 0
+        self._errors_reported = 0
         self._last_eval: dict[str, Any] | None = None
         self._t0 = time.monotonic()
         self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
@@ -124,7 +134,14 @@ class EnvWorkerActor:
             lengths += [int(x) for x in out["episode_lengths"]]
         self.steps_sampled += steps
         self._pub.maybe(self._metrics)
-        return RolloutSummary(steps, done, version, tuple(returns), tuple(lengths))
+        errors = self._new_env_errors()
+        return RolloutSummary(steps, done, version, tuple(returns), tuple(lengths), errors)
+
+    def _new_env_errors(self) -> int:
+        """Env errors survived since the last call (the driver adds them up)."""
+        new = self._worker.env_errors - self._errors_reported
+        self._errors_reported += new
+        return new
 
     async def sync_weights(self) -> int | None:
         """Pull and apply the learner's weights if newer; the version applied, or None."""
@@ -157,6 +174,7 @@ class EnvWorkerActor:
         )
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
+        out["env_errors"] = self._new_env_errors()
         self._last_eval = out
         self._pub.now(self._metrics)
         return out
@@ -196,4 +214,5 @@ class EnvWorkerActor:
             steps_per_s=self.steps_sampled / max(1e-9, time.monotonic() - self._t0),
             rollouts_sent=self.rollouts_sent,
             weights_version=self._worker.weights_version,
+            env_errors=self._worker.env_errors,
         )

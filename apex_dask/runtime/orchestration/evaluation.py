@@ -72,6 +72,7 @@ class Evaluation(Job):
             self.on_failure(self._slot, exc, False)
             return
         got, t0 = result
+        self.state.counters.faults.env_errors += int(got.get("env_errors", 0))
         self.finished = self.last = {**got, "duration_s": time.monotonic() - t0}
         self.state.eval_history.append(
             {

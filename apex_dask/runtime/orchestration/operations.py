@@ -90,6 +90,7 @@ class StoreRollouts:
         c = self.state.counters
         c.rollouts_returned += s.rollouts
         c.steps_total += s.steps
+        c.faults.env_errors += s.env_errors
         self.window.steps += s.steps
         slot.steps_since_sync += s.steps
         slot.version = s.weights_version
