@@ -29,7 +29,9 @@ class RolloutSummary:
     steps in ``rollouts`` rollouts; ``weights_version`` the learner version
     the last one acted with; ``episode_returns`` / ``episode_lengths`` the
     episodes that ended in them; ``env_errors`` the env errors the worker
-    survived since its last summary. Per-worker counters travel in ``stats()``.
+    survived since its last summary; ``warnings`` the Python warnings raised in
+    its process since then (one line each; the driver logs them to
+    ``py.warnings``). Per-worker counters travel in ``stats()``.
     """
 
     steps: int
@@ -38,6 +40,7 @@ class RolloutSummary:
     episode_returns: tuple[float, ...] = ()
     episode_lengths: tuple[int, ...] = ()
     env_errors: int = 0
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import re
 import time
+import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -22,6 +25,22 @@ from apex_dask.runtime.actors.heap import keep_freed_heap
 __all__ = ["EnvWorkerActor"]
 
 T = TypeVar("T")
+
+_WARNINGS: deque[str] = deque(maxlen=50)
+"""Python warnings raised in this process (an env's, gymnasium's passive env checker's),
+kept instead of printed: they travel with the next summary to the driver's log."""
+
+
+def _keep_warning(message: Any, category: type, filename: str, lineno: int, *_: Any) -> None:
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(message)).split())  # no colours
+    _WARNINGS.append(f"{category.__name__}: {text} ({filename}:{lineno})")
+
+
+def _take_warnings() -> tuple[str, ...]:
+    out = []
+    while _WARNINGS:
+        out.append(_WARNINGS.popleft())
+    return tuple(out)
 
 
 class EnvWorkerActor:
@@ -70,6 +89,7 @@ class EnvWorkerActor:
         from apex_dask.algo.env_worker import EnvWorker
 
         keep_freed_heap()  # batched forwards of image stacks: see heap.py
+        warnings.showwarning = _keep_warning  # to the driver's log, not the worker's stderr
         self.index = int(index)
         self._shards = [as_handle(s) for s in shards]
         self._learner = as_handle(learner)
@@ -135,7 +155,9 @@ class EnvWorkerActor:
         self.steps_sampled += steps
         self._pub.maybe(self._metrics)
         errors = self._new_env_errors()
-        return RolloutSummary(steps, done, version, tuple(returns), tuple(lengths), errors)
+        return RolloutSummary(
+            steps, done, version, tuple(returns), tuple(lengths), errors, _take_warnings()
+        )
 
     def _new_env_errors(self) -> int:
         """Env errors survived since the last call (the driver adds them up)."""
@@ -175,6 +197,7 @@ class EnvWorkerActor:
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         out["env_errors"] = self._new_env_errors()
+        out["warnings"] = _take_warnings()
         self._last_eval = out
         self._pub.now(self._metrics)
         return out
