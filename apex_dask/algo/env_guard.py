@@ -52,7 +52,16 @@ class EnvFault(Exception):
 
 
 class EnvFailed(RuntimeError):
-    """An env error the run does not survive (restarts off, or over the cap); one line."""
+    """An env error the run does not survive (restarts off, or over the cap); one line.
+
+    ``warnings``: lines the worker's process warned before it (they travel with it)."""
+
+    def __init__(self, message: str, warnings: tuple[str, ...] = ()) -> None:
+        super().__init__(message, tuple(warnings))
+        self.message, self.warnings = message, tuple(warnings)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def env_name(factory: Any) -> str:

@@ -43,6 +43,7 @@ from apex_dask.cli.watch import (
     drop_empty,
     log_traceback,
     quiet_teardown_logs,
+    reap_children,
     route_logs,
 )
 from apex_dask.config import ApexConfig
@@ -293,6 +294,7 @@ class RunSession:
                 self.cluster.close(timeout=30)
             except Exception:
                 pass
+        reap_children(self.log_file)
 
     def _save(self, d: Any) -> None:
         try:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from apex_dask.algo.env_guard import EnvFailed
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.experiment.results import env_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
@@ -143,6 +144,8 @@ class EnvWorkerActor:
                 await call_with_timeout(
                     self._shards[k].add(out["batch"], out["priorities"]), self._timeout
                 )
+            except EnvFailed as exc:  # with this process's warnings, for the driver's log
+                raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
             except Exception:
                 if done == 0:
                     raise
@@ -191,9 +194,12 @@ class EnvWorkerActor:
         """Sync to the newest weights, then ``num_episodes`` greedy episodes of at most
         ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats."""
         await self.sync_weights()
-        out = await self._in_pool(
-            self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s
-        )
+        try:
+            out = await self._in_pool(
+                self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s
+            )
+        except EnvFailed as exc:
+            raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         out["env_errors"] = self._new_env_errors()

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -49,6 +50,9 @@ class FaultHandler:
         """A call to an env worker (or the evaluator) failed: a bug stops the run; a lost
         peer starts a check that replaces the actor if its worker is gone."""
         if isinstance(exc, EnvFailed):  # its line names the env, the error and the worker
+            for line in exc.warnings:  # the CLI routes py.warnings to the run's log
+                who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
+                logging.getLogger("py.warnings").warning("%s: %s", who, line)
             raise ApexRuntimeError(" ".join(str(exc).split())[:400])
         if not peer_lost(exc):
             who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
