@@ -7,7 +7,7 @@
     spaces = probe_env(cfg)                # one env, made here: spaces, env_kwargs
     check_device(cfg)                      # embedded runs: the learner's device exists
                                            # (remote runs: :mod:`.remote`, once connected)
-    check_replay_memory(cfg, spaces, limit_bytes, where)
+    check_memory(cfg, spaces, plan_holdings(...), limits, names)   # :mod:`.memory`
 
 Each failure is a :class:`UsageError` (or the config's ``ConfigError``) whose
 message is one line naming the input and how to fix it; the CLI prints it
@@ -29,7 +29,6 @@ __all__ = [
     "UsageError",
     "check_cluster_flags",
     "check_device",
-    "check_replay_memory",
     "cuda_device_count",
     "device_problem",
     "probe_env",
@@ -263,29 +262,3 @@ def replay_bytes(cfg: ApexConfig, spaces_: EnvSpaces) -> tuple[int, int]:
     else:
         per_item = 2 * obs_bytes + _ITEM_OVERHEAD
     return cfg.replay.capacity * per_item, per_item
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
-
-
-def check_replay_memory(
-    cfg: ApexConfig, spaces_: EnvSpaces, limit_bytes: float | None, where: str
-) -> None:
-    """Refuse a replay whose estimate exceeds 80% of ``limit_bytes`` (the memory of the
-    worker that holds the shards, or of each worker when they are spread)."""
-    if not limit_bytes:
-        return
-    total, per_item = replay_bytes(cfg, spaces_)
-    r = cfg.replay
-    held = total if r.colocate_with_learner else -(-total // r.num_shards)
-    budget = 0.8 * limit_bytes
-    if held <= budget:
-        return
-    fits = int(budget // per_item) * (1 if r.colocate_with_learner else r.num_shards)
-    raise UsageError(
-        f"replay.capacity={r.capacity:,} needs about {_gib(held)} "
-        f"({per_item:,} B per item, observations {tuple(spaces_.observation_space.shape)} "
-        f"{spaces_.observation_space.dtype}) on one worker, but {where} has {_gib(limit_bytes)}; "
-        f"lower it, e.g. --set replay.capacity={max(fits, r.num_shards)}"
-    )
