@@ -41,8 +41,9 @@ partial episode is dropped from the episode stats and its pending n-step
 steps are dropped; transitions already complete are kept. More than
 ``max_env_errors_per_min`` errors within 60 s, or any error with restarts
 off, raise :class:`~apex_dask.algo.env_guard.EnvFailed` (one line naming the
-env, the error and the step). Errors making or resetting the first envs
-always raise it.
+env, the error and the step); so does an env that fails to be made again
+:data:`REMAKE_TRIES` times in a row. Errors making or resetting the first
+envs always raise it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ from apex_dask.algo.loss import td_errors_numpy
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
 from apex_dask.algo.nstep import NStepAdder, stack_transitions
 
-__all__ = ["EnvWorker", "probe_spaces"]
+__all__ = ["REMAKE_TRIES", "EnvWorker", "probe_spaces"]
+
+REMAKE_TRIES = 3
+"""Attempts to make (and reset) a failed env again before the run ends (EnvFailed)."""
 
 
 def probe_spaces(
@@ -249,7 +253,7 @@ class EnvWorker:
         self._episode_return[j], self._episode_length[j] = 0.0, 0
         self.adders[j].reset()
         self._guard.discard(self.envs[j])
-        while True:
+        for attempt in range(1, REMAKE_TRIES + 1):
             env = None
             try:
                 env = self._guard.make(self.env_factory)
@@ -258,6 +262,11 @@ class EnvWorker:
             except EnvFault as again:
                 if env is not None:
                     self._guard.discard(env)
+                if attempt == REMAKE_TRIES:  # a simulator that is gone, however slow
+                    raise EnvFailed(
+                        f"{again}{self._at()}; it failed to be made again {attempt} times "
+                        "in a row after an env error"
+                    ) from None
                 self.policy.record(again, self.where)
         self.envs[j] = env
         if j == 0:

@@ -168,8 +168,10 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
     from apex_dask.algo.env_guard import BoundedCaller, Late
 
     timeout = cfg.env.make_timeout_s
+    maker = BoundedCaller("apex-probe-env")
     try:
-        env = BoundedCaller("apex-probe-env").call(factory, timeout)
+        env = maker.call(factory, timeout)
+        maker.close()
     except Late:  # its thread is abandoned (a daemon: it does not hold up the exit)
         raise UsageError(
             f"env {env_id!r} was not made within env.make_timeout_s={timeout:g} s (its "

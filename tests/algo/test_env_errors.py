@@ -145,3 +145,30 @@ def test_a_guard_without_a_step_timeout_calls_in_the_callers_thread():
     assert guard.call("step", threading.current_thread, 1) is threading.current_thread()
     bounded = EnvGuard("x", step_timeout_s=5.0)
     assert bounded.call("step", threading.current_thread, 1) is not threading.current_thread()
+
+
+class _MakesOnce:
+    """A factory whose first env works and raises at step 5; later makes hang."""
+
+    env_id = "flaky:Sim-v0"
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __call__(self):
+        self.made += 1
+        if self.made > 1:
+            time.sleep(60)
+        return make_env_factory(RAISE, {"every": 5})()
+
+
+def test_an_env_that_cannot_be_made_again_ends_the_run_after_a_few_tries():
+    factory = _MakesOnce()
+    w = EnvWorker(factory, epsilon=0.5, seed=0, hiddens=(16,), make_timeout_s=0.2)
+    t0 = time.monotonic()
+    with pytest.raises(EnvFailed) as info:
+        w.sample()
+    msg = str(info.value)
+    assert "'flaky:Sim-v0' was not made within env.make_timeout_s=0.2 s" in msg
+    assert "3 times in a row" in msg and factory.made == 4
+    assert time.monotonic() - t0 < 10
