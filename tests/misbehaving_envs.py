@@ -7,6 +7,7 @@ truncated after ``episode_len`` steps with reward 1 per step; each counts its
 own steps (a new instance starts again from 0).
 
 - ``HangOnMake-v0``: the constructor never returns (a simulator that is not up);
+- ``HangOnWorker-v0``: the same, but only in a Dask worker (the CLI's probe passes);
 - ``RaiseEvery-v0``: ``step`` raises ``error`` (``RuntimeError``, or
   ``ConnectionResetError``, an ``OSError``) every ``every`` steps (a dropped connection);
 - ``NonFinite-v0``: from step ``at`` on, NaN observations (``obs=True``) and/or
@@ -22,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["Base", "HangOnMake", "HangStep", "NonFinite", "RaiseEvery"]
+__all__ = ["Base", "HangOnMake", "HangOnWorker", "HangStep", "NonFinite", "RaiseEvery"]
 
 
 class Base(gym.Env):
@@ -53,6 +54,17 @@ class HangOnMake(Base):
     def __init__(self, **kwargs) -> None:
         while True:
             time.sleep(3600)
+
+
+class HangOnWorker(Base):
+    """Made at once in the process that runs the CLI, never in a Dask worker's."""
+
+    def __init__(self, **kwargs) -> None:
+        import multiprocessing
+
+        while multiprocessing.current_process().name != "MainProcess":
+            time.sleep(3600)
+        super().__init__(**kwargs)
 
 
 class RaiseEvery(Base):
@@ -96,6 +108,6 @@ class HangStep(Base):
         return super().step(action)
 
 
-for _name in ("HangOnMake", "RaiseEvery", "NonFinite", "HangStep"):
+for _name in ("HangOnMake", "HangOnWorker", "RaiseEvery", "NonFinite", "HangStep"):
     if f"{_name}-v0" not in gym.registry:
         gym.register(f"{_name}-v0", entry_point=f"{__name__}:{_name}")

@@ -94,6 +94,18 @@ def test_nan_from_the_env_ends_at_the_cap_in_one_line_naming_it(hog, tmp_path):
     assert_nothing_left("env-nan", grace_s=1.0, what="a run ended by env errors")
 
 
+def test_an_env_that_hangs_on_the_workers_is_exit_2_after_the_cluster_started(hog, tmp_path):
+    # The CLI's own probe makes it; the workers' (the driver's probe) never return.
+    done = _run(
+        "env-hangs-on-workers",
+        "--set", "env.env_id=misbehaving_envs:HangOnWorker-v0",
+        "--set", "env.make_timeout_s=3",
+        "--stop-time", "60", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    check_console(done, 2, "HangOnWorker-v0", "env.make_timeout_s=3 s")
+    assert_nothing_left("env-hangs-on-workers", grace_s=1.0, what="a run refused once started")
+
+
 def test_sigterm_with_an_env_worker_stuck_in_a_hung_step_leaves_nothing_running(hog, tmp_path):
     # No env.step_timeout_s: every env's step 50 sleeps an hour (the env threads hang).
     out = tmp_path / "run"
