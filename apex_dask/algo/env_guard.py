@@ -146,6 +146,13 @@ class BoundedCaller:
             self._jobs = None
 
 
+def _close(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:  # a failed env's close must not fail the worker
+        pass
+
+
 class EnvGuard:
     """Bounded ``make`` / ``step`` / ``reset`` of one env id (see the module docstring)."""
 
@@ -161,9 +168,11 @@ class EnvGuard:
     def make(self, factory: Callable[[], Any]) -> Any:
         """A new env from ``factory``; :class:`EnvFault` naming the env if it raises or
         does not return within ``make_timeout_s`` (``env.make_timeout_s``)."""
+        made: list[Any] = []
         try:
-            return self._maker.call(factory, self.make_timeout_s)
-        except Late:
+            return self._maker.call(lambda: made.append(factory()) or made[0], self.make_timeout_s)
+        except Late:  # if the constructor ever returns, its thread closes the env and ends
+            self._maker.after_abandoned(lambda: [_close(env) for env in made])
             raise EnvFault(
                 self.env_id,
                 f"was not made within env.make_timeout_s="
@@ -193,17 +202,10 @@ class EnvGuard:
     def discard(self, env: Any) -> None:
         """Close ``env`` (a failed one): now if its thread is free, else on the abandoned
         thread once the hung call returns. A close that raises is ignored."""
-
-        def close() -> None:
-            try:
-                env.close()
-            except Exception:
-                pass
-
         if self._stepper.pending_abandoned:
-            self._stepper.after_abandoned(close)
+            self._stepper.after_abandoned(lambda: _close(env))
         else:
-            close()
+            _close(env)
 
     def close(self) -> None:
         self._maker.close()

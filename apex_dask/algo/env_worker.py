@@ -321,8 +321,8 @@ class EnvWorker:
 
         Keys: ``batch`` (``obs, action, reward, next_obs, done, discount`` arrays;
         with ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs,
-        done, discount``), ``priorities`` (float32 |td|), ``steps``
-        (``fragment_length * num_envs``), ``episode_returns``,
+        done, discount``), ``priorities`` (float32 |td|), ``steps`` (env steps made:
+        ``fragment_length * num_envs`` less those env errors cut), ``episode_returns``,
         ``episode_lengths``, ``weights_version``, ``epsilon``.
 
         Each env has its own n-step adder; the batch holds env 0's transitions,

@@ -172,3 +172,23 @@ def test_an_env_that_cannot_be_made_again_ends_the_run_after_a_few_tries():
     assert "'flaky:Sim-v0' was not made within env.make_timeout_s=0.2 s" in msg
     assert "3 times in a row" in msg and factory.made == 4
     assert time.monotonic() - t0 < 10
+
+
+def test_an_env_whose_constructor_returns_late_is_closed_by_its_abandoned_thread():
+    sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+    from polling import poll
+
+    closed = []
+
+    class Late:
+        def close(self):
+            closed.append(True)
+
+    def slow():
+        time.sleep(0.5)
+        return Late()
+
+    guard = EnvGuard("slow:Sim-v0", make_timeout_s=0.1)
+    with pytest.raises(EnvFault, match="env.make_timeout_s=0.1 s"):
+        guard.make(slow)
+    poll(lambda: closed, timeout_s=20)
