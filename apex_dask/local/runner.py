@@ -25,8 +25,8 @@ from apex_dask.experiment.builder import (
     learner_kwargs,
     resolve_hook,
 )
-from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
+from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
 from apex_dask.experiment.results import (
     IterationWindow,
     build_result,

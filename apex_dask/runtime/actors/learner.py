@@ -54,8 +54,8 @@ import torch
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.builder import Hook
-from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.messages import PriorityUpdate, ReplayedBatch
+from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 from apex_dask.runtime.actors.heap import keep_freed_heap
