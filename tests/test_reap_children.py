@@ -15,13 +15,17 @@ ROOT = Path(__file__).parents[1]
 SCRIPT = r"""
 import json, subprocess, sys
 from pathlib import Path
-from apex_dask.cli.watch import reap_children
+from apex_dask.cli.watch import child_pids, reap_children
 log = Path(sys.argv[1])
+before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+spare = child_pids()  # there before the run: not the run's to end
 quick = subprocess.Popen([sys.executable, "-c", "pass"])
 stuck = subprocess.Popen([sys.executable, "-c",
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
-killed = reap_children(log, grace_s=1.0)
-print(json.dumps({"killed": killed, "pids": [quick.pid, stuck.pid]}))
+killed = reap_children(log, grace_s=1.0, spare=spare)
+spared = before.poll() is None
+before.kill()
+print(json.dumps({"killed": killed, "pids": [quick.pid, stuck.pid], "spared": spared}))
 """
 
 
@@ -36,7 +40,8 @@ def test_processes_left_after_the_grace_are_killed_and_logged(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(out["killed"]) == 1 and "time.sleep(600)" in out["killed"][0]
+    assert len(out["killed"]) == 1 and "SIG_IGN" in out["killed"][0]
+    assert out["spared"]  # a process that was there before the run is left alone
     assert not [p for p in out["pids"] if psutil.pid_exists(p) and _alive(p)]
     assert "killed 1 process(es) still running 1 s after the cluster closed" in log.read_text()
 

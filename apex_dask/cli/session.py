@@ -40,6 +40,7 @@ from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.signals import StopSignals
 from apex_dask.cli.watch import (
     PlacementWatcher,
+    child_pids,
     drop_empty,
     log_traceback,
     quiet_teardown_logs,
@@ -90,6 +91,7 @@ class RunSession:
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
+        self._children_before = child_pids()  # not this run's to end
         self.signals = StopSignals.install()
         route_logs(self.log_file, debug=self.args.debug)
         try:
@@ -294,7 +296,7 @@ class RunSession:
                 self.cluster.close(timeout=30)
             except Exception:
                 pass
-        reap_children(self.log_file)
+        reap_children(self.log_file, spare=self._children_before)
 
     def _save(self, d: Any) -> None:
         try:

@@ -176,11 +176,23 @@ REAP_GRACE_S = 10.0
 """How long processes this one started may take to end after the cluster is closed."""
 
 
-def reap_children(log_file: Path | None, grace_s: float = REAP_GRACE_S) -> list[str]:
+def child_pids() -> set[int]:
+    """The processes this one started, and theirs, now."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def reap_children(
+    log_file: Path | None,
+    grace_s: float = REAP_GRACE_S,
+    spare: frozenset[int] | set[int] = frozenset(),
+) -> list[str]:
     """Wait up to ``grace_s`` for every process this one started (the embedded cluster's
     nannies and workers, a worker stuck in a hung env step) to end, then kill what is
-    left and say so in ``log_file``; the command lines killed. Python's own helpers
-    (multiprocessing's forkserver and resource tracker) end with this process."""
+    left and say so in ``log_file``; the command lines killed. ``spare``: pids that
+    were there before the run (not its own). Python's own helpers (multiprocessing's
+    forkserver and resource tracker) end with this process."""
     import psutil
 
     def ours(proc: psutil.Process) -> bool:
@@ -190,7 +202,7 @@ def reap_children(log_file: Path | None, grace_s: float = REAP_GRACE_S) -> list[
             return False
         return not any(f"from multiprocessing.{m} import" in line for m in _PY_HELPERS)
 
-    kids = [p for p in psutil.Process().children(recursive=True) if ours(p)]
+    kids = [p for p in psutil.Process().children(recursive=True) if p.pid not in spare and ours(p)]
     _, alive = psutil.wait_procs(kids, timeout=grace_s)
     killed = []
     for proc in alive:
