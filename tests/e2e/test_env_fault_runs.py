@@ -66,7 +66,7 @@ def test_an_env_that_raises_now_and_then_is_survived_and_counted(hog, tmp_path):
         "--set", "env.env_id=misbehaving_envs:RaiseEvery-v0",
         "--set", "env.env_kwargs={every: 300}",
         "--set", "workers.max_env_errors_per_min=100000",
-        "--stop-time", "15", "--out", str(out),
+        "--stop-time", "8", "--out", str(out),
     )  # fmt: skip
     check_console(done, 0)
     final = json.loads((out / "final.json").read_text())
