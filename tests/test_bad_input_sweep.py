@@ -10,6 +10,7 @@ a full disk mid-run, a lost worker, a restarted scheduler) are in
 
 from __future__ import annotations
 
+import os
 import socket
 import socketserver
 import threading
@@ -17,7 +18,17 @@ from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler
 
 import pytest
-from bad_input import FAST_S, check_console, check_no_empty_or_temporary_files, has_cuda, submit
+from bad_input import (
+    FAST_S,
+    ROOT,
+    check_console,
+    check_no_empty_or_temporary_files,
+    has_cuda,
+    submit,
+)
+
+ENVS = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+"""``tests/misbehaving_envs.py`` importable by the CLI."""
 
 
 class _Listeners:
@@ -82,6 +93,7 @@ class Row:
     files: dict[str, bytes] = field(default_factory=dict)  # written to tmp_path first
     max_s: float = FAST_S
     skip: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the CLI's environment
 
 
 NAN_KEYS = [
@@ -124,6 +136,23 @@ FAST = [
     Row("cuda-x", ["--set", "learner.device=cuda:x"], ["learner.device", "cuda:N"]),
     Row("unknown-env-kwarg", ["--set", "env.env_kwargs.foo=1"], ["env_kwargs", "foo"]),
     Row("replay-too-large", ["--set", "replay.capacity=1e12"], ["replay.capacity", "lower it"]),
+    Row(  # before: started a cluster for 20,000 env workers
+        "env-workers-too-large",
+        ["--set", "workers.num_workers=20000", "--set", "workers.envs_per_worker=8"],
+        ["env worker(s)", "needs about", "lower it, e.g. --set workers.num_workers="],
+    ),
+    Row(  # before: started, then the learner's process ran out of memory
+        "batches-too-large",
+        ["--set", "replay.num_shards=1", "--set", "replay.capacity=4000000"]
+        + ["--set", "learner.batch_size=4000000"],
+        ["replayed batches", "lower it, e.g. --set learner.batch_size="],
+    ),
+    Row(  # before: hung with no output
+        "env-constructor-hangs",
+        ["--set", "env.env_id=misbehaving_envs:HangOnMake-v0", "--set", "env.make_timeout_s=1"],
+        ["'misbehaving_envs:HangOnMake-v0'", "env.make_timeout_s=1 s", "did not return"],
+        env=ENVS,
+    ),
     Row(
         "config-without-preset-is-cartpole",  # atari's learning_starts would reject capacity 1000
         ["--config", "{tmp}/run.yaml", "--set", "env.env_id=Pendulum-v1"],
@@ -184,7 +213,7 @@ def test_bad_input_fails_before_anything_starts(row: Row, untouched, listeners, 
         **{k: listeners.address(k) for k in ("silent", "talker", "http")},
     }
     args = [a.format(**fill) for a in row.args]
-    done = submit(*args, timeout=60)
+    done = submit(*args, env=row.env, timeout=60)
     check_console(done, row.code, *row.needles)
     assert done.err_lines[-1].startswith("apex-dask-submit: error:"), done.stderr
     assert done.seconds < row.max_s, done.seconds

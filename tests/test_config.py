@@ -110,6 +110,10 @@ def test_from_yaml_with_preset_and_sections(tmp_path):
         ({"learner.gamma": 0}, ["learner.gamma", "(0, 1]"]),
         ({"workers.num_workers": 0}, ["workers.num_workers", "0", "> 0"]),
         ({"replay": 3}, ["replay", "section"]),
+        ({"env.make_timeout_s": 0}, ["env.make_timeout_s", "> 0"]),
+        ({"env.step_timeout_s": -1}, ["env.step_timeout_s", "> 0"]),
+        ({"workers.max_env_errors_per_min": 0}, ["workers.max_env_errors_per_min", "> 0"]),
+        ({"workers.restart_failed_envs": "sometimes"}, ["restart_failed_envs", "true or false"]),
     ],
 )
 def test_bad_values_raise_one_config_error_naming_field_value_and_rule(overrides, names):

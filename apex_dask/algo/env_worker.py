@@ -31,12 +31,23 @@ in the compact form of :mod:`apex_dask.algo.frame_codec`: ``frames`` (each
 frame of the fragment once) with ``obs_refs`` and ``next_obs_refs`` in place
 of ``obs`` and ``next_obs``; a shard built with the same ``frame_stack``
 stores it as it is. Priorities are computed on the full stacks first.
+
+Envs that misbehave (:mod:`apex_dask.algo.env_guard`): making an env is
+bounded by ``make_timeout_s``, a ``step``/``reset`` by ``step_timeout_s``;
+an exception, a late call or a non-finite reward or float observation is an
+env error. With ``restart_failed_envs`` it is counted (``env_errors``), the
+env is closed (a hung one is abandoned with its thread) and made again, its
+partial episode is dropped from the episode stats and its pending n-step
+steps are dropped; transitions already complete are kept. More than
+``max_env_errors_per_min`` errors within 60 s, or any error with restarts
+off, raise :class:`~apex_dask.algo.env_guard.EnvFailed` (one line naming the
+env, the error and the step); so does an env that fails to be made again
+:data:`REMAKE_TRIES` times in a row. Errors making or resetting the first
+envs always raise it.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,22 +56,38 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from apex_dask.algo.env_guard import (
+    EnvErrorPolicy,
+    EnvFailed,
+    EnvFault,
+    EnvGuard,
+    check_finite,
+    env_name,
+)
 from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
 from apex_dask.algo.nstep import NStepAdder, stack_transitions
 
-__all__ = ["EnvWorker", "probe_spaces"]
+__all__ = ["REMAKE_TRIES", "EnvWorker", "probe_spaces"]
+
+REMAKE_TRIES = 3
+"""Attempts to make (and reset) a failed env again before the run ends (EnvFailed)."""
 
 
-def probe_spaces(env_factory: Callable[[], gym.Env]) -> tuple[spaces.Space, spaces.Space]:
-    """``(observation_space, action_space)`` of the env the factory makes (made, then closed)."""
-    env = env_factory()
+def probe_spaces(
+    env_factory: Callable[[], gym.Env], make_timeout_s: float = 60.0
+) -> tuple[spaces.Space, spaces.Space]:
+    """``(observation_space, action_space)`` of the env the factory makes (made, then
+    closed); :class:`EnvFault` if making it raises or takes over ``make_timeout_s``."""
+    guard = EnvGuard(env_name(env_factory), make_timeout_s=make_timeout_s)
+    env = guard.make(env_factory)
     try:
         return env.observation_space, env.action_space
     finally:
-        env.close()
+        guard.discard(env)
+        guard.close()
 
 
 class EnvWorker:
@@ -84,6 +111,11 @@ class EnvWorker:
         double_q: bool = True,
         frame_stack: int | None = None,
         num_envs: int = 1,
+        make_timeout_s: float = 60.0,
+        step_timeout_s: float | None = None,
+        restart_failed_envs: bool = True,
+        max_env_errors_per_min: int = 10,
+        where: str = "",
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
@@ -93,7 +125,16 @@ class EnvWorker:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = int(num_envs)
         self.env_factory = env_factory
-        self.env = env_factory()
+        self.env_id = env_name(env_factory)
+        self.where = where
+        self._guard = EnvGuard(
+            self.env_id, make_timeout_s=make_timeout_s, step_timeout_s=step_timeout_s
+        )
+        self.policy = EnvErrorPolicy(
+            self.env_id, restart=restart_failed_envs, max_per_min=max_env_errors_per_min
+        )
+        self._env_steps = [0] * self.num_envs
+        self.env = self._first_env()
         self.observation_space = self.env.observation_space
         self.action_space = self.env.action_space
         with torch.random.fork_rng(devices=[]):
@@ -120,6 +161,7 @@ class EnvWorker:
         self.rng = np.random.default_rng(seed)
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
+        self._eval_steps = 0
         self.envs = [self.env]  # the others are made by the first sample() (not for evaluators)
         self.adders = [NStepAdder(n_step, gamma) for _ in range(self.num_envs)]
         self.adder = self.adders[0]
@@ -127,15 +169,108 @@ class EnvWorker:
         self.steps_sampled = 0
         self.episodes = 0
         # env j resets first with seed + j, then continues its own generator
-        self._obs = [self._as_obs(self.env.reset(seed=self.seed)[0])]
+        self._obs = [self._first_reset(0, self.env, self.seed)]
         self._episode_return = [0.0] * self.num_envs
         self._episode_length = [0] * self.num_envs
 
+    def _first_env(self) -> gym.Env:
+        try:
+            return self._guard.make(self.env_factory)
+        except EnvFault as fault:
+            raise EnvFailed(f"{fault}{self._at()}") from None
+
+    def _first_reset(self, j: int, env: gym.Env, seed: int) -> np.ndarray:
+        try:
+            return self._reset(j, env, seed)
+        except EnvFault as fault:
+            raise EnvFailed(f"{fault}{self._at()}") from None
+
+    def _at(self) -> str:
+        return f" ({self.where})" if self.where else ""
+
     def _make_envs(self) -> None:
         for j in range(len(self.envs), self.num_envs):
-            env = self.env_factory()
+            env = self._first_env()
             self.envs.append(env)
-            self._obs.append(self._as_obs(env.reset(seed=self.seed + j)[0]))
+            self._obs.append(self._first_reset(j, env, self.seed + j))
+
+    @property
+    def env_errors(self) -> int:
+        """Env errors survived or not (raised, hung, non-finite), all envs of this worker."""
+        return self.policy.count
+
+    # -- guarded env calls --------------------------------------------------
+    def _reset(self, j: int, env: gym.Env, seed: int | None) -> np.ndarray:
+        t = self._env_steps[j]
+        obs = self._as_obs(self._guard.call("reset", lambda: env.reset(seed=seed), t)[0])
+        check_finite(obs, 0.0, self.env_id, t, what="reset")
+        return obs
+
+    def _step(self, j: int, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        env = self.envs[j]
+        self._env_steps[j] += 1
+        t = self._env_steps[j]
+        next_obs, reward, terminated, truncated, info = self._guard.call(
+            "step", lambda: env.step(action + self._action_offset), t
+        )
+        next_obs = self._as_obs(next_obs)
+        check_finite(next_obs, reward, self.env_id, t)
+        if "train_reward" in info:
+            check_finite(next_obs, info["train_reward"], self.env_id, t)
+        return next_obs, float(reward), bool(terminated), bool(truncated), info
+
+    def _advance(
+        self, j: int, action: int, out: list, returns: list[float], lengths: list[int]
+    ) -> int:
+        """One step of env ``j``: its completed transitions into ``out``, a finished
+        episode's return and length into ``returns``/``lengths``; 1 (a step made)."""
+        obs = self._obs
+        next_obs, reward, terminated, truncated, info = self._step(j, action)
+        self._episode_return[j] += reward
+        self._episode_length[j] += 1
+        out += self.adders[j].add(
+            obs[j],
+            action,
+            info.get("train_reward", reward),
+            next_obs,
+            bool(info.get("train_terminated", terminated)),
+            truncated,
+        )
+        if terminated or truncated:
+            returns.append(self._episode_return[j])
+            lengths.append(self._episode_length[j])
+            self._episode_return[j], self._episode_length[j] = 0.0, 0
+            self.episodes += 1
+            obs[j] = self._reset(j, self.envs[j], None)  # an error here: the episode counts
+        else:
+            obs[j] = next_obs
+        return 1
+
+    def _replace_env(self, j: int, fault: EnvFault) -> None:
+        """Count ``fault`` (EnvFailed if the run must end); env ``j`` made again, its
+        partial episode and pending n-step steps dropped."""
+        self.policy.record(fault, self.where)
+        self._episode_return[j], self._episode_length[j] = 0.0, 0
+        self.adders[j].reset()
+        self._guard.discard(self.envs[j])
+        for attempt in range(1, REMAKE_TRIES + 1):
+            env = None
+            try:
+                env = self._guard.make(self.env_factory)
+                self._obs[j] = self._reset(j, env, int(self.rng.integers(2**31)))
+                break
+            except EnvFault as again:
+                if env is not None:
+                    self._guard.discard(env)
+                if attempt == REMAKE_TRIES:  # a simulator that is gone, however slow
+                    raise EnvFailed(
+                        f"{again}{self._at()}; it failed to be made again {attempt} times "
+                        "in a row after an env error"
+                    ) from None
+                self.policy.record(again, self.where)
+        self.envs[j] = env
+        if j == 0:
+            self.env = env
 
     @property
     def num_pending(self) -> int:
@@ -186,8 +321,8 @@ class EnvWorker:
 
         Keys: ``batch`` (``obs, action, reward, next_obs, done, discount`` arrays;
         with ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs,
-        done, discount``), ``priorities`` (float32 |td|), ``steps``
-        (``fragment_length * num_envs``), ``episode_returns``,
+        done, discount``), ``priorities`` (float32 |td|), ``steps`` (env steps made:
+        ``fragment_length * num_envs`` less those env errors cut), ``episode_returns``,
         ``episode_lengths``, ``weights_version``, ``epsilon``.
 
         Each env has its own n-step adder; the batch holds env 0's transitions,
@@ -201,33 +336,14 @@ class EnvWorker:
         returns: list[float] = []
         lengths: list[int] = []
         obs = self._obs
+        steps = 0
         for _ in range(self.fragment_length):
             actions = self._act(obs)
-            for j, env in enumerate(self.envs):
-                action = int(actions[j])
-                next_obs, reward, terminated, truncated, info = env.step(
-                    action + self._action_offset
-                )
-                next_obs = self._as_obs(next_obs)
-                self._episode_return[j] += float(reward)
-                self._episode_length[j] += 1
-                per_env[j] += self.adders[j].add(
-                    obs[j],
-                    action,
-                    info.get("train_reward", reward),
-                    next_obs,
-                    bool(info.get("train_terminated", terminated)),
-                    truncated,
-                )
-                if terminated or truncated:
-                    returns.append(self._episode_return[j])
-                    lengths.append(self._episode_length[j])
-                    self._episode_return[j], self._episode_length[j] = 0.0, 0
-                    self.episodes += 1
-                    obs[j] = self._as_obs(env.reset()[0])
-                else:
-                    obs[j] = next_obs
-        steps = self.fragment_length * self.num_envs
+            for j in range(len(self.envs)):
+                try:
+                    steps += self._advance(j, int(actions[j]), per_env[j], returns, lengths)
+                except EnvFault as fault:
+                    self._replace_env(j, fault)
         self.steps_sampled += steps
         transitions = [t for env_transitions in per_env for t in env_transitions]
         batch = stack_transitions(transitions, self._obs_shape, self._obs_dtype)
@@ -269,56 +385,16 @@ class EnvWorker:
         max_steps: int | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        """Greedy (epsilon 0) episodes on a separate env instance, bounded in steps and time.
+        """Greedy episodes on a separate env instance, bounded in steps and time
+        (:func:`apex_dask.algo.env_eval.greedy_episodes`, which documents the keys)."""
+        from apex_dask.algo.env_eval import greedy_episodes
 
-        Episode i resets with ``seed + i`` when ``seed`` is given, else with a seed
-        from the worker's evaluation generator. ``max_steps`` cuts an episode
-        (it then counts as a finished episode, as a time limit would).
-        ``timeout_s`` bounds the whole evaluation: once that much wall time has
-        passed, the episode in progress is dropped and no further one starts.
-        Returns ``return_mean``, ``return_std`` (over the finished episodes;
-        NaN for none), ``returns``, ``lengths`` and ``timed_out`` (bool).
-        Returns and ``terminated`` are the env's own (raw scores, whole games).
-        """
-        if self._eval_env is None:
-            self._eval_env = self.env_factory()
-        env = self._eval_env
-        deadline = math.inf if timeout_s is None else time.monotonic() + float(timeout_s)
-        returns: list[float] = []
-        lengths: list[int] = []
-        timed_out = False
-        for i in range(int(num_episodes)):
-            if time.monotonic() >= deadline:
-                timed_out = True
-                break
-            ep_seed = seed + i if seed is not None else int(self._eval_rng.integers(2**31))
-            obs = self._as_obs(env.reset(seed=ep_seed)[0])
-            total, length, done = 0.0, 0, False
-            while not done:
-                if time.monotonic() >= deadline:
-                    timed_out = True
-                    break
-                action = self._greedy(obs)
-                obs, reward, terminated, truncated, _ = env.step(action + self._action_offset)
-                obs = self._as_obs(obs)
-                total += float(reward)
-                length += 1
-                done = terminated or truncated or (max_steps is not None and length >= max_steps)
-            if timed_out:
-                break
-            returns.append(total)
-            lengths.append(length)
-        return {
-            "return_mean": float(np.mean(returns)) if returns else math.nan,
-            "return_std": float(np.std(returns)) if returns else math.nan,
-            "returns": returns,
-            "lengths": lengths,
-            "timed_out": timed_out,
-        }
+        return greedy_episodes(self, int(num_episodes), seed, max_steps, timeout_s)
 
     def close(self) -> None:
-        """Close the envs."""
+        """Close the envs (a hung one once its call returns) and end their threads."""
         for env in self.envs:
-            env.close()
+            self._guard.discard(env)
         if self._eval_env is not None:
-            self._eval_env.close()
+            self._guard.discard(self._eval_env)
+        self._guard.close()

@@ -7,7 +7,7 @@
     spaces = probe_env(cfg)                # one env, made here: spaces, env_kwargs
     check_device(cfg)                      # embedded runs: the learner's device exists
                                            # (remote runs: :mod:`.remote`, once connected)
-    check_replay_memory(cfg, spaces, limit_bytes, where)
+    check_memory(cfg, spaces, plan_holdings(...), limits, names)   # :mod:`.memory`
 
 Each failure is a :class:`UsageError` (or the config's ``ConfigError``) whose
 message is one line naming the input and how to fix it; the CLI prints it
@@ -29,7 +29,6 @@ __all__ = [
     "UsageError",
     "check_cluster_flags",
     "check_device",
-    "check_replay_memory",
     "cuda_device_count",
     "device_problem",
     "probe_env",
@@ -154,7 +153,8 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
     """Make one env as the env workers will; check its spaces and ``env_kwargs``.
 
     The action space must be ``Discrete``; the observation space a ``Box`` of
-    rank 1 (vector) or 2-3 (image), the ones the Q-networks take.
+    rank 1 (vector) or 2-3 (image), the ones the Q-networks take. Making it may
+    take ``env.make_timeout_s``; a constructor that does not return is one line.
     """
     from gymnasium import spaces
 
@@ -165,8 +165,18 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
         factory = make_env_factory(env_id, kwargs)
     except UnknownEnvError as exc:
         raise UsageError(str(exc)) from None
+    from apex_dask.algo.env_guard import BoundedCaller, Late
+
+    timeout = cfg.env.make_timeout_s
+    maker = BoundedCaller("apex-probe-env")
     try:
-        env = factory()
+        env = maker.call(factory, timeout)
+        maker.close()
+    except Late:  # its thread is abandoned (a daemon: it does not hold up the exit)
+        raise UsageError(
+            f"env {env_id!r} was not made within env.make_timeout_s={timeout:g} s (its "
+            "constructor did not return); start what it needs, or raise env.make_timeout_s"
+        ) from None
     except TypeError as exc:
         if kwargs:
             raise UsageError(
@@ -254,29 +264,3 @@ def replay_bytes(cfg: ApexConfig, spaces_: EnvSpaces) -> tuple[int, int]:
     else:
         per_item = 2 * obs_bytes + _ITEM_OVERHEAD
     return cfg.replay.capacity * per_item, per_item
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
-
-
-def check_replay_memory(
-    cfg: ApexConfig, spaces_: EnvSpaces, limit_bytes: float | None, where: str
-) -> None:
-    """Refuse a replay whose estimate exceeds 80% of ``limit_bytes`` (the memory of the
-    worker that holds the shards, or of each worker when they are spread)."""
-    if not limit_bytes:
-        return
-    total, per_item = replay_bytes(cfg, spaces_)
-    r = cfg.replay
-    held = total if r.colocate_with_learner else -(-total // r.num_shards)
-    budget = 0.8 * limit_bytes
-    if held <= budget:
-        return
-    fits = int(budget // per_item) * (1 if r.colocate_with_learner else r.num_shards)
-    raise UsageError(
-        f"replay.capacity={r.capacity:,} needs about {_gib(held)} "
-        f"({per_item:,} B per item, observations {tuple(spaces_.observation_space.shape)} "
-        f"{spaces_.observation_space.dtype}) on one worker, but {where} has {_gib(limit_bytes)}; "
-        f"lower it, e.g. --set replay.capacity={max(fits, r.num_shards)}"
-    )

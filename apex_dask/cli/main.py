@@ -21,12 +21,11 @@ import sys
 
 from apex_dask.cli.checks import (
     DEFAULT_PRESET,
+    EnvSpaces,
     UsageError,
     check_cluster_flags,
     check_device,
-    check_replay_memory,
     probe_env,
-    replay_bytes,
     resolve_config,
 )
 from apex_dask.cli.exitcodes import (
@@ -154,13 +153,30 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------
 
 
-def _local_worker_memory(cfg: ApexConfig) -> float:
-    """What each worker of the embedded LocalCluster may use (Dask's ``auto`` limit)."""
+def check_local_memory(cfg: ApexConfig, spaces: EnvSpaces) -> None:
+    """What each worker of the embedded LocalCluster will hold against what it may use
+    (Dask's ``auto`` limit), placed as the driver will place it (:mod:`.memory`)."""
     import os
 
+    from apex_dask.cli.memory import check_memory, plan_holdings
+    from apex_dask.runtime.orchestration.placement import WorkerInfo, plan_placement
+
+    n = int(cfg.topology.local_workers or os.cpu_count() or 1)
+    workers = [WorkerInfo(f"local worker {i}", str(i), "localhost") for i in range(n)]
+    placement = plan_placement(
+        workers,
+        num_shards=cfg.replay.num_shards,
+        num_env_workers=cfg.workers.num_workers,
+        replay_placement=cfg.replay.placement,
+    )
+    held = plan_holdings(cfg, spaces, placement)
+    if max(sum(p.nbytes for p in parts) for parts in held.values()) <= 2**28:
+        return  # fits any machine: no need to import Dask to ask
     from distributed.system import MEMORY_LIMIT
 
-    return MEMORY_LIMIT / int(cfg.topology.local_workers or os.cpu_count() or 1)
+    names = {w.address: f"{w.address} of the embedded cluster" for w in workers}
+    names[placement.learner.address] = f"the learner's {names[placement.learner.address]}"
+    check_memory(cfg, spaces, held, {w.address: MEMORY_LIMIT / n for w in workers}, names)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,10 +198,9 @@ def run(args: argparse.Namespace) -> int:
     out = check_out(resume or args.out, resume=resume is not None)
     spaces = probe_env(cfg)
     embedded = not (args.scheduler or args.scheduler_file or args.cluster)
-    if embedded:  # remote clusters: checked against the learner's worker once connected
+    if embedded:  # remote clusters: checked against their workers once connected
         check_device(cfg)
-        if replay_bytes(cfg, spaces)[0] > 2**28:
-            check_replay_memory(cfg, spaces, _local_worker_memory(cfg), "each local worker")
+        check_local_memory(cfg, spaces)
     # 2. the run
     from apex_dask.cli.session import RunSession
 

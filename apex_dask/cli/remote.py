@@ -11,7 +11,8 @@ The learner's worker is chosen as the driver will choose it
 - ``learner.device=cuda[:N]`` must exist there: torch on that worker is
   asked (a task on it, bounded by ``timeout_s``), since the driver's machine
   may have no GPU while the worker does, or the other way round;
-- the replay's estimated bytes must fit that worker's memory limit.
+- what each worker will hold (the replay, the learner's networks and batches,
+  env workers; :mod:`.memory`) must fit its memory limit.
 
 A placement that cannot be planned, or a worker that does not answer in
 time, is left to the driver, which reports it in its own words.
@@ -24,17 +25,17 @@ from typing import Any
 from apex_dask.cli.checks import (
     EnvSpaces,
     UsageError,
-    check_replay_memory,
     cuda_device_count,
     device_problem,
 )
+from apex_dask.cli.memory import check_memory, plan_holdings
 from apex_dask.config import ApexConfig
 
 __all__ = ["check_learner_worker"]
 
 
-def _learner_worker(client: Any, cfg: ApexConfig) -> tuple[str, dict[str, Any]] | None:
-    """``(address, scheduler info of it)`` of the worker that will hold the learner."""
+def _learner_worker(client: Any, cfg: ApexConfig) -> tuple[str, dict[str, Any], Any] | None:
+    """``(address, scheduler info of the workers, placement)``: where the learner goes."""
     from apex_dask.runtime.orchestration.placement import (
         plan_placement,
         workers_from_scheduler_info,
@@ -52,8 +53,7 @@ def _learner_worker(client: Any, cfg: ApexConfig) -> tuple[str, dict[str, Any]] 
             learner_worker=cfg.topology.learner_worker,
             replay_placement=cfg.replay.placement,
         )
-        address = placement.learner.address
-        return address, info["workers"][address]
+        return placement.learner.address, info["workers"], placement
     except Exception:  # placement errors are the driver's to report
         return None
 
@@ -78,11 +78,14 @@ def check_learner_worker(
     found = _learner_worker(client, cfg)
     if found is None:
         return
-    address, info = found
+    address, workers, placement = found
     where = f"the learner's worker {address}"
     if cfg.learner.device.startswith("cuda"):
         count = _worker_cuda_devices(client, address, timeout_s)
         problem = None if count is None else device_problem(cfg.learner.device, count, where)
         if problem:
             raise UsageError(problem)
-    check_replay_memory(cfg, spaces, info.get("memory_limit") or 0, where)
+    limits = {a: float(w.get("memory_limit") or 0) for a, w in workers.items()}
+    names = {a: f"the worker {a}" for a in workers}
+    names[address] = where
+    check_memory(cfg, spaces, plan_holdings(cfg, spaces, placement), limits, names)

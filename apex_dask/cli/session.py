@@ -40,9 +40,11 @@ from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.signals import StopSignals
 from apex_dask.cli.watch import (
     PlacementWatcher,
+    child_pids,
     drop_empty,
     log_traceback,
     quiet_teardown_logs,
+    reap_children,
     route_logs,
 )
 from apex_dask.config import ApexConfig
@@ -89,6 +91,7 @@ class RunSession:
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
+        self._children_before = child_pids()  # not this run's to end
         self.signals = StopSignals.install()
         route_logs(self.log_file, debug=self.args.debug)
         try:
@@ -293,6 +296,7 @@ class RunSession:
                 self.cluster.close(timeout=30)
             except Exception:
                 pass
+        reap_children(self.log_file, spare=self._children_before)
 
     def _save(self, d: Any) -> None:
         try:

@@ -169,3 +169,57 @@ def log_traceback(log_file: Path | None, exc: BaseException) -> bool:
         drop_empty(log_file)
         return False
     return True
+
+
+_PY_HELPERS = ("forkserver", "resource_tracker")
+REAP_GRACE_S = 10.0
+"""How long processes this one started may take to end after the cluster is closed."""
+
+
+def child_pids() -> set[int]:
+    """The processes this one started, and theirs, now."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def reap_children(
+    log_file: Path | None,
+    grace_s: float = REAP_GRACE_S,
+    spare: frozenset[int] | set[int] = frozenset(),
+) -> list[str]:
+    """Wait up to ``grace_s`` for every process this one started (the embedded cluster's
+    nannies and workers, a worker stuck in a hung env step) to end, then kill what is
+    left and say so in ``log_file``; the command lines killed. ``spare``: pids that
+    were there before the run (not its own). Python's own helpers (multiprocessing's
+    forkserver and resource tracker) end with this process."""
+    import psutil
+
+    def ours(proc: psutil.Process) -> bool:
+        try:
+            line = " ".join(proc.cmdline())
+        except psutil.Error:
+            return False
+        return not any(f"from multiprocessing.{m} import" in line for m in _PY_HELPERS)
+
+    kids = [p for p in psutil.Process().children(recursive=True) if p.pid not in spare and ours(p)]
+    _, alive = psutil.wait_procs(kids, timeout=grace_s)
+    killed = []
+    for proc in alive:
+        try:
+            killed.append(" ".join(proc.cmdline())[:160] or str(proc.pid))
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    if killed and log_file is not None:
+        try:
+            with open(log_file, "a") as f:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                f.write(
+                    f"{stamp} apex-dask-submit: killed {len(killed)} process(es) still "
+                    f"running {grace_s:g} s after the cluster closed: {killed}\n"
+                )
+        except OSError:
+            pass
+    return killed

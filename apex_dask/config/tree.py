@@ -65,6 +65,14 @@ class EnvConfig:
     repeat_action_probability: float = 0.0
     """``ALE/`` ids: sticky-action probability of the emulator. 0.0 (the DQN/Ape-X setup)
     unlike ALE v5's default 0.25; set 0.25 to turn sticky actions back on."""
+    make_timeout_s: float = 60.0
+    """Seconds making one env may take (the probe before start, each env worker's envs,
+    the evaluator's env). A constructor that does not return in time: exit 2 before start,
+    an env error during the run."""
+    step_timeout_s: float | None = None
+    """Seconds one env ``step`` or ``reset`` may take; a late one is an env error (the
+    hung env and its thread are abandoned, a fresh env is made). None: unbounded (each
+    call then runs without a thread hop)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,13 @@ class EnvWorkersConfig:
     """Envs each env worker steps, choosing all their actions with one forward pass per
     step; each keeps its own n-step state and episode stats, all use the worker's epsilon.
     A rollout is ``rollout_fragment_length`` steps of every env (RLlib ``num_envs_per_worker``)."""
+    restart_failed_envs: bool = True
+    """An env that raises, hangs (``env.step_timeout_s``) or returns a non-finite observation
+    or reward is counted (``faults/env_errors``), closed and made again; its partial episode
+    is dropped, complete n-step transitions are kept. false: the first env error ends the run."""
+    max_env_errors_per_min: int = 10
+    """With ``restart_failed_envs``: more env errors than this within 60 s in one env worker
+    end the run (an env that fails on every step)."""
 
 
 @dataclass(frozen=True)

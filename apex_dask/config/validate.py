@@ -161,6 +161,10 @@ def validate(cfg: Any) -> None:
     positive("workers.rollouts_in_flight", w.rollouts_in_flight)
     positive("workers.rollouts_per_call", w.rollouts_per_call)
     positive("workers.envs_per_worker", w.envs_per_worker)
+    positive("workers.max_env_errors_per_min", w.max_env_errors_per_min)
+    positive("env.make_timeout_s", cfg.env.make_timeout_s)
+    if cfg.env.step_timeout_s is not None:
+        positive("env.step_timeout_s", cfg.env.step_timeout_s)
     nonneg("eval.interval_s", cfg.eval.interval_s)
     nonneg("eval.episodes", cfg.eval.episodes)
     if cfg.eval.max_episode_steps is not None:

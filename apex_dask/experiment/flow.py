@@ -122,6 +122,9 @@ class FaultCounters(_Counters):
     shards_restored: int = 0
     replay_items_lost: int = 0
     learner_restored: int = 0
+    env_errors: int = 0
+    """Env errors the env workers and the evaluator survived (raised, hung, non-finite);
+    each env was closed and made again (``workers.restart_failed_envs``)."""
 
 
 @dataclass

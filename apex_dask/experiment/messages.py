@@ -29,7 +29,10 @@ class RolloutSummary:
     driver's share of a site's bytes, ``docs/cluster.md``): ``steps`` env
     steps in ``rollouts`` rollouts; ``weights_version`` the learner version
     the last one acted with; ``episode_returns`` / ``episode_lengths`` the
-    episodes that ended in them. Per-worker counters travel in ``stats()``.
+    episodes that ended in them; ``env_errors`` the env errors the worker
+    survived since its last summary; ``warnings`` the Python warnings raised in
+    its process since then (one line each; the driver logs them to
+    ``py.warnings``). Per-worker counters travel in ``stats()``.
     """
 
     steps: int
@@ -37,6 +40,8 @@ class RolloutSummary:
     weights_version: int
     episode_returns: tuple[float, ...] = ()
     episode_lengths: tuple[int, ...] = ()
+    env_errors: int = 0
+    warnings: tuple[str, ...] = ()
 
 
 ReplayedBatch = ReplaySample

@@ -71,6 +71,7 @@ def env_metrics(
     steps_per_s: float,
     rollouts_sent: int,
     weights_version: int,
+    env_errors: int = 0,
 ) -> dict[str, float]:
     """One env worker's ``env/<i>/*`` counters and ``env/epsilon/<i>``."""
     i = index
@@ -80,6 +81,7 @@ def env_metrics(
         f"env/{i}/steps_per_s": float(steps_per_s),
         f"env/{i}/rollouts_sent": float(rollouts_sent),
         f"env/{i}/weights_version": float(weights_version),
+        f"env/{i}/env_errors": float(env_errors),
     }
 
 

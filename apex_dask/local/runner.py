@@ -59,7 +59,7 @@ class LocalApex:
         self.hook = resolve_hook(cfg, before_learn_on_batch)
         self.hook_calls = 0
         self.env_factory = env_factory(cfg)
-        obs_space, act_space = probe_spaces(self.env_factory)
+        obs_space, act_space = probe_spaces(self.env_factory, cfg.env.make_timeout_s)
         self.learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
         self.epsilons = apex_epsilons(wc.num_workers, wc.epsilon_base, wc.epsilon_alpha)
         worker_kwargs = env_worker_kwargs(cfg)
@@ -68,6 +68,7 @@ class LocalApex:
                 self.env_factory,
                 epsilon=float(eps),
                 seed=derive_seed(cfg.seed, "worker", i),
+                where=f"env worker {i}",
                 **worker_kwargs,
             )
             for i, eps in enumerate(self.epsilons)
@@ -242,6 +243,7 @@ class LocalApex:
         lr, updates = self.learner, self.learner.num_updates
         self._window.wall_s = wall
         self._window.steps = self.steps_sampled - self._iter_steps0
+        everyone = [*self.workers, *([self.evaluator] if self.evaluator else [])]
         learner = learner_metrics(
             lr,
             dequeue=self.dequeue_timer,
@@ -281,6 +283,7 @@ class LocalApex:
                 steps_per_s=(w.steps_sampled - self._iter_worker_steps0[i]) / wall,
                 rollouts_sent=self.worker_rollouts[i],
                 weights_version=w.weights_version,
+                env_errors=w.env_errors,
             )
             for i, (eps, w) in enumerate(zip(self.epsilons, self.workers, strict=True))
         ]
@@ -299,7 +302,7 @@ class LocalApex:
             acting_versions=[w.weights_version for w in self.workers],
             weight_syncs=self.weight_syncs,
             eval_result=self._window_eval,
-            extra=FaultCounters().metrics(),
+            extra=FaultCounters(env_errors=sum(w.env_errors for w in everyone)).metrics(),
         )
 
     def _eval_return(self) -> float | None:

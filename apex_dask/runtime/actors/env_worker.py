@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import re
 import time
+import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from apex_dask.algo.env_guard import EnvFailed
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.experiment.results import env_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
@@ -22,6 +26,22 @@ from apex_dask.runtime.actors.heap import keep_freed_heap
 __all__ = ["EnvWorkerActor"]
 
 T = TypeVar("T")
+
+_WARNINGS: deque[str] = deque(maxlen=50)
+"""Python warnings raised in this process (an env's, gymnasium's passive env checker's),
+kept instead of printed: they travel with the next summary to the driver's log."""
+
+
+def _keep_warning(message: Any, category: type, filename: str, lineno: int, *_: Any) -> None:
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(message)).split())  # no colours
+    _WARNINGS.append(f"{category.__name__}: {text} ({filename}:{lineno})")
+
+
+def _take_warnings() -> tuple[str, ...]:
+    out = []
+    while _WARNINGS:
+        out.append(_WARNINGS.popleft())
+    return tuple(out)
 
 
 class EnvWorkerActor:
@@ -60,12 +80,17 @@ class EnvWorkerActor:
         double_q: bool,
         frame_stack: int | None = None,
         num_envs: int = 1,
+        make_timeout_s: float = 60.0,
+        step_timeout_s: float | None = None,
+        restart_failed_envs: bool = True,
+        max_env_errors_per_min: int = 10,
         call_timeout_s: float = 60.0,
         run: str = "",
     ) -> None:
         from apex_dask.algo.env_worker import EnvWorker
 
         keep_freed_heap()  # batched forwards of image stacks: see heap.py
+        warnings.showwarning = _keep_warning  # to the driver's log, not the worker's stderr
         self.index = int(index)
         self._shards = [as_handle(s) for s in shards]
         self._learner = as_handle(learner)
@@ -83,11 +108,17 @@ class EnvWorkerActor:
             double_q=double_q,
             frame_stack=frame_stack,
             num_envs=num_envs,
+            make_timeout_s=make_timeout_s,
+            step_timeout_s=step_timeout_s,
+            restart_failed_envs=restart_failed_envs,
+            max_env_errors_per_min=max_env_errors_per_min,
+            where=f"env worker {index}" if index >= 0 else "the evaluator",
         )
         self.epsilon = float(epsilon)
         self.rollouts_sent = 0
         self.steps_sampled = 0
         self.weight_syncs = 0
+        self._errors_reported = 0
         self._last_eval: dict[str, Any] | None = None
         self._t0 = time.monotonic()
         self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
@@ -113,6 +144,8 @@ class EnvWorkerActor:
                 await call_with_timeout(
                     self._shards[k].add(out["batch"], out["priorities"]), self._timeout
                 )
+            except EnvFailed as exc:  # with this process's warnings, for the driver's log
+                raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
             except Exception:
                 if done == 0:
                     raise
@@ -124,7 +157,16 @@ class EnvWorkerActor:
             lengths += [int(x) for x in out["episode_lengths"]]
         self.steps_sampled += steps
         self._pub.maybe(self._metrics)
-        return RolloutSummary(steps, done, version, tuple(returns), tuple(lengths))
+        errors = self._new_env_errors()
+        return RolloutSummary(
+            steps, done, version, tuple(returns), tuple(lengths), errors, _take_warnings()
+        )
+
+    def _new_env_errors(self) -> int:
+        """Env errors survived since the last call (the driver adds them up)."""
+        new = self._worker.env_errors - self._errors_reported
+        self._errors_reported += new
+        return new
 
     async def sync_weights(self) -> int | None:
         """Pull and apply the learner's weights if newer; the version applied, or None."""
@@ -152,11 +194,16 @@ class EnvWorkerActor:
         """Sync to the newest weights, then ``num_episodes`` greedy episodes of at most
         ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats."""
         await self.sync_weights()
-        out = await self._in_pool(
-            self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s
-        )
+        try:
+            out = await self._in_pool(
+                self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s
+            )
+        except EnvFailed as exc:
+            raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
+        out["env_errors"] = self._new_env_errors()
+        out["warnings"] = _take_warnings()
         self._last_eval = out
         self._pub.now(self._metrics)
         return out
@@ -196,4 +243,5 @@ class EnvWorkerActor:
             steps_per_s=self.steps_sampled / max(1e-9, time.monotonic() - self._t0),
             rollouts_sent=self.rollouts_sent,
             weights_version=self._worker.weights_version,
+            env_errors=self._worker.env_errors,
         )

@@ -8,6 +8,7 @@ the evaluation that finished during an iteration (:meth:`Evaluation.take`);
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -72,6 +73,9 @@ class Evaluation(Job):
             self.on_failure(self._slot, exc, False)
             return
         got, t0 = result
+        self.state.counters.faults.env_errors += int(got.pop("env_errors", 0))
+        for line in got.pop("warnings", ()):
+            logging.getLogger("py.warnings").warning("evaluator: %s", line)
         self.finished = self.last = {**got, "duration_s": time.monotonic() - t0}
         self.state.eval_history.append(
             {

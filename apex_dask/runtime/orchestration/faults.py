@@ -1,6 +1,8 @@
 """What the plan does when a call to an env worker (or the evaluator) fails.
 
-- A bug (the env raised, a method failed) stops the run with one line.
+- A bug (a method failed) stops the run with one line; so does an env error the
+  env worker did not survive (:class:`~apex_dask.algo.env_guard.EnvFailed`:
+  restarts off, or over ``workers.max_env_errors_per_min``).
 - A lost peer (the Dask worker holding the actor died, or a call timed out;
   :func:`~apex_dask.runtime.actors.calls.peer_lost`) starts a check: a lost
   learner or shard is rebuilt first (:mod:`.recovery`); if the env worker's
@@ -12,9 +14,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from apex_dask.algo.env_guard import EnvFailed
 from apex_dask.runtime.actors.calls import peer_lost
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.launch import ActorSet
@@ -45,6 +49,11 @@ class FaultHandler:
     def env_failed(self, slot: EnvSlot, exc: BaseException, relaunch: bool) -> None:
         """A call to an env worker (or the evaluator) failed: a bug stops the run; a lost
         peer starts a check that replaces the actor if its worker is gone."""
+        if isinstance(exc, EnvFailed):  # its line names the env, the error and the worker
+            for line in exc.warnings:  # the CLI routes py.warnings to the run's log
+                who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
+                logging.getLogger("py.warnings").warning("%s: %s", who, line)
+            raise ApexRuntimeError(" ".join(str(exc).split())[:400])
         if not peer_lost(exc):
             who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
             raise ApexRuntimeError(f"{who} failed: {type(exc).__name__}: {str(exc).strip()[:200]}")

@@ -147,7 +147,11 @@ class ActorSet:
         n_shards, n_env = cfg.replay.num_shards, cfg.workers.num_workers
         create_timeout = max(self.timeout, 120.0)
         probe = self.client.submit(
-            probe_spaces, self.env_factory, workers=[p.learner.address], pure=False
+            probe_spaces,
+            self.env_factory,
+            cfg.env.make_timeout_s,
+            workers=[p.learner.address],
+            pure=False,
         )
         try:
             obs_space, act_space = probe.result(timeout=create_timeout)

@@ -15,6 +15,7 @@ learner actor (prefetcher, learner thread, priority sender).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +91,9 @@ class StoreRollouts:
         c = self.state.counters
         c.rollouts_returned += s.rollouts
         c.steps_total += s.steps
+        c.faults.env_errors += s.env_errors
+        for line in s.warnings:  # the CLI routes py.warnings to the run's log
+            logging.getLogger("py.warnings").warning("env worker %d: %s", slot.index, line)
         self.window.steps += s.steps
         slot.steps_since_sync += s.steps
         slot.version = s.weights_version

@@ -1,0 +1,197 @@
+"""The memory a config asks for, per Dask worker, estimated before anything starts.
+
+::
+
+    holdings = plan_holdings(cfg, spaces, placement)   # address -> [Part, ...]
+    check_memory(cfg, holdings, limits, where)         # UsageError: the biggest part, its key
+
+Every large allocation is counted on the worker that will hold it
+(:func:`~apex_dask.runtime.orchestration.placement.plan_placement`, the same
+placement the driver makes), by arithmetic on the config and the env's spaces
+only; nothing is allocated to find out:
+
+- the replay shards: ``replay.capacity`` items (:func:`.checks.replay_bytes`),
+  shard by shard where they live;
+- the learner's networks: online and target parameters, their gradients, Adam's
+  two moments and one serialized weights blob (6 float32 copies);
+- replayed batches: those in the learner's inqueue and in flight
+  (``learner.inqueue_size + learner.prefetch_per_shard * replay.num_shards``),
+  and one batch's activations, roughly (float observations and next
+  observations, three forward passes kept for the backward pass);
+- each env worker (and the evaluator): its network (torch, a numpy copy, the
+  weights blob), a fragment of transitions per env and an allowance of
+  :data:`ENV_BYTES` per env for the env's own state (an ALE emulator ~ 5 MiB).
+
+A worker whose parts exceed 80% of its memory limit refuses the run in one
+line naming the biggest part, its estimate and the key to lower.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from apex_dask.config import ApexConfig
+
+__all__ = ["ENV_BYTES", "Part", "check_memory", "plan_holdings", "q_network_size"]
+
+ENV_BYTES = 8 * 2**20
+"""Allowance for one env's own state (its simulator), which cannot be known without
+making it."""
+
+_BUDGET = 0.8
+"""Share of a worker's memory limit the estimate may take (the rest: Python, torch,
+Dask, buffers the estimate does not see)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One large allocation on one worker: what it is, its bytes, the key that sizes it."""
+
+    what: str
+    nbytes: int
+    key: str
+
+
+def _out(n: int, k: int, s: int) -> int:
+    return (n - k) // s + 1
+
+
+def q_network_size(
+    obs_shape: tuple[int, ...], num_actions: int, hiddens: tuple[int, ...], dueling: bool
+) -> tuple[int, int]:
+    """``(parameters, activations per sample)`` of :func:`apex_dask.algo.networks.
+    build_q_network` for these shapes, by arithmetic (no module is built)."""
+    params = acts = 0
+    if len(obs_shape) == 1:
+        features = int(obs_shape[0])
+    else:
+        if len(obs_shape) == 2:
+            c, h, w = 1, *obs_shape
+        elif obs_shape[2] <= min(obs_shape[0], obs_shape[1]):  # HWC, as the network guesses
+            h, w, c = obs_shape
+        else:
+            c, h, w = obs_shape
+        convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)] if min(h, w) >= 36 else [(16, 3, 1)]
+        for out, k, s in convs:
+            params += out * (c * k * k + 1)
+            c, h, w = out, _out(h, k, s), _out(w, k, s)
+            acts += c * h * w
+        features = c * h * w
+    for width in hiddens:
+        params += (features + 1) * width
+        acts += width
+        features = width
+    heads = num_actions + (1 if dueling else 0)
+    params += (features + 1) * heads
+    return params, acts + heads
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
+
+
+def _shapes(spaces_: Any) -> tuple[tuple[int, ...], int, int]:
+    import numpy as np
+
+    obs = spaces_.observation_space
+    shape = tuple(int(d) for d in obs.shape)
+    return shape, int(np.prod(shape)), int(np.dtype(obs.dtype).itemsize)
+
+
+def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, list[Part]]:
+    """``address -> parts`` for the placement the driver will make (see the module docstring)."""
+    from apex_dask.cli.checks import replay_bytes
+
+    shape, elems, itemsize = _shapes(spaces_)
+    lc, w, r = cfg.learner, cfg.workers, cfg.replay
+    params, acts = q_network_size(shape, int(spaces_.action_space.n), lc.hiddens, lc.dueling)
+    held: dict[str, list[Part]] = {}
+
+    def add(address: str, part: Part) -> None:
+        held.setdefault(address, []).append(part)
+
+    total, _ = replay_bytes(cfg, spaces_)
+    for shard in placement.shards:
+        add(shard.address, Part("the replay", total // r.num_shards, "replay.capacity"))
+    learner = placement.learner.address
+    nets = "the learner's networks (online, target, gradients, Adam state, weights blob)"
+    add(learner, Part(nets, 6 * 4 * params, "learner.hiddens"))
+    item = 2 * elems * itemsize + 32
+    queued = lc.inqueue_size + lc.prefetch_per_shard * r.num_shards
+    activations = lc.batch_size * 4 * (2 * elems + 3 * 2 * acts)
+    batches = "replayed batches (inqueue, in flight) and one batch's activations"
+    add(learner, Part(batches, lc.batch_size * item * queued + activations, "learner.batch_size"))
+    per_worker = 3 * 4 * params + w.envs_per_worker * (
+        ENV_BYTES + 2 * w.rollout_fragment_length * item
+    )
+    env_holders = [*placement.env_workers]
+    if cfg.eval.episodes > 0:
+        env_holders.append(placement.evaluator)
+    counts: dict[str, int] = {}
+    for where in env_holders:
+        counts[where.address] = counts.get(where.address, 0) + 1
+    for address, n in counts.items():
+        what = f"{n:,} env worker(s) (their envs, networks, rollout buffers)"
+        add(address, Part(what, n * per_worker, "workers.num_workers"))
+    return held
+
+
+def _lower(cfg: ApexConfig, part: Part, room: float, spaces_: Any) -> str:
+    """A value of ``part.key`` that would fit ``room`` more bytes, as ``--set`` advice."""
+    from apex_dask.cli.checks import replay_bytes
+
+    r = cfg.replay
+    if part.key == "replay.capacity":
+        per_item = replay_bytes(cfg, spaces_)[1]
+        share = 1 if r.colocate_with_learner else r.num_shards
+        fits = max(int(room // per_item) * share, r.num_shards)
+        return f"--set replay.capacity={fits}"
+    current = {
+        "learner.batch_size": cfg.learner.batch_size,
+        "workers.num_workers": cfg.workers.num_workers,
+    }.get(part.key)
+    if current is None:
+        return f"smaller layers than {part.key}={list(cfg.learner.hiddens)}"
+    scaled = max(1, math.floor(0.9 * current * max(0.0, room) / max(1, part.nbytes)))
+    return f"--set {part.key}={scaled}"
+
+
+def check_memory(
+    cfg: ApexConfig,
+    spaces_: Any,
+    holdings: Mapping[str, list[Part]],
+    limits: Mapping[str, float],
+    describe_worker: Mapping[str, str],
+) -> None:
+    """:class:`~apex_dask.cli.checks.UsageError` for the first worker whose parts exceed
+    80% of its memory limit (a limit of 0 or None: not checked)."""
+    from apex_dask.cli.checks import UsageError
+
+    for address, parts in holdings.items():
+        limit = limits.get(address) or 0
+        need = sum(p.nbytes for p in parts)
+        if not limit or need <= _BUDGET * limit:
+            continue
+        big = max(parts, key=lambda p: p.nbytes)
+        merged = sum(p.nbytes for p in parts if p.what == big.what)
+        room = _BUDGET * limit - (need - merged)
+        where = describe_worker.get(address, address)
+        obs = spaces_.observation_space
+        if big.key == "replay.capacity":
+            head = f"replay.capacity={cfg.replay.capacity:,}"
+            head += f" (observations {tuple(obs.shape)} {obs.dtype})"
+        else:
+            head = f"{big.what} ({big.key}={_value(cfg, big.key)})"
+        advice = _lower(cfg, Part(big.what, merged, big.key), room, spaces_)
+        raise UsageError(
+            f"{head} needs about {_gib(merged)} of the {_gib(need)} estimated for {where}, "
+            f"which has {_gib(limit)}; lower it, e.g. {advice}"
+        )
+
+
+def _value(cfg: ApexConfig, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name)

@@ -1,0 +1,95 @@
+"""The pre-start memory estimate (``apex_dask/cli/memory.py``): every large part, on the
+worker that holds it, refused in one line naming the biggest part and its key."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from apex_dask.cli.checks import EnvSpaces, UsageError
+from apex_dask.cli.memory import check_memory, plan_holdings, q_network_size
+from apex_dask.config import ApexConfig
+from apex_dask.runtime.orchestration.placement import WorkerInfo, plan_placement
+
+GIB = 2**30
+CARTPOLE = EnvSpaces(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2))
+ATARI = EnvSpaces(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6))
+
+
+@pytest.mark.parametrize(
+    ("shape", "hiddens", "dueling"),
+    [((4,), (256,), True), ((4, 84, 84), (512,), True), ((84, 84, 4), (64,), False),
+     ((10, 10, 4), (128,), True), ((10, 10), (32,), False)],
+)  # fmt: skip
+def test_network_size_is_the_built_networks_parameter_count(shape, hiddens, dueling):
+    from apex_dask.algo.networks import build_q_network
+
+    obs = spaces.Box(0, 255, shape, np.uint8)
+    net = build_q_network(obs, spaces.Discrete(5), hiddens, dueling)
+    params, _ = q_network_size(shape, 5, hiddens, dueling)
+    assert params == sum(p.numel() for p in net.parameters())
+
+
+def _plan(cfg: ApexConfig, n: int = 3):
+    workers = [WorkerInfo(f"w{i}", str(i), "h") for i in range(n)]
+    placement = plan_placement(
+        workers,
+        num_shards=cfg.replay.num_shards,
+        num_env_workers=cfg.workers.num_workers,
+        replay_placement=cfg.replay.placement,
+    )
+    return placement, plan_holdings(cfg, ATARI, placement)
+
+
+def test_every_large_part_is_counted_on_the_worker_that_holds_it():
+    cfg = ApexConfig.preset("atari")
+    placement, held = _plan(cfg)
+    learner = placement.learner.address
+    keys = {p.key for p in held[learner]}
+    assert {"replay.capacity", "learner.hiddens", "learner.batch_size"} <= keys
+    others = [a for a in held if a != learner]
+    assert others and all({p.key for p in held[a]} == {"workers.num_workers"} for a in others)
+    replay = sum(p.nbytes for p in held[learner] if p.key == "replay.capacity")
+    assert 12 * GIB < replay < 20 * GIB  # 2M items, 84x84 uint8 frames stored ~1.2 x each
+    spread = _plan(cfg.override({"replay.placement": "spread"}))[1]
+    assert (
+        max(sum(p.nbytes for p in v if p.key == "replay.capacity") for v in spread.values())
+        < replay
+    )
+
+
+def _refusal(cfg: ApexConfig, limit: float) -> str:
+    placement, held = _plan(cfg)
+    with pytest.raises(UsageError) as info:
+        check_memory(cfg, ATARI, held, {a: limit for a in held}, {})
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "what"),
+    [
+        ({}, "replay.capacity", "replay.capacity=2,000,000"),
+        ({"replay.capacity": 40_000, "replay.learning_starts": 1000, "learner.batch_size": 10_000}, "learner.batch_size",
+         "replayed batches"),
+        ({"replay.capacity": 40_000, "replay.learning_starts": 1000, "workers.num_workers": 4000}, "workers.num_workers",
+         "env worker(s)"),
+    ],
+)  # fmt: skip
+def test_a_config_that_cannot_fit_names_the_biggest_part_its_estimate_and_its_key(
+    overrides, key, what
+):
+    cfg = ApexConfig.preset("atari").override(overrides)
+    msg = _refusal(cfg, 4 * GIB)
+    assert "\n" not in msg and what in msg and "needs about" in msg
+    assert f"lower it, e.g. --set {key}=" in msg and "which has 4.0 GiB" in msg
+    advice = dict([msg.rsplit("--set ", 1)[1].split("=")])  # the advice fits
+    fixed = cfg.override({key: int(advice[key])})
+    placement, held = _plan(fixed)
+    check_memory(fixed, ATARI, held, {a: 4 * GIB for a in held}, {})
+
+
+def test_nothing_is_checked_without_a_limit():
+    cfg = ApexConfig.preset("atari")
+    placement, held = _plan(cfg)
+    check_memory(cfg, ATARI, held, {a: 0 for a in held}, {})
