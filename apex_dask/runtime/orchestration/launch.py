@@ -49,6 +49,15 @@ from apex_dask.runtime.orchestration.state import EnvSlot, RunState
 __all__ = ["ActorSet"]
 
 
+def _probe_on_worker(env_factory: Any, make_timeout_s: float) -> tuple[Any, str | None]:
+    """``(spaces, None)``, or ``(None, why)`` if the env cannot be made: the error comes
+    back as a value, so the worker does not log it (with a traceback) to its console."""
+    try:
+        return probe_spaces(env_factory, make_timeout_s), None
+    except Exception as exc:
+        return None, str(exc)
+
+
 def _live_actors(keys: set, dask_worker: Any = None) -> int:
     return sum(1 for k in dask_worker.state.actors if k in keys)
 
@@ -147,18 +156,19 @@ class ActorSet:
         n_shards, n_env = cfg.replay.num_shards, cfg.workers.num_workers
         create_timeout = max(self.timeout, 120.0)
         probe = self.client.submit(
-            probe_spaces,
+            _probe_on_worker,
             self.env_factory,
             cfg.env.make_timeout_s,
             workers=[p.learner.address],
             pure=False,
         )
         try:
-            obs_space, act_space = probe.result(timeout=create_timeout)
+            spaces, error = probe.result(timeout=create_timeout)
         except Exception as exc:
-            raise ApexRuntimeError(
-                f"cannot make env {cfg.env.env_id!r} on a worker: {exc}"
-            ) from None
+            spaces, error = None, str(exc)
+        if spaces is None:
+            raise ApexRuntimeError(f"cannot make env {cfg.env.env_id!r} on a worker: {error}")
+        obs_space, act_space = spaces
         self._spaces, self._hook = (obs_space, act_space), hook
 
         def wait(roles: list[str], futs: list[Any]) -> list[Any]:
