@@ -131,4 +131,4 @@ def test_replay_too_large_for_the_learners_worker_is_refused_naming_that_worker(
     message = str(err.value)
     assert "\n" not in message
     assert "replay.capacity=100,000,000" in message and "lower it" in message
-    assert "the learner's worker tcp://h:2 has 2.0 GiB" in message
+    assert "the learner's worker tcp://h:2, which has 2.0 GiB" in message
