@@ -150,7 +150,9 @@ def test_cartpole_trains_to_475_across_hosts_with_each_actor_on_its_host(netns_r
     check_placement(site, placement)
     assert placement["learner"]["address"].startswith(f"tcp://{site.address('learner')}:")
     moved = json.loads((run.workdir / "bytes.json").read_text())["hosts"]
-    assert moved["learner"]["eth0"]["rx"] > 1e6
+    # Every stored transition reaches a shard on the learner's host: at least one CartPole
+    # observation (4 float32) per env step sampled, however quickly the run reached 475.
+    assert moved["learner"]["eth0"]["rx"] > 16 * final["env/steps_sampled"], (moved, final)
     assert all(v["ib0"]["rx"] + v["ib0"]["tx"] == 0 for v in moved.values()), moved
 
 
