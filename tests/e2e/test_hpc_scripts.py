@@ -22,6 +22,10 @@ from pathlib import Path
 
 import pytest
 from proctrack import MARK, assert_nothing_left
+from tlsprobe import assert_only_the_run_gets_in, assert_private_credentials
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from polling import poll  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIMS = Path(__file__).resolve().parent / "shims"
@@ -87,7 +91,8 @@ def check_trained_run(run_dir: Path, output: str) -> None:
 
 @pytest.mark.slow
 def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
-    """Over TLS on the interface named by APEX_INTERFACE (lo here)."""
+    """Over TLS with the user's own files (they win over per-run ones) on the interface
+    named by APEX_INTERFACE (lo here)."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
     env.update(tls_files(tmp_path / "tls"), APEX_INTERFACE="lo")
@@ -133,6 +138,9 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
         check_tls_scheduler(run_dir)
+        assert "TLS required, with your credentials" in output
+        assert not (run_dir / "tls").exists()  # no per-run credentials beside the user's
+        assert "ssh -N -L " in output  # how to reach the dashboard from outside
         assert "stopping the Dask cluster" in output
     finally:
         assert_nothing_left(marker)
@@ -196,24 +204,25 @@ def test_slurm_usr1_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_path):
-    """Over TLS (pbsdsh tasks get the TLS files as flags, require-encryption in their env)."""
+    """The default launch: TLS required with credentials made for the run (pbsdsh tasks get
+    the settings in their env); while it runs, only a client with them gets in."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state)
-    env.update(tls_files(tmp_path / "tls"))
     script = ROOT / "cluster" / "pbs" / "apex.pbs"
     settings = (
         "APEX_PRESET=cartpole,APEX_WORKERS_PER_NODE=1,APEX_DASHBOARD=:0,APEX_ARGS="
         + " ".join(TRAIN_ARGS)
     )
     try:
-        proc = subprocess.run(
+        job = subprocess.Popen(
             ["qsub", "-W", "block=true", "-v", settings, str(script)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        sched = poll(lambda: next(iter(tmp_path.glob("apex-*/scheduler.json")), None), 120)
+        poll(lambda: sched.stat().st_size > 0, 30)
+        assert_only_the_run_gets_in(sched)
+        stdout, stderr = job.communicate(timeout=180)
+        proc = subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
         (submit,) = calls(state, "qsub")
         job_id = submit["job_id"]
         seq = job_id.split(".")[0]
@@ -232,12 +241,15 @@ def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_pat
             assert vnodes[index] == task["targets"][0] and vnodes.index(vnodes[index]) == index
             assert os.path.isabs(task["command"][0])
             assert "--protocol" in task["command"]  # TLS settings travel in the task's env
-            assert f"DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY={env['APEX_TLS_KEY']}" in task["argv"]
+            key = run_dir / "tls" / "key.pem"
+            assert f"DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY={key}" in task["argv"]
             assert "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True" in task["argv"]
             assert str(run_dir / "scheduler.json") in task["existing_paths"]
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
         check_tls_scheduler(run_dir, host=r"[^:\s]+")  # no APEX_INTERFACE: the default one
+        assert_private_credentials(run_dir / "tls")
+        assert "TLS required; this run's credentials are in" in output
     finally:
         assert_nothing_left(marker)
 
