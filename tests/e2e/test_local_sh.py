@@ -141,15 +141,17 @@ _NS_REASON = _namespace_unavailable()
 
 @pytest.fixture
 def machine_with_a_network():
-    """A network namespace with loopback and a dummy interface d0 at 198.18.2.1 (nothing
-    is connected to it): local.sh listening on d0 listens beyond loopback."""
+    """A network namespace with loopback and an interface d0 at 198.18.2.1 (its veth peer
+    is in the same namespace: nothing else is connected), so local.sh listening on d0
+    listens beyond loopback."""
     ns = "apexls" + uuid.uuid4().hex[:6]
-    for cmd in (["netns", "add", ns], ["-n", ns, "link", "set", "lo", "up"],
-                ["-n", ns, "link", "add", "d0", "type", "dummy"],
-                ["-n", ns, "addr", "add", "198.18.2.1/24", "dev", "d0"],
-                ["-n", ns, "link", "set", "d0", "up"]):  # fmt: skip
-        subprocess.run(["ip", *cmd], check=True, capture_output=True)
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
     try:
+        for cmd in (["link", "set", "lo", "up"],
+                    ["link", "add", "d0", "type", "veth", "peer", "name", "d1"],
+                    ["addr", "add", "198.18.2.1/24", "dev", "d0"],
+                    ["link", "set", "d1", "up"], ["link", "set", "d0", "up"]):  # fmt: skip
+            subprocess.run(["ip", "-n", ns, *cmd], check=True, capture_output=True)
         yield ["ip", "netns", "exec", ns]
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
