@@ -48,6 +48,14 @@ def who_gets_in(sched_file: Path, where: list[str] | None = None) -> dict[str, s
     }
 
 
+def assert_outsiders_refused(address: str) -> None:
+    """Neither a client without credentials nor a plain-TCP one gets into ``address``."""
+    assert address.startswith("tls://"), address
+    for target in (address, address.replace("tls://", "tcp://")):
+        got = _probe("address", target, [])
+        assert got.startswith("REFUSED"), (target, got)
+
+
 def assert_only_the_run_gets_in(sched_file: Path, where: list[str] | None = None) -> None:
     got = who_gets_in(sched_file, where)
     assert got["address"].startswith("tls://"), got
