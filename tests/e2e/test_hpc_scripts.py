@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -23,6 +22,8 @@ from pathlib import Path
 import pytest
 from proctrack import MARK, assert_nothing_left
 from tlsprobe import assert_only_the_run_gets_in, assert_private_credentials
+
+from apex_dask.runtime.credentials import make_run_credentials
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from polling import poll  # noqa: E402
@@ -44,24 +45,13 @@ def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
 
 
 def tls_files(folder: Path) -> dict[str, str]:
-    """A throwaway CA and one certificate for 127.0.0.1, as the scripts' APEX_TLS_* variables."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs openssl to make TLS certificates")
-    folder.mkdir()
-    ca, key, cert = folder / "ca.pem", folder / "key.pem", folder / "cert.pem"
-
-    def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-        "-keyout", str(folder / "ca-key.pem"), "-out", str(ca))  # fmt: skip
-    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=apex", "-keyout", str(key),
-        "-out", str(folder / "cert.csr"))  # fmt: skip
-    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    ssl("x509", "-req", "-in", str(folder / "cert.csr"), "-CA", str(ca), "-CAkey",
-        str(folder / "ca-key.pem"), "-CAcreateserial", "-days", "1", "-extfile",
-        str(folder / "ext.cnf"), "-out", str(cert))  # fmt: skip
-    return {"APEX_TLS_CA_FILE": str(ca), "APEX_TLS_CERT": str(cert), "APEX_TLS_KEY": str(key)}
+    """The user's own CA and certificate (made elsewhere), as the APEX_TLS_* variables."""
+    creds = make_run_credentials(folder)
+    return {
+        "APEX_TLS_CA_FILE": str(creds.ca_file),
+        "APEX_TLS_CERT": str(creds.cert_file),
+        "APEX_TLS_KEY": str(creds.key_file),
+    }
 
 
 def check_tls_scheduler(run_dir: Path, host: str = r"127\.0\.0\.1") -> None:
