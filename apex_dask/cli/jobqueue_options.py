@@ -198,6 +198,7 @@ def _coerce(key: str, raw: str, tp: Any) -> Any:
 
 
 def options_from(opts: dict[str, Any]) -> JobqueueOptions:
+    """:class:`JobqueueOptions` from keyword arguments (strings from a CLI are typed)."""
     unknown = sorted(set(opts) - set(_FIELD_TYPES))
     if unknown:
         known = ", ".join(f.name for f in dataclasses.fields(JobqueueOptions))
