@@ -59,9 +59,8 @@ def run_site(args: argparse.Namespace, workdir: Path) -> dict:
         "--learner-processes", str(args.learner_processes),
         "--interface", args.interface,
     ]  # fmt: skip
-    if args.tls:
-        site_args.append("--tls-generate")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env["APEX_TLS"] = "on" if args.tls else "off"  # on: credentials made for the run
     env["APEX_NETNS_PREFIX"] = "ab" + uuid.uuid4().hex[:4]
     log = open(workdir / "netns.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -105,6 +104,8 @@ def run_site(args: argparse.Namespace, workdir: Path) -> dict:
         "seconds": r1["time_s"] - r0["time_s"],
         "env_steps": steps,
         "env_steps_per_s": steps / max(1e-9, r1["time_s"] - r0["time_s"]),
+        "learner_updates_per_s": (r1["learner/updates"] - r0["learner/updates"])
+        / max(1e-9, r1["time_s"] - r0["time_s"]),
         "learner_busy_frac": r1.get("learner/busy_frac"),
         "rollouts_stored": r1["flow/rollouts_stored"] - r0["flow/rollouts_stored"],
         "rollouts_per_s": (r1["flow/rollouts_stored"] - r0["flow/rollouts_stored"])
@@ -160,7 +161,11 @@ def main() -> None:
     p.add_argument("--workers-per-host", type=int, default=2)
     p.add_argument("--learner-processes", type=int, default=0)
     p.add_argument("--interface", default="eth0", choices=["eth0", "ib0"])
-    p.add_argument("--tls", action="store_true", help="tls:// with a throwaway CA")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="tls:// with credentials made for the run (else plain TCP)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "multihost.json"))
     p.add_argument("--label", default="", help="name of this measurement in the JSON file")
@@ -173,7 +178,8 @@ def main() -> None:
     print(format_table(r["bytes"]))
     print(
         f"\nwindow {r['seconds']:.1f} s, {r['env_steps']:.0f} env steps "
-        f"({r['env_steps_per_s']:.0f}/s), rollouts stored {r['rollouts_stored']:.0f}, "
+        f"({r['env_steps_per_s']:.0f}/s), {r['learner_updates_per_s']:.1f} learner updates/s, "
+        f"rollouts stored {r['rollouts_stored']:.0f}, "
         f"learner busy {r['learner_busy_frac']}\n"
         f"driver host moved {r['driver_bytes'] / 1e6:.3f} MB = "
         f"{100 * r['driver_over_learner_rx']:.2f}% of the {r['learner_rx_bytes'] / 1e6:.2f} MB "

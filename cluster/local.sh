@@ -18,18 +18,21 @@
 #   --tls-ca-file F, --tls-cert F, --tls-key F
 #                  TLS: tls:// addresses, encryption required, this CA, certificate
 #                  and key for the scheduler, the workers and the driver
+# Listening beyond loopback (APEX_HOST or --interface), TLS is on by default with
+# credentials made for this run in WORKDIR/tls (mode 0600); APEX_TLS=off turns it off.
 # Environment
 #   APEX_HOST            address to listen on (default 127.0.0.1; 0.0.0.0 to serve others)
 #   APEX_INTERFACE       as --interface
 #   APEX_TLS_CA_FILE, APEX_TLS_CERT, APEX_TLS_KEY  as the --tls-* flags
+#   APEX_TLS             on (default) | off: per-run TLS when listening beyond loopback
 #   APEX_SCHEDULER_PORT  scheduler port (default 0: any free port, see the scheduler file)
-#   APEX_DASHBOARD       dashboard address (default :8787; :0 for any free port)
+#   APEX_DASHBOARD       dashboard address (default APEX_HOST:8787, :8787 with --interface)
 #   APEX_WAIT_WORKERS_S  seconds to wait for the workers to join (default 120)
 # The Python environment with apex_dask must be active (dask and
 # apex-dask-submit on PATH).
 set -euo pipefail
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "local.sh: $*" >&2; exit 2; }
 
 ncpu=$( (command -v nproc >/dev/null && nproc) || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
@@ -59,25 +62,28 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || die "--workers must be a positive integer, got '$WORKERS'"
 net_args=(--host "${APEX_HOST:-127.0.0.1}")
+DASHBOARD=${APEX_DASHBOARD:-${APEX_HOST:-127.0.0.1}:8787}
+OPEN=1  # listening beyond this machine's loopback?
+case "${APEX_HOST:-127.0.0.1}" in 127.*|localhost|::1|\[::1\]) OPEN=0 ;; esac
 if [[ -n "$IFACE" ]]; then
   [[ -e "/sys/class/net/$IFACE" || ! -d /sys/class/net ]] || die "no network interface '$IFACE' here"
   net_args=(--interface "$IFACE")
+  DASHBOARD=${APEX_DASHBOARD:-:8787}
+  if [[ "$IFACE" == lo ]]; then OPEN=0; else OPEN=1; fi
 fi
+TLS=${APEX_TLS:-on}
+[[ "$TLS" == on || "$TLS" == off ]] || die "APEX_TLS must be on or off, got '$TLS'"
 tls_args=()
 if [[ -n "$TLS_CA$TLS_CERT$TLS_KEY" ]]; then
+  [[ "$TLS" == on ]] || die "APEX_TLS=off and TLS files given: drop one of them"
   for f in "$TLS_CA" "$TLS_CERT" "$TLS_KEY"; do
     [[ -n "$f" && -r "$f" ]] || die "TLS needs --tls-ca-file, --tls-cert and --tls-key, all readable (got '$f')"
   done
   TLS_CA=$(cd "$(dirname "$TLS_CA")" && pwd)/$(basename "$TLS_CA")
   TLS_CERT=$(cd "$(dirname "$TLS_CERT")" && pwd)/$(basename "$TLS_CERT")
   TLS_KEY=$(cd "$(dirname "$TLS_KEY")" && pwd)/$(basename "$TLS_KEY")
-  tls_args=(--protocol tls)
-  # Dask configuration, read by every process (`dask scheduler --tls-*` rejects --interface)
-  export DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True
-  export DASK_DISTRIBUTED__COMM__TLS__CA_FILE="$TLS_CA"
-  export DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS_KEY"
-  export DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__KEY="$TLS_KEY"
-  export DASK_DISTRIBUTED__COMM__TLS__WORKER__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY="$TLS_KEY"
+elif ((OPEN)) && [[ "$TLS" == off ]]; then
+  echo "local.sh: WARNING: APEX_TLS=off: plain TCP beyond loopback; the cluster is open to anyone who can reach this machine, and they can run any code as you" >&2
 fi
 
 DASK=$(command -v dask) || die "dask not found on PATH; activate the environment with apex_dask installed"
@@ -94,6 +100,20 @@ mkdir -p "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
 SCHED_FILE="$WORKDIR/scheduler.json"
 rm -f "$SCHED_FILE"
+if [[ -z "$TLS_CA" && "$TLS" == on ]] && ((OPEN)); then  # a CA and one certificate for this run only
+  "$PYTHON" -m apex_dask.runtime.credentials "$WORKDIR/tls" || die "cannot make TLS credentials in $WORKDIR/tls"
+  TLS_CA=$WORKDIR/tls/ca.pem TLS_CERT=$WORKDIR/tls/cert.pem TLS_KEY=$WORKDIR/tls/key.pem
+  echo "local.sh: listening beyond loopback: TLS required; this run's credentials are in $WORKDIR/tls (mode 0600)" >&2
+fi
+if [[ -n "$TLS_CA" ]]; then
+  # Dask configuration, read by every process (`dask scheduler --tls-*` rejects --interface)
+  tls_args=(--protocol tls)
+  export DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True
+  export DASK_DISTRIBUTED__COMM__TLS__CA_FILE="$TLS_CA"
+  export DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS_KEY"
+  export DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__KEY="$TLS_KEY"
+  export DASK_DISTRIBUTED__COMM__TLS__WORKER__CERT="$TLS_CERT" DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY="$TLS_KEY"
+fi
 
 pids=()  # every process (group) we started, in start order
 launch() {  # launch LOG CMD...: in its own session, so Ctrl-C reaches only apex-dask-submit
@@ -131,7 +151,7 @@ trap 'exit 143' TERM
 
 echo "local.sh: scheduler + learner worker + $WORKERS CPU worker(s); logs in $WORKDIR" >&2
 launch "$WORKDIR/scheduler.log" "$DASK" scheduler "${net_args[@]}" ${tls_args[@]+"${tls_args[@]}"} \
-  --port "${APEX_SCHEDULER_PORT:-0}" --dashboard-address "${APEX_DASHBOARD:-:8787}" \
+  --port "${APEX_SCHEDULER_PORT:-0}" --dashboard-address "$DASHBOARD" \
   --scheduler-file "$SCHED_FILE" --preload apex_dask.runtime.preload
 for ((i = 0; i < 600; i++)); do
   [[ -s "$SCHED_FILE" ]] && break
@@ -158,7 +178,11 @@ with Client(scheduler_file=sched_file, timeout=timeout) as client:
 PY
 
 if [[ $SERVE -eq 1 ]]; then
-  echo "local.sh: ready; connect with Client(scheduler_file='$SCHED_FILE') or" >&2
+  if [[ -n "$TLS_CA" ]]; then  # connect() finds the run's credentials in tls/ beside the file
+    echo "local.sh: ready (TLS required); connect with apex_dask.runtime.orchestration.cluster.connect(scheduler_file='$SCHED_FILE') or" >&2
+  else
+    echo "local.sh: ready; connect with Client(scheduler_file='$SCHED_FILE') or" >&2
+  fi
   echo "local.sh:   apex-dask-submit --scheduler-file $SCHED_FILE --preset cartpole" >&2
   echo "local.sh: Ctrl-C stops the cluster" >&2
   while alive "${pids[0]}"; do sleep 0.5; done

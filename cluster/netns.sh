@@ -21,9 +21,10 @@
 #   --learner-processes P extra CPU worker processes on the learner's host, for
 #                         replay.placement=learner_host (default 0)
 #   --interface IF        interface Dask listens on and talks over: eth0 | ib0 (default eth0)
-#   --tls-dir DIR         TLS: DIR/ca.pem, DIR/cert.pem, DIR/key.pem (one certificate for
-#                         every role); tls:// addresses and require-encryption
-#   --tls-generate        TLS with a throwaway CA and certificate made in the workdir (openssl)
+#   --tls-dir DIR         TLS with your files: DIR/ca.pem, DIR/cert.pem, DIR/key.pem (one
+#                         certificate for every role)
+#   --tls-generate        TLS with a CA and certificate made for this run in WORKDIR/tls
+#                         (the default; APEX_TLS=off: plain TCP, with a warning)
 #   --workdir DIR         scheduler file, logs, hosts.json, bytes.json (default: new under $TMPDIR)
 #   --command             the arguments are a command to run on the driver host instead
 #                         of apex-dask-submit ($APEX_SCHEDULER_FILE, $APEX_NETNS_WORKDIR set)
@@ -32,13 +33,14 @@
 #   APEX_NETNS_PREFIX     name prefix of namespaces and links (default: ax + 4 random hex
 #                         digits, so concurrent sites never collide)
 #   APEX_WAIT_WORKERS_S   seconds to wait for the workers to join (default 180)
+#   APEX_TLS              on (default): tls:// and require-encryption everywhere | off
 # Outputs in the workdir: hosts.json (each host's namespace, addresses and the
 # bridge-side link of each interface), bytes.json (bytes each host received and
 # sent on each interface while the driver command ran), one log per process.
 # The Python environment with apex_dask must be active (dask, apex-dask-submit on PATH).
 set -euo pipefail
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "netns.sh: $*" >&2; exit 2; }
 
 ENV_HOSTS=2
@@ -71,6 +73,9 @@ done
 [[ "$LEARNER_PROCS" =~ ^[0-9]+$ ]] || die "--learner-processes must be an integer >= 0, got '$LEARNER_PROCS'"
 [[ "$IFACE" == eth0 || "$IFACE" == ib0 ]] || die "--interface must be eth0 or ib0, got '$IFACE'"
 [[ -z "$TLS_DIR" || $TLS_GEN -eq 0 ]] || die "give --tls-dir or --tls-generate, not both"
+TLS=${APEX_TLS:-on}
+[[ "$TLS" == on || "$TLS" == off ]] || die "APEX_TLS must be on or off, got '$TLS'"
+[[ "$TLS" == on || ( -z "$TLS_DIR" && $TLS_GEN -eq 0 ) ]] || die "APEX_TLS=off and a --tls-* option given: drop one of them"
 if [[ $COMMAND -eq 1 && $# -eq 0 ]]; then die "--command needs a command"; fi
 PREFIX=${APEX_NETNS_PREFIX:-ax$(od -An -N2 -tx1 /dev/urandom | tr -d ' \n')}
 [[ "$PREFIX" =~ ^[a-z][a-z0-9]{1,5}$ ]] || die "APEX_NETNS_PREFIX must be 2-6 lowercase letters/digits, got '$PREFIX'"
@@ -169,18 +174,12 @@ echo "netns.sh: site $PREFIX: ${#HOSTS[@]} hosts (${HOSTS[*]}), Dask on $IFACE; 
 
 # ---- TLS ---------------------------------------------------------------------
 PROTO=tcp
-if [[ $TLS_GEN -eq 1 ]]; then
-  command -v openssl >/dev/null || die "--tls-generate needs openssl"
+if [[ "$TLS" == on && -z "$TLS_DIR" ]]; then  # a CA and one certificate for this run only
   TLS_DIR="$WORKDIR/tls"
-  mkdir -p "$TLS_DIR"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=apex-netns-ca" \
-    -keyout "$TLS_DIR/ca-key.pem" -out "$TLS_DIR/ca.pem" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=apex-netns" \
-    -keyout "$TLS_DIR/key.pem" -out "$TLS_DIR/cert.csr" 2>/dev/null
-  printf 'subjectAltName=IP:198.18.0.1,IP:198.18.1.1\nbasicConstraints=CA:FALSE\n' >"$TLS_DIR/ext.cnf"
-  openssl x509 -req -in "$TLS_DIR/cert.csr" -CA "$TLS_DIR/ca.pem" -CAkey "$TLS_DIR/ca-key.pem" \
-    -CAcreateserial -days 2 -extfile "$TLS_DIR/ext.cnf" -out "$TLS_DIR/cert.pem" 2>/dev/null
-  rm -f "$TLS_DIR/ca-key.pem"  # nothing else can be signed with this CA
+  "$PYTHON" -m apex_dask.runtime.credentials "$TLS_DIR" || die "cannot make TLS credentials in $TLS_DIR"
+  echo "netns.sh: TLS required; this run's credentials are in $TLS_DIR (mode 0600)" >&2
+elif [[ "$TLS" == off ]]; then
+  echo "netns.sh: WARNING: APEX_TLS=off: plain TCP; the cluster is open to anyone who can reach its hosts, and they can run any code as you" >&2
 fi
 if [[ -n "$TLS_DIR" ]]; then
   TLS_DIR=$(cd "$TLS_DIR" && pwd)

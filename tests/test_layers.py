@@ -9,7 +9,7 @@ Layers (``docs/architecture.md``)::
     runtime       algo, config, experiment      (the Dask runtime; never local)
       observability   nothing else of runtime
       actors          observability, errors
-      orchestration   actors, observability, errors
+      orchestration   actors, observability, errors, credentials
     cli           config, experiment, runtime   (never local)
 
 Every ``import`` counts, in functions too, except those under
@@ -46,11 +46,13 @@ ALLOWED: dict[str, set[str]] = {
         "config",
         "experiment",
         "runtime.errors",
+        "runtime.credentials",
         "runtime.observability",
         "runtime.actors",
         "runtime.orchestration",
     },
     "runtime.errors": set(),
+    "runtime.credentials": set(),
     "runtime.preload": {"runtime.observability"},
     "runtime": set(),
     "cli": {"algo", "config", "experiment", "runtime", "cli"},

@@ -168,6 +168,8 @@ class RunSession:
             )
 
             opts = parse_jobqueue_opts(args.jobqueue_opt)
+            if self.out is not None:  # the run's own TLS credentials, in its folder
+                opts.setdefault("tls_dir", str(self.out / "tls"))
             cluster = make_jobqueue_cluster(args.cluster, args.jobs, self.cfg, **opts)
             try:
                 wait = "no limit" if args.jobqueue_wait is None else f"{args.jobqueue_wait:g} s"

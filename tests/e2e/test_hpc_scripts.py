@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -22,6 +21,12 @@ from pathlib import Path
 
 import pytest
 from proctrack import MARK, assert_nothing_left
+from tlsprobe import assert_only_the_run_gets_in, assert_private_credentials
+
+from apex_dask.runtime.credentials import make_run_credentials
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from polling import poll  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIMS = Path(__file__).resolve().parent / "shims"
@@ -40,24 +45,13 @@ def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
 
 
 def tls_files(folder: Path) -> dict[str, str]:
-    """A throwaway CA and one certificate for 127.0.0.1, as the scripts' APEX_TLS_* variables."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs openssl to make TLS certificates")
-    folder.mkdir()
-    ca, key, cert = folder / "ca.pem", folder / "key.pem", folder / "cert.pem"
-
-    def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-        "-keyout", str(folder / "ca-key.pem"), "-out", str(ca))  # fmt: skip
-    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=apex", "-keyout", str(key),
-        "-out", str(folder / "cert.csr"))  # fmt: skip
-    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    ssl("x509", "-req", "-in", str(folder / "cert.csr"), "-CA", str(ca), "-CAkey",
-        str(folder / "ca-key.pem"), "-CAcreateserial", "-days", "1", "-extfile",
-        str(folder / "ext.cnf"), "-out", str(cert))  # fmt: skip
-    return {"APEX_TLS_CA_FILE": str(ca), "APEX_TLS_CERT": str(cert), "APEX_TLS_KEY": str(key)}
+    """The user's own CA and certificate (made elsewhere), as the APEX_TLS_* variables."""
+    creds = make_run_credentials(folder)
+    return {
+        "APEX_TLS_CA_FILE": str(creds.ca_file),
+        "APEX_TLS_CERT": str(creds.cert_file),
+        "APEX_TLS_KEY": str(creds.key_file),
+    }
 
 
 def check_tls_scheduler(run_dir: Path, host: str = r"127\.0\.0\.1") -> None:
@@ -87,7 +81,8 @@ def check_trained_run(run_dir: Path, output: str) -> None:
 
 @pytest.mark.slow
 def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
-    """Over TLS on the interface named by APEX_INTERFACE (lo here)."""
+    """Over TLS with the user's own files (they win over per-run ones) on the interface
+    named by APEX_INTERFACE (lo here)."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
     env.update(tls_files(tmp_path / "tls"), APEX_INTERFACE="lo")
@@ -133,6 +128,9 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
         check_tls_scheduler(run_dir)
+        assert "TLS required, with your credentials" in output
+        assert not (run_dir / "tls").exists()  # no per-run credentials beside the user's
+        assert "ssh -N -L " in output  # how to reach the dashboard from outside
         assert "stopping the Dask cluster" in output
     finally:
         assert_nothing_left(marker)
@@ -196,24 +194,25 @@ def test_slurm_usr1_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_path):
-    """Over TLS (pbsdsh tasks get the TLS files as flags, require-encryption in their env)."""
+    """The default launch: TLS required with credentials made for the run (pbsdsh tasks get
+    the settings in their env); while it runs, only a client with them gets in."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state)
-    env.update(tls_files(tmp_path / "tls"))
     script = ROOT / "cluster" / "pbs" / "apex.pbs"
     settings = (
         "APEX_PRESET=cartpole,APEX_WORKERS_PER_NODE=1,APEX_DASHBOARD=:0,APEX_ARGS="
         + " ".join(TRAIN_ARGS)
     )
     try:
-        proc = subprocess.run(
+        job = subprocess.Popen(
             ["qsub", "-W", "block=true", "-v", settings, str(script)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        sched = poll(lambda: next(iter(tmp_path.glob("apex-*/scheduler.json")), None), 120)
+        poll(lambda: sched.stat().st_size > 0, 30)
+        assert_only_the_run_gets_in(sched)
+        stdout, stderr = job.communicate(timeout=180)
+        proc = subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
         (submit,) = calls(state, "qsub")
         job_id = submit["job_id"]
         seq = job_id.split(".")[0]
@@ -232,12 +231,15 @@ def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_pat
             assert vnodes[index] == task["targets"][0] and vnodes.index(vnodes[index]) == index
             assert os.path.isabs(task["command"][0])
             assert "--protocol" in task["command"]  # TLS settings travel in the task's env
-            assert f"DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY={env['APEX_TLS_KEY']}" in task["argv"]
+            key = run_dir / "tls" / "key.pem"
+            assert f"DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY={key}" in task["argv"]
             assert "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True" in task["argv"]
             assert str(run_dir / "scheduler.json") in task["existing_paths"]
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
         check_tls_scheduler(run_dir, host=r"[^:\s]+")  # no APEX_INTERFACE: the default one
+        assert_private_credentials(run_dir / "tls")
+        assert "TLS required; this run's credentials are in" in output
     finally:
         assert_nothing_left(marker)
 

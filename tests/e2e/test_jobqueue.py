@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from proctrack import MARK, processes_marked
+from tlsprobe import assert_outsiders_refused, assert_private_credentials
 
 from apex_dask.cli.jobqueue import (
     LEARNER_JOB_NAME,
@@ -183,6 +184,10 @@ def test_jobqueue_cluster_runs_gpu_learner_job_with_preloaded_scheduler_and_canc
         others = [w for name, w in workers.items() if name != LEARNER_JOB_NAME]
         assert len(others) == 2 and all(not w.get("resources") for w in others)
         assert page_available(cluster.scheduler)  # the preload registered /apex
+        # TLS by default, with credentials made for the run: outsiders are refused.
+        (tls,) = Path.cwd().glob("apex-tls-*")
+        assert_private_credentials(tls)
+        assert_outsiders_refused(cluster.scheduler_address)
         # What the batch system received: two scripts, only the learner's asks for a GPU.
         scripts = [p.read_text() for p in sorted((state / "jobs").glob("*.script"))]
         assert len(scripts) == 2
@@ -217,6 +222,9 @@ def test_cli_trains_on_shimmed_slurm_jobs(shimmed_batch_system, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert results[-1]["timesteps_total"] >= 3000
+    assert_private_credentials(out / "tls")  # the run's own credentials, in its folder
+    scripts = [p.read_text() for p in (state / "jobs").glob("*.script")]
+    assert scripts and all(f"--tls-key {out / 'tls' / 'key.pem'}" in t for t in scripts)
     placement = json.loads((out / "placement.json").read_text())
     assert placement["learner"]["name"] == LEARNER_JOB_NAME
     assert placement["learner"]["resources"] == {"GPU": 1.0}
@@ -241,3 +249,26 @@ def test_tls_options_go_together():
     with pytest.raises(JobqueueError, match="go together") as err:
         jobqueue_job_scripts("slurm", 1, None, tls_ca_file="ca.pem", **SMALL)
     assert "\n" not in str(err.value)
+
+
+def test_scripts_require_tls_by_default_with_the_run_credentials(tmp_path):
+    scripts = jobqueue_job_scripts("slurm", 1, None, tls_dir=str(tmp_path / "tls"), **SMALL)
+    for script in scripts.values():
+        assert "--protocol tls://" in script
+        assert f"--tls-ca-file {tmp_path / 'tls' / 'ca.pem'}" in script
+    assert not (tmp_path / "tls").exists()  # rendered offline: nothing made
+
+
+def test_tls_off_gives_plain_tcp_with_one_warning_line(tmp_path, capsys, monkeypatch):
+    from apex_dask.cli.jobqueue_options import options_from, with_run_tls
+
+    monkeypatch.setenv("APEX_TLS", "off")
+    o = with_run_tls(options_from({"tls_dir": str(tmp_path / "tls")}), make=True)
+    assert o.tls_ca_file is None and not (tmp_path / "tls").exists()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "open to anyone who can reach its nodes" in lines[0]
+    scripts = jobqueue_job_scripts("pbs", 1, None, **SMALL)
+    assert all("tls" not in script for script in scripts.values())
+    with pytest.raises(JobqueueError, match="tls=off and tls_"):
+        jobqueue_job_scripts("slurm", 1, None, tls="off", tls_ca_file="a", tls_cert="b",
+                             tls_key="c", **SMALL)  # fmt: skip

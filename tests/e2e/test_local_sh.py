@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from proctrack import MARK, assert_nothing_left
+from tlsprobe import assert_only_the_run_gets_in, assert_private_credentials, who_gets_in
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_SH = ROOT / "cluster" / "local.sh"
@@ -122,3 +123,79 @@ def test_bad_worker_count_is_a_one_line_error_and_starts_nothing(tmp_path):
     ]
     assert not (tmp_path / "scheduler.json").exists()
     assert_nothing_left(marker, grace_s=0)
+
+
+def _namespace_unavailable() -> str | None:
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "a network namespace (root, Linux) stands in for a machine with a network"
+    probe = "apexprobe" + uuid.uuid4().hex[:6]
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+_NS_REASON = _namespace_unavailable()
+
+
+@pytest.fixture
+def machine_with_a_network():
+    """A network namespace with loopback and an interface d0 at 198.18.2.1 (its veth peer
+    is in the same namespace: nothing else is connected), so local.sh listening on d0
+    listens beyond loopback."""
+    ns = "apexls" + uuid.uuid4().hex[:6]
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+    try:
+        for cmd in (["link", "set", "lo", "up"],
+                    ["link", "add", "d0", "type", "veth", "peer", "name", "d1"],
+                    ["addr", "add", "198.18.2.1/24", "dev", "d0"],
+                    ["link", "set", "d1", "up"], ["link", "set", "d0", "up"]):  # fmt: skip
+            subprocess.run(["ip", "-n", ns, *cmd], check=True, capture_output=True)
+        yield ["ip", "netns", "exec", ns]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def serve(where: list[str], workdir: Path, marker: str, **env: str) -> tuple[str, dict]:
+    """local.sh --serve on d0 until it is ready; probe it; Ctrl-C it. Its output + probes."""
+    log = workdir.parent / f"{workdir.name}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*where, str(LOCAL_SH), "--serve", "--workers", "1", "--interface", "d0",
+             "--workdir", str(workdir)],
+            env={**launcher_env(marker), **env}, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "Ctrl-C stops the cluster" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        got = who_gets_in(workdir / "scheduler.json", where)
+        if env.get("APEX_TLS") != "off":
+            assert_only_the_run_gets_in(workdir / "scheduler.json", where)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        assert_nothing_left(marker)
+    return log.read_text(), got
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_NS_REASON is not None, reason=str(_NS_REASON))
+def test_serve_beyond_loopback_requires_tls_by_default_and_apex_tls_off_warns(
+    tmp_path, machine_with_a_network
+):
+    where = machine_with_a_network
+    output, _ = serve(where, tmp_path / "secure", uuid.uuid4().hex)
+    assert "TLS required; this run's credentials are in" in output
+    assert_private_credentials(tmp_path / "secure" / "tls")
+    output, got = serve(where, tmp_path / "open", uuid.uuid4().hex, APEX_TLS="off")
+    warnings = [line for line in output.splitlines() if "APEX_TLS=off" in line]
+    assert len(warnings) == 1 and "open to anyone" in warnings[0], output
+    assert got["address"].startswith("tcp://198.18.2.1:"), got
+    assert got["no_credentials"].startswith("CONNECTED"), got  # open, as it warned
+    assert not (tmp_path / "open" / "tls").exists()

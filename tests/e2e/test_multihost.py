@@ -6,12 +6,16 @@ with its own addresses on two networks (``eth0``, ``ib0``) and its own byte
 counters. Two runs keep CI short (both took 6 min here on 2 cores kept at a
 load of 10-15 by other jobs; each is mostly start-up and torch imports):
 
-* plain TCP over eth0: CartPole trains to greedy 475; ``placement.json`` puts
-  the learner and its shards on the learner's host and every env worker on an
-  env host; ib0 carries nothing.
-* TLS over ib0 (certificates made by netns.sh with openssl, ``tls://``,
-  ``require-encryption``): clients without a certificate, or speaking plain
-  TCP, are refused; a short MinAtar run (a window of one 8 s iteration between
+* ``APEX_TLS=off``, plain TCP over eth0: one warning line that the cluster is
+  open; CartPole trains to greedy 475; ``placement.json`` puts the learner and
+  its shards on the learner's host and every env worker on an env host; ib0
+  carries nothing.
+* the default launch over ib0: TLS required (``tls://``, ``require-encryption``)
+  with credentials netns.sh made for the run (files 0600 in ``tls/`` beside the
+  scheduler file); clients without them, with a CA but no certificate, or
+  speaking plain TCP, are refused; the driver, started with no TLS settings at
+  all, finds them beside the scheduler file and trains: a short MinAtar run
+  (a window of one 8 s iteration between
   two result dicts; ``benchmarks/multihost.py`` measures 90 s) in which the
   driver's host moves < 3% of the bytes the learner's host receives, the env
   hosts send at least the rollout bytes the shards stored, and eth0 carries
@@ -24,8 +28,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -51,8 +57,8 @@ def _namespaces_unavailable() -> str | None:
         return "network namespaces are Linux only"
     if os.geteuid() != 0:
         return "creating network namespaces needs root"
-    if shutil.which("ip") is None or shutil.which("openssl") is None:
-        return "needs iproute2 (ip) and openssl"
+    if shutil.which("ip") is None:
+        return "needs iproute2 (ip)"
     probe = "apexprobe" + uuid.uuid4().hex[:6]
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
@@ -72,12 +78,12 @@ pytestmark = [
 class Run:
     """cluster/netns.sh in the background, in its own session; stopped and checked on exit."""
 
-    def __init__(self, tmp: Path, site_args: list[str], args: list[str]) -> None:
+    def __init__(self, tmp: Path, site_args: list[str], args: list[str], **env_extra: str) -> None:
         self.workdir = tmp / "site"
         self.prefix = "at" + uuid.uuid4().hex[:4]
         self.marker = uuid.uuid4().hex
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-        env.update({"APEX_NETNS_PREFIX": self.prefix, MARK: self.marker})
+        env.update({"APEX_NETNS_PREFIX": self.prefix, MARK: self.marker}, **env_extra)
         self.log = tmp / "netns.log"
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
@@ -111,8 +117,8 @@ class Run:
 def netns_run(tmp_path):
     runs: list[Run] = []
 
-    def start(site_args: list[str], args: list[str]) -> Run:
-        run = Run(tmp_path, site_args, args)
+    def start(site_args: list[str], args: list[str], **env: str) -> Run:
+        run = Run(tmp_path, site_args, args, **env)
         runs.append(run)
         return run
 
@@ -134,15 +140,23 @@ def check_placement(site: Site, placement: dict) -> None:
     assert set(env_hosts) == {"env1", "env2"}, env_hosts
 
 
-def test_cartpole_trains_to_475_across_hosts_with_each_actor_on_its_host(netns_run, tmp_path):
+def test_tls_off_warns_and_cartpole_trains_to_475_across_hosts_with_each_actor_on_its_host(
+    netns_run, tmp_path
+):
     out = tmp_path / "cartpole"
     run = netns_run(
         ["--env-hosts", "2", "--interface", "eth0"],
         ["--preset", "cartpole", "--stop-reward", "475", "--stop-time", "240",
          "--out", str(out), "--quiet", "--no-tensorboard"],
+        APEX_TLS="off",
     )  # fmt: skip
     site = run.site()
     assert run.wait(330) == 0, run.output()
+    warnings = [line for line in run.output().splitlines() if "APEX_TLS=off" in line]
+    assert len(warnings) == 1 and "open to anyone" in warnings[0], run.output()
+    assert not (run.workdir / "tls").exists()
+    log = (run.workdir / "scheduler.log").read_text()  # the scheduler file goes with it
+    assert re.search(rf"Scheduler at:\s+tcp://{re.escape(site.address('sched'))}:", log), log
     final = json.loads((out / "final.json").read_text())
     assert final["eval/return_mean"] >= 475, final.get("eval/return_mean")
     assert final["flow/batches_lost"] == 0
@@ -177,11 +191,14 @@ result = {
     "address": sched,
     "with_certificate": connects(sched, []),
     "without_client_certificate": connects(sched, [tls + "CLIENT__"]),
+    "without_credentials": connects(sched, [tls]),
     "plain_tcp": connects(sched.replace("tls://", "tcp://"), [tls, "DASK_DISTRIBUTED__COMM__REQ"]),
 }
 json.dump(result, open(sys.argv[1], "w"))
+# The driver starts with no TLS settings: it finds the run's credentials beside the file.
+bare = {k: v for k, v in os.environ.items() if not k.startswith("DASK_DISTRIBUTED__COMM__")}
 sys.exit(subprocess.call(["apex-dask-submit", "--scheduler-file", os.environ["APEX_SCHEDULER_FILE"],
-                          *sys.argv[2:]]))
+                          *sys.argv[2:]], env=bare))
 """
 
 
@@ -200,7 +217,9 @@ def rollout_bytes_per_item() -> float:
     return data / items
 
 
-def test_tls_minatar_driver_moves_under_3_percent_of_learner_bytes_over_ib0(netns_run, tmp_path):
+def test_default_tls_refuses_outsiders_and_minatar_driver_moves_under_3_percent_over_ib0(
+    netns_run, tmp_path
+):
     pytest.importorskip("minatar", reason="the MinAtar byte count needs the minatar package")
     out = tmp_path / "minatar"
     script = tmp_path / "driver.py"
@@ -213,8 +232,7 @@ def test_tls_minatar_driver_moves_under_3_percent_of_learner_bytes_over_ib0(netn
         "--stop-iterations", "3", "--out", str(out), "--quiet", "--no-tensorboard",
     ]  # fmt: skip
     run = netns_run(
-        ["--env-hosts", "2", "--workers-per-host", "2", "--interface", "ib0", "--tls-generate",
-         "--command"],
+        ["--env-hosts", "2", "--workers-per-host", "2", "--interface", "ib0", "--command"],
         [sys.executable, str(script), str(probes), *submit],
     )  # fmt: skip
     site = run.site()
@@ -227,7 +245,12 @@ def test_tls_minatar_driver_moves_under_3_percent_of_learner_bytes_over_ib0(netn
     assert p["address"].startswith(f"tls://{site.address('sched', 'ib0')}:"), p
     assert p["with_certificate"], "the probe cannot connect even with a certificate"
     assert not p["without_client_certificate"], "a client without a certificate got in"
+    assert not p["without_credentials"], "a client without the run's credentials got in"
     assert not p["plain_tcp"], "a plain-TCP client got in"
+    tls = run.workdir / "tls"  # beside scheduler.json, private to the run's owner
+    assert sorted(f.name for f in tls.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in tls.iterdir())
+    assert "TLS required; this run's credentials are in" in run.output()
     check_placement(site, json.loads((out / "placement.json").read_text()))
 
     # Traffic took ib0: eth0 moved nothing on any host during the window.

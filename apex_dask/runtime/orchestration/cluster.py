@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from apex_dask.runtime.credentials import TLS_DIR_NAME, find_credentials
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
 __all__ = ["connect", "shield_workers_from_ctrl_c", "start_local_cluster", "wait_for_workers"]
+
+LOOPBACK = "127.0.0.1"
+"""Where an embedded cluster listens unless asked otherwise."""
 
 
 def connect(
@@ -68,11 +72,12 @@ def connect(
                 f"scheduler file {str(path)!r} is not a Dask scheduler file ({describe(exc)})"
             ) from None
     assert address is not None
+    security = _tls_security(address, scheduler_file)
     deadline = time.monotonic() + timeout
-    _probe_scheduler(address, timeout)
+    _probe_scheduler(address, timeout, security)
     left = max(1.0, deadline - time.monotonic())
     try:
-        return Client(address, timeout=left, direct_to_workers=True)
+        return Client(address, timeout=left, direct_to_workers=True, security=security)
     except (OSError, TimeoutError) as exc:
         raise ApexRuntimeError(
             f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
@@ -82,7 +87,39 @@ def connect(
         raise ApexRuntimeError(f"bad scheduler address {address!r}: {describe(exc)}") from None
 
 
-async def _identity(address: str, timeout: float) -> tuple[str, Any]:
+def _tls_security(address: str, scheduler_file: str | os.PathLike | None) -> Any:
+    """The ``Security`` for a ``tls://`` scheduler: None (Dask's own configuration) for
+    ``tcp://`` or when this process is configured with a client certificate, else the
+    run's credentials beside ``scheduler_file``; a one-line error when there are none."""
+    import dask
+
+    if not address.startswith("tls://") or dask.config.get("distributed.comm.tls.client.cert"):
+        return None
+    needs = f"the Dask scheduler at {address} requires TLS and this client has no certificate"
+    own = "or set DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ..._CLIENT__CERT and ..._CLIENT__KEY"
+    if scheduler_file is None:
+        raise ApexRuntimeError(
+            f"{needs}: connect with --scheduler-file RUN/scheduler.json (the run's credentials "
+            f"are in RUN/{TLS_DIR_NAME}/ beside it), {own}"
+        )
+    folder = Path(scheduler_file).expanduser().resolve().parent / TLS_DIR_NAME
+    creds = find_credentials(scheduler_file)
+    if creds is None:
+        raise ApexRuntimeError(
+            f"{needs}: no credentials in {folder} beside the scheduler file (ca.pem, cert.pem, "
+            f"key.pem, written by the run's launcher), {own}"
+        )
+    unreadable = [p.name for p in (creds.ca_file, creds.cert_file, creds.key_file)
+                  if not os.access(p, os.R_OK)]  # fmt: skip
+    if unreadable:
+        raise ApexRuntimeError(
+            f"{needs}: its credentials in {folder} ({', '.join(unreadable)}) are not readable "
+            "by this user (mode 0600: only the run's owner may connect)"
+        )
+    return creds.security()
+
+
+async def _identity(address: str, timeout: float, security: Any = None) -> tuple[str, Any]:
     """``("unreachable", exc)``, ``("silent", exc)`` or ``("answered", identity)``."""
     from distributed.comm import connect as comm_connect
     from distributed.comm.addressing import parse_address, parse_host_port
@@ -98,7 +135,7 @@ async def _identity(address: str, timeout: float) -> tuple[str, Any]:
             return "unreachable", exc
         writer.close()
     try:
-        args = Security().get_connection_args("client")
+        args = (security or Security()).get_connection_args("client")
         left = max(0.1, deadline - time.monotonic())
         comm = await asyncio.wait_for(comm_connect(address, timeout=left, **args), left)
         try:
@@ -112,7 +149,7 @@ async def _identity(address: str, timeout: float) -> tuple[str, Any]:
     return "answered", reply
 
 
-def _probe_scheduler(address: str, timeout: float) -> None:
+def _probe_scheduler(address: str, timeout: float, security: Any = None) -> None:
     """Raise a one-line :class:`ApexRuntimeError` unless a Dask scheduler answers at
     ``address`` within ``timeout`` seconds (the probe runs in its own thread and loop)."""
     from distributed.comm.addressing import parse_address, parse_host_port
@@ -127,7 +164,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
 
     def probe() -> None:
         try:
-            box["out"] = asyncio.run(_identity(address, timeout))
+            box["out"] = asyncio.run(_identity(address, timeout, security))
         except BaseException as exc:  # noqa: BLE001
             box["out"] = ("silent", exc)
 
@@ -147,10 +184,16 @@ def _probe_scheduler(address: str, timeout: float) -> None:
             why = "it sent bytes that are not Dask's protocol"
         else:
             why = describe(got)
+        if address.startswith("tls://") and "TLS" in why.upper().replace("SSL", "TLS"):
+            raise ApexRuntimeError(
+                f"the TLS handshake with the Dask scheduler at {address} failed ({why}): this "
+                f"client's certificate is not the run's; use its credentials (RUN/{TLS_DIR_NAME}/ "
+                "beside RUN/scheduler.json: --scheduler-file)"
+            )
         raise ApexRuntimeError(
             f"{address} is not a Dask scheduler: it accepted the connection but did not answer "
             f"Dask's handshake ({why}); check the port (a scheduler usually listens on :8786, "
-            "its dashboard on :8787)"
+            "its dashboard on :8787) and the protocol (a run that requires TLS listens on tls://)"
         )
     kind_of_peer = got.get("type") if isinstance(got, dict) else None
     if kind_of_peer != "Scheduler":
@@ -228,6 +271,7 @@ def wait_for_workers(client: Client, n: int = 1, timeout_s: float = 30.0) -> lis
 def start_local_cluster(
     n_workers: int | None = None,
     *,
+    host: str = LOOPBACK,
     dashboard_address: str | None = ":8787",
     preload: bool = True,
     **kwargs: Any,
@@ -235,13 +279,20 @@ def start_local_cluster(
     """An embedded ``LocalCluster`` (worker processes, one thread each) and a client on it.
 
     ``n_workers`` defaults to one per CPU core. With ``preload`` the scheduler
-    loads the Ape-X dashboard page and metrics plugin. When ``dashboard_address``
-    is taken, Dask picks another port; None turns the dashboard off. The
-    caller owns both objects and closes them (client first).
+    loads the Ape-X dashboard page and metrics plugin. The scheduler, the
+    workers and the dashboard listen on ``host`` only (default 127.0.0.1: no
+    other machine reaches them); a ``dashboard_address`` without a host
+    (``":8787"``) binds to ``host`` too. (Dask 2026.8 itself binds the
+    scheduler and workers to 127.0.0.1 but a ``":8787"`` dashboard to every
+    interface.) When the dashboard's port is taken, Dask picks another; None
+    turns the dashboard off. The caller owns both objects and closes them
+    (client first).
     """
     from distributed import Client, LocalCluster
 
     n = int(n_workers or os.cpu_count() or 1)
+    if dashboard_address is not None and dashboard_address.startswith(":"):
+        dashboard_address = f"{host}{dashboard_address}"
     scheduler_kwargs: dict[str, Any] = dict(kwargs.pop("scheduler_kwargs", {}) or {})
     if preload:
         from apex_dask.runtime.observability.preload import PRELOAD
@@ -252,6 +303,7 @@ def start_local_cluster(
             n_workers=n,
             threads_per_worker=1,
             processes=True,
+            host=host,
             dashboard_address=dashboard_address,
             scheduler_kwargs=scheduler_kwargs,
             **kwargs,
