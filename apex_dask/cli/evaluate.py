@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--video", metavar="DIR", help="record episodes to MP4 files in DIR")
     o.add_argument(
-        "--video-episodes", type=int, default=1, metavar="K", help="with --video: how many (default 1)"
+        "--video-episodes",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --video: how many (default 1)",
     )
     o.add_argument(
         "--export",
@@ -112,8 +116,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.video is not None:
         if not 1 <= args.video_episodes <= max(1, args.episodes):
             raise UsageError(
-                f"--video-episodes {args.video_episodes} must be in [1, --episodes "
-                f"{args.episodes}]"
+                f"--video-episodes {args.video_episodes} must be in [1, --episodes {args.episodes}]"
             )
         video = Path(args.video).expanduser()
         if video.exists() and not video.is_dir():
@@ -126,7 +129,9 @@ def check_args(args: argparse.Namespace) -> None:
     if args.export is not None:
         target = Path(args.export).expanduser()
         if target.is_dir():
-            raise UsageError(f"--export {args.export!r} is a folder; give a file name, e.g. policy.pt")
+            raise UsageError(
+                f"--export {args.export!r} is a folder; give a file name, e.g. policy.pt"
+            )
 
 
 def run(args: argparse.Namespace) -> int:

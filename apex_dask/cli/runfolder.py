@@ -64,7 +64,11 @@ def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
         has_ckpt = latest_checkpoint(folder / "checkpoints") is not None
         raise UsageError(
             f"{run_dir!r} has no weights.npz (the run has not ended or could not save them); "
-            + ("use --checkpoint for its newest checkpoint" if has_ckpt else "it has no checkpoint either")
+            + (
+                "use --checkpoint for its newest checkpoint"
+                if has_ckpt
+                else "it has no checkpoint either"
+            )
         )
     weights, version = _read_npz(path)
     return TrainedRun(folder, cfg, weights, version, "weights.npz")
@@ -81,7 +85,9 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
         ) from None
     version = arrays.pop("__version__", None)
     if version is None or version.shape != () or not arrays:
-        raise UsageError(f"{path} is not a weights file written by apex-dask-submit (no __version__)")
+        raise UsageError(
+            f"{path} is not a weights file written by apex-dask-submit (no __version__)"
+        )
     return arrays, int(version)
 
 
