@@ -20,12 +20,20 @@ the observation and action spaces, and the preprocessing that stays outside
 the program (for ``ALE/`` ids the Atari wrappers that make the 84x84 frame
 stack; apply them, e.g. ``apex_dask.algo.atari.wrap_atari``, or their
 equivalent, before calling it).
+
+Why TorchScript, which torch 2.13 marks deprecated (its warnings are
+silenced here): the file loads with ``torch.jit.load`` in any torch of the
+last years and in C++ (libtorch) with no Python code at all, and one program
+takes both a single observation and a batch. A ``torch.export`` program
+(``.pt2``) needs a recent torch to load, fixes the input's rank, and runs in
+C++ only after ahead-of-time compilation.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,10 +130,11 @@ def export_policy(
     net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
     net.eval()
     example = torch.as_tensor(np.stack([observation_space.sample() for _ in range(2)]))
-    with torch.no_grad():
-        traced = torch.jit.trace(net, example)
     rank = len(observation_space.shape)
-    program = torch.jit.script(GreedyPolicy(traced, rank, int(action_space.start)))
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)  # see the module docstring
+        traced = torch.jit.trace(net, example)
+        program = torch.jit.script(GreedyPolicy(traced, rank, int(action_space.start)))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
