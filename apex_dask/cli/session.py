@@ -128,6 +128,7 @@ class RunSession:
             tensorboard_dir=self.reporter.tensorboard_dir,
             checkpoint_dir=None if self.out is None else self.out / "checkpoints",
             resume_from=resume,
+            out_dir=self.out,
         )
         if resume is not None and self.out is not None:
             from apex_dask.cli.resume import record_resume

@@ -138,3 +138,24 @@ def test_replay_memory_plot_follows_each_shards_bytes():
     fig.update()
     assert sorted(fig.sources) == [1] and fig.sources[1].data["value"] == [4096.0]
     assert fig.root.title.text == "Replay bytes per shard"
+
+
+def test_the_selector_lists_every_run_and_shows_the_chosen_one():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, run="a", **{"env/steps_per_s": 10.0})
+    page.update()
+    assert not page.selector.root.visible  # one run: nothing to choose
+    assert store.ingest({"run": "b", "source": "driver", "out": "/runs/b", "metrics": {}}, 2.0)
+    ingest(store, 2.0, run="b", **{"env/steps_per_s": 99.0})
+    store.ingest({"run": "a", "source": "driver", "done": True, "metrics": {}}, now=3.0)
+    page.update()
+    options = dict(page.selector.root.options)
+    assert page.selector.root.visible and set(options) == {"", "a", "b"}
+    assert options["b"] == "b /runs/b" and options["a"] == "a (done)"
+    assert page.env_steps.sources["env/steps_per_s"].data["value"] == [99.0]  # the newest
+    assert "/runs/b" in page.status.root.text and "(running)" in page.status.root.text
+    page.selector.root.value = "a"  # as the browser does
+    page.update()
+    assert page.env_steps.sources["env/steps_per_s"].data["value"] == [10.0]
+    assert "Run <b>a</b> (done)" in page.status.root.text
