@@ -156,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
         render = replace(factory, env_kwargs={**factory.env_kwargs, "render_mode": "rgb_array"})
     client = cluster = None
     try:
-        client, cluster = open_cluster(args, cfg, prefix=PREFIX, local_workers=args.workers)
+        client, cluster = open_cluster(
+            args, cfg, prefix=PREFIX, local_workers=args.workers, dashboard=False
+        )
         from apex_dask.runtime.orchestration.episodes import play_on_cluster
 
         played = play_on_cluster(
