@@ -37,7 +37,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["MIN_SIDE", "EpisodeVideo", "VideoUnavailable", "rgb_frame", "video_problem"]
+__all__ = [
+    "MIN_SIDE",
+    "EpisodeFrames",
+    "quiet_pygame",
+    "EpisodeVideo",
+    "VideoUnavailable",
+    "rgb_frame",
+    "video_problem",
+]
 
 MIN_SIDE = 160
 """Frames are enlarged (by a whole factor) until the shorter side is at least this."""
@@ -47,6 +55,16 @@ INSTALL_HINT = "pip install 'apex_dask[video]'"
 
 class VideoUnavailable(RuntimeError):
     """What recording needs is missing (the encoder, or frames from the env); one line."""
+
+
+def quiet_pygame() -> None:
+    """Let pygame (classic-control frames) render with no display and no sound, without
+    its banner; silence the known render warnings (MinAtar declares no render fps and
+    renders floats, which :func:`rgb_frame` converts)."""
+    for key in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
+        os.environ.setdefault(key, "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    warnings.filterwarnings("ignore", message=r".*(render fps|RGB-array rendering)")
 
 
 def video_problem() -> str | None:
@@ -59,8 +77,9 @@ def video_problem() -> str | None:
     return None
 
 
-def rgb_frame(frame: Any) -> np.ndarray:
-    """``uint8`` (H, W, 3) with even sides, enlarged to :data:`MIN_SIDE` (module docstring)."""
+def rgb_frame(frame: Any, min_side: int = MIN_SIDE, max_side: int | None = None) -> np.ndarray:
+    """``uint8`` (H, W, 3) with even sides, enlarged (nearest) by a whole factor to
+    ``min_side`` (module docstring), or with ``max_side`` shrunk by striding to it."""
     a = np.asarray(frame)
     if a.ndim == 2:
         a = np.repeat(a[..., None], 3, axis=2)
@@ -72,13 +91,64 @@ def rgb_frame(frame: Any) -> np.ndarray:
             f = f * 255.0
         a = np.clip(np.nan_to_num(f), 0, 255).astype(np.uint8)
     h, w = a.shape[:2]
-    k = max(1, -(-MIN_SIDE // max(1, min(h, w))))
+    if max_side is not None and max(h, w) > max_side:
+        step = -(-max(h, w) // max_side)
+        a = a[::step, ::step]
+        h, w = a.shape[:2]
+    k = max(1, -(-min_side // max(1, min(h, w))))
+    if max_side is not None:
+        k = max(1, min(k, max_side // max(h, w)))
     if k > 1:
         a = np.repeat(np.repeat(a, k, axis=0), k, axis=1)
     h, w = a.shape[:2]
     if h % 2 or w % 2:
         a = np.pad(a, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
     return np.ascontiguousarray(a)
+
+
+class EpisodeFrames:
+    """A few small frames of one episode, for an animation (the ``/apex`` page).
+
+    ``offer(env, step)`` after the reset (step 0) and after each step renders
+    the env (``render_mode="rgb_array"``) only on every ``k``-th step; ``k``
+    doubles (and every other frame kept is dropped) whenever ``2 * max_frames``
+    are held, so a long episode costs few renders and the frames stay evenly
+    spread over it. Each is shrunk to at most ``max_side`` pixels.
+    :meth:`gif` encodes them (Pillow) at the env's pace.
+    """
+
+    def __init__(self, max_frames: int = 60, max_side: int = 96) -> None:
+        self.max_frames = int(max_frames)
+        self.max_side = int(max_side)
+        self.every = 1
+        self.frames: list[np.ndarray] = []
+
+    def offer(self, env: gym.Env, step: int) -> None:
+        if step % self.every:
+            return
+        frame = env.render()
+        if frame is None:
+            return
+        self.frames.append(rgb_frame(frame, min_side=self.max_side // 2, max_side=self.max_side))
+        if len(self.frames) >= 2 * self.max_frames:
+            self.frames = self.frames[::2]
+            self.every *= 2
+
+    def gif(self, fps: float = 30.0) -> bytes:
+        """An animated GIF that loops, one frame per ``every`` steps at ``fps`` steps/s."""
+        import io
+
+        from PIL import Image
+
+        if not self.frames:
+            return b""
+        images = [Image.fromarray(f) for f in self.frames]
+        buf = io.BytesIO()
+        ms = max(20, int(1000 * self.every / max(1.0, fps)))
+        images[0].save(
+            buf, format="GIF", save_all=True, append_images=images[1:], duration=ms, loop=0
+        )
+        return buf.getvalue()
 
 
 class _RgbFrames(gym.Wrapper):
@@ -119,11 +189,7 @@ class EpisodeVideo:
         problem = video_problem()
         if problem:
             raise VideoUnavailable(problem)
-        for key in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # pygame frames, no display, no sound
-            os.environ.setdefault(key, "dummy")
-        os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-        # MinAtar declares no render fps and renders floats: known, converted by _RgbFrames
-        warnings.filterwarnings("ignore", message=r".*(render fps|RGB-array rendering)")
+        quiet_pygame()
         self._dir = Path(tempfile.mkdtemp(prefix="apex-video-"))
         base = render_factory()
         if base.render_mode != "rgb_array":

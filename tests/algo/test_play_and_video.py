@@ -93,3 +93,34 @@ def test_recorded_video_decodes_to_the_episodes_frames(tmp_path, env_id, weights
     assert tuple(got_size) == size
     plain = play_episodes(factory, w, [1], **kw)  # recording does not change the episode
     assert (plain[0]["return"], plain[0]["length"]) == (rows[1]["return"], rows[1]["length"])
+
+
+def test_episode_frames_stay_few_small_and_evenly_spread():
+    import io
+
+    from PIL import Image
+
+    from apex_dask.algo.video import EpisodeFrames, quiet_pygame
+
+    quiet_pygame()
+    env = gym.make("MountainCar-v0", render_mode="rgb_array")  # 200 steps, never earlier
+    frames = EpisodeFrames(max_frames=10, max_side=64)
+    env.reset(seed=0)
+    rendered = []
+    real_render = env.render
+    env.render = lambda: rendered.append(1) or real_render()  # count the renders
+    frames.offer(env, 0)
+    for step in range(1, 201):
+        env.step(1)
+        frames.offer(env, step)
+    env.close()
+    assert frames.every == 16 and len(frames.frames) == 13  # steps 0, 16, ..., 192
+    assert len(rendered) < 60  # rendering thins out as the episode goes on
+    assert all(f.shape == (40, 60, 3) and f.dtype == np.uint8 for f in frames.frames)
+    gif = Image.open(io.BytesIO(frames.gif(fps=50)))
+    durations = []
+    for i in range(gif.n_frames):  # Pillow merges a frame equal to the one before it
+        gif.seek(i)
+        durations.append(gif.info["duration"])
+    assert gif.size == (60, 40) and gif.n_frames >= 2
+    assert sum(durations) == 13 * 320  # 13 frames, each 16 steps at 50 steps/s

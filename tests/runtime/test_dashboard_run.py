@@ -273,6 +273,25 @@ def test_prometheus_endpoint_carries_apex_gauges_of_the_run(real_run):
 
 
 @pytest.mark.slow
+def test_the_evaluators_animation_reaches_the_page(real_run):
+    """cartpole turns eval.animation on: the first eval episode comes as a small GIF."""
+    import io
+
+    from PIL import Image
+
+    doc = poll(lambda: (d := metrics_json(real_run.base, "?series=0")).get("animation") and d)
+    anim = doc["animation"]
+    assert anim["length"] >= 1 and anim["weights_version"] >= 0
+    assert "gif" not in anim  # the JSON carries what it shows, not the bytes
+
+    def page_gif(dask_scheduler) -> bytes:
+        return dask_scheduler.plugins[PLUGIN_NAME].store.get().animation["gif"]
+
+    gif = Image.open(io.BytesIO(real_run.client.run_on_scheduler(page_gif)))
+    assert gif.format == "GIF" and max(gif.size) <= 96 and gif.n_frames >= 2
+
+
+@pytest.mark.slow
 def test_preload_and_plugin_registration_are_idempotent(real_run):
     client, base = real_run.client, real_run.base
 

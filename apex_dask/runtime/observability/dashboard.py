@@ -20,13 +20,19 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 from distributed.dashboard.components import DashboardComponent, add_periodic_callback
 
-from apex_dask.runtime.observability.dashboard_header import EMPTY_TEXT, RunSelector, RunStatus
+from apex_dask.runtime.observability.dashboard_header import (
+    EMPTY_TEXT,
+    EvalAnimation,
+    RunSelector,
+    RunStatus,
+)
 from apex_dask.runtime.observability.metrics import get_plugin
 from apex_dask.runtime.observability.metrics_store import MetricsStore, RunView
 
 __all__ = [
     "EMPTY_TEXT",
     "ApexDashboard",
+    "EvalAnimation",
     "Line",
     "QueueSizeFigure",
     "ReplaySizeFigure",
@@ -332,9 +338,10 @@ class ApexDashboard(DashboardComponent):
         names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
         names += ("sync", "blocked")
         self.figures = [getattr(self, name) for name in names]
-        self.grid = gridplot(
-            [f.root for f in self.figures], ncols=2, sizing_mode="stretch_width", merge_tools=False
-        )
+        self.animation = EvalAnimation(store)
+        beside = {id(self.returns): row(self.returns.root, self.animation.root)}
+        cells = [beside.get(id(f), f.root) for f in self.figures]
+        self.grid = gridplot(cells, ncols=2, sizing_mode="stretch_width", merge_tools=False)
         self.grid.visible = False
         header = row(self.selector.root, self.status.root, sizing_mode="stretch_width")
         self.root = column(header, self.grid, sizing_mode="stretch_width")
@@ -345,6 +352,7 @@ class ApexDashboard(DashboardComponent):
         self.status.update()
         for fig in self.figures:
             fig.update()
+        self.animation.update()
         self.grid.visible = self.store.run is not None
 
 

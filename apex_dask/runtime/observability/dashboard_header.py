@@ -1,4 +1,5 @@
-"""The head of the ``/apex`` page: which run it shows, and that run's status line."""
+"""Parts of the ``/apex`` page besides the plots: which run it shows, that run's status
+line, and the evaluator's animation of its newest greedy episode."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from distributed.dashboard.components import DashboardComponent
 
 from apex_dask.runtime.observability.metrics_store import MetricsStore, RunView
 
-__all__ = ["EMPTY_TEXT", "RunSelector", "RunStatus"]
+__all__ = ["EMPTY_TEXT", "EvalAnimation", "RunSelector", "RunStatus"]
 
 EMPTY_TEXT = "Waiting for an Ape-X run to report..."
 
@@ -102,3 +103,46 @@ class RunSelector(DashboardComponent):
             if self.root.value not in {self.NEWEST, *(r for r, _ in runs)}:
                 self.root.value = self.NEWEST
         self.root.visible = len(runs) > 1 or self.root.value != self.NEWEST
+
+
+class EvalAnimation(DashboardComponent):
+    """The newest greedy evaluation episode of the run shown, as a looping GIF.
+
+    The evaluator sends one at most every 30 s when ``eval.animation`` is on
+    (the ``cartpole`` and ``minatar`` presets); without one the box says so.
+    """
+
+    OFF_TEXT = (
+        "<i>No evaluation animation yet (on with <code>--set eval.animation=true</code>; "
+        "the cartpole and minatar presets have it)</i>"
+    )
+
+    def __init__(self, view: RunView | MetricsStore) -> None:
+        self.view = view
+        self.source = None
+        self._shown: tuple[str | None, float | None] = (None, None)
+        self.root = Div(text=self.OFF_TEXT, width=260)
+
+    def update(self) -> None:
+        anim = getattr(self.view, "animation", None)
+        key = (self.view.run, None if anim is None else anim["time"])
+        if key == self._shown:
+            return
+        self._shown = key
+        if anim is None:
+            self.root.text = self.OFF_TEXT
+            return
+        import base64
+
+        data = base64.b64encode(anim["gif"]).decode()
+        ret = anim["return"]
+        caption = (
+            f"greedy eval episode: return {'-' if ret is None else f'{ret:g}'}, "
+            f"{anim['length']} steps, weights v{anim['weights_version']}, "
+            f"{time.strftime('%H:%M:%S', time.localtime(anim['time']))}"
+        )
+        self.root.text = (
+            f'<div><img src="data:image/gif;base64,{data}" '
+            'style="image-rendering:pixelated;width:240px"><br>'
+            f"<small>{html.escape(caption)}</small></div>"
+        )

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
 TOPIC = "apex-metrics"
+ANIMATION_TOPIC = "apex-animation"
+"""The evaluator's GIF of its newest evaluation episode (``eval.animation``):
+``{"run", "source", "time", "gif": bytes, "return", "length", "weights_version"}``."""
 PLUGIN_NAME = "apex-metrics"
 
 Sink = Callable[[str, dict[str, Any]], None]
@@ -54,7 +57,7 @@ def make_message(
     return msg
 
 
-def _worker_sink() -> Sink | None:
+def worker_sink() -> Sink | None:
     """``Worker.log_event`` of the worker running this code, or None outside a worker."""
     try:
         from distributed import get_worker
@@ -102,7 +105,7 @@ class MetricsPublisher:
         self.run = run
         self.topic = topic
         self.min_interval_s = float(min_interval_s)
-        self._sink = sink if sink is not None else _worker_sink()
+        self._sink = sink if sink is not None else worker_sink()
         self._clock = clock
         self._lock = threading.Lock()
         self._pending: dict[str, Any] = {}
@@ -189,6 +192,8 @@ class ApexMetricsPlugin(SchedulerPlugin):
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == self.topic and isinstance(msg, Mapping):
             self.store.ingest(msg)
+        elif topic == ANIMATION_TOPIC and isinstance(msg, Mapping):
+            self.store.set_animation(msg)
 
 
 def get_plugin(scheduler: Scheduler, create: bool = True) -> ApexMetricsPlugin | None:

@@ -89,6 +89,7 @@ class RunMetrics:
         self.dropped_names = 0
         self.out: str | None = None
         self.done = False
+        self.animation: dict[str, Any] | None = None
         self.latest: dict[str, float] = {}
         self.sources: dict[str, float] = {}
         self._series: dict[str, _Series] = {}
@@ -193,6 +194,25 @@ class MetricsStore:
             data.add(msg, metrics, now)
             return True
 
+    def set_animation(self, msg: Mapping[str, Any]) -> bool:
+        """Keep the evaluator's newest animation of a kept run (``gif`` bytes and what it
+        shows: ``time``, ``return``, ``length``, ``weights_version``); False if ignored."""
+        run, gif = msg.get("run"), msg.get("gif")
+        if not isinstance(gif, bytes | bytearray) or not gif:
+            return False
+        with self._lock:
+            data = self._runs.get(str(run))
+            if data is None:
+                return False
+            data.animation = {
+                "gif": bytes(gif),
+                "time": float(msg.get("time") or time.time()),
+                "return": _finite(float(msg.get("return", math.nan))),
+                "length": int(msg.get("length") or 0),
+                "weights_version": int(msg.get("weights_version") or 0),
+            }
+            return True
+
     def _bound(self) -> None:
         while len(self._runs) > self.max_runs:
             older = list(self._runs.values())[:-1]  # never the run just added
@@ -288,6 +308,8 @@ class MetricsStore:
                 "sources": dict(data.sources),
                 "latest": {n: _finite(data.latest[n]) for n in selected if n in data.latest},
             }
+            if data.animation is not None:
+                doc["animation"] = {k: v for k, v in data.animation.items() if k != "gif"}
             if series:
                 doc["series"] = {
                     n: [[t, _finite(v)] for t, v in data._series[n].since(since)] for n in selected
@@ -337,6 +359,7 @@ class RunView:
     sources = property(lambda self: self._data_attr("sources", {}))
     out = property(lambda self: self._data_attr("out", None))
     done = property(lambda self: self._data_attr("done", False))
+    animation = property(lambda self: self._data_attr("animation", None))
 
     def runs(self) -> list[dict[str, Any]]:
         return self.store.runs()
