@@ -122,11 +122,19 @@ class EpisodeFrames:
         self.max_side = int(max_side)
         self.every = 1
         self.frames: list[np.ndarray] = []
+        self.failed: str | None = None
 
     def offer(self, env: gym.Env, step: int) -> None:
-        if step % self.every:
+        """Render the env on every ``every``-th step; a render that raises (pygame
+        missing, say) stops the frames, never the episode (``failed`` says why)."""
+        if self.failed is not None or step % self.every:
             return
-        frame = env.render()
+        try:
+            frame = env.render()
+        except Exception as exc:  # noqa: BLE001 - an animation is never worth an episode
+            self.failed = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            self.frames = []
+            return
         if frame is None:
             return
         self.frames.append(rgb_frame(frame, min_side=self.max_side // 2, max_side=self.max_side))

@@ -124,3 +124,19 @@ def test_episode_frames_stay_few_small_and_evenly_spread():
         durations.append(gif.info["duration"])
     assert gif.size == (60, 40) and gif.n_frames >= 2
     assert sum(durations) == 13 * 320  # 13 frames, each 16 steps at 50 steps/s
+
+
+def test_a_render_that_raises_stops_the_frames_not_the_evaluation():
+    from apex_dask.algo.env_worker import EnvWorker
+    from apex_dask.algo.video import EpisodeFrames
+
+    class NoPygame(gym.Wrapper):
+        def render(self):
+            raise gym.error.DependencyNotInstalled("pygame is not installed")
+
+    worker = EnvWorker(lambda: NoPygame(gym.make("CartPole-v1")), epsilon=0.0, seed=0)
+    frames = EpisodeFrames()
+    out = worker.evaluate(2, seed=3, frames=frames)
+    worker.close()
+    assert len(out["returns"]) == 2 and worker.env_errors == 0
+    assert frames.frames == [] and "pygame is not installed" in frames.failed

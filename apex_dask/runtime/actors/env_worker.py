@@ -94,8 +94,6 @@ class EnvWorkerActor:
         from apex_dask.runtime.actors.animation import EvalAnimation, rendering
 
         self._animation = EvalAnimation(run) if animation else None
-        if animation:  # the evaluator's envs render rgb_array frames (only when asked)
-            env_factory = rendering(env_factory)
         keep_freed_heap()  # batched forwards of image stacks: see heap.py
         warnings.showwarning = _keep_warning  # to the driver's log, not the worker's stderr
         self.index = int(index)
@@ -121,6 +119,12 @@ class EnvWorkerActor:
             max_env_errors_per_min=max_env_errors_per_min,
             where=f"env worker {index}" if index >= 0 else "the evaluator",
         )
+        if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
+            modes = (getattr(self._worker.env, "metadata", None) or {}).get("render_modes") or []
+            if "rgb_array" in modes:
+                self._worker.env_factory = rendering(env_factory)
+            else:
+                self._animation = None
         self.epsilon = float(epsilon)
         self.rollouts_sent = 0
         self.steps_sampled = 0
@@ -208,7 +212,11 @@ class EnvWorkerActor:
             )
         except EnvFailed as exc:
             raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
-        if frames is not None:
+        if frames is not None and frames.failed is not None:
+            self._animation = None  # e.g. pygame missing: no more attempts
+            why = f"eval.animation is off: the env cannot render ({frames.failed})"
+            warnings.warn(why, stacklevel=1)
+        elif frames is not None:
             await self._in_pool(self._send_animation, frames, out)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
