@@ -83,12 +83,12 @@ def open_cluster(
     *,
     prefix: str,
     local_workers: int | None = None,
-    dashboard: bool = True,
+    local_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """``(client, cluster)`` for the flags; ``cluster`` is ours to close (embedded,
     jobqueue) or None. ``local_workers`` sizes an embedded cluster (default the
-    config's ``topology.local_workers``, else one per core); ``dashboard=False``
-    starts it without a dashboard."""
+    config's ``topology.local_workers``, else one per core); ``local_kwargs`` go to
+    its ``LocalCluster`` (e.g. ``dashboard_address=None``)."""
     from apex_dask.runtime.orchestration.cluster import connect
 
     if getattr(args, "cluster", None):
@@ -118,10 +118,10 @@ def open_cluster(
             timeout=args.connect_timeout,
         )
         return client, None
-    return _start_embedded(local_workers or cfg.topology.local_workers, dashboard)
+    return _start_embedded(local_workers or cfg.topology.local_workers, **(local_kwargs or {}))
 
 
-def _start_embedded(n_workers: int | None, dashboard: bool = True) -> tuple[Any, Any]:
+def _start_embedded(n_workers: int | None, **kwargs: Any) -> tuple[Any, Any]:
     """The embedded LocalCluster, started in a helper thread (the main thread stays free
     for signals); its workers ignore the terminal's Ctrl-C."""
     from apex_dask.runtime.orchestration.cluster import (

@@ -14,12 +14,14 @@ checkpoint), checks them (the env can be made here, the weights fit the
 config's network), plays the episodes over the cluster's workers
 (:mod:`apex_dask.runtime.orchestration.episodes`), prints a table and writes
 ``RUN_DIR/eval-<time>.json``. Bad input is one line on stderr and exit 2; a
-failed episode exit 3; Ctrl-C exit 130.
+failed episode exit 3; Ctrl-C exit 130, SIGTERM 143 (the cluster it started is
+closed on every way out).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import secrets
 import sys
 import time
@@ -28,8 +30,15 @@ from typing import Any
 
 from apex_dask.cli.checks import UsageError, check_cluster_flags, probe_env
 from apex_dask.cli.clusterflags import add_cluster_flags, close_cluster
-from apex_dask.cli.exitcodes import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, classify
+from apex_dask.cli.exitcodes import (
+    EXIT_FAULT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    classify,
+)
 from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run
+from apex_dask.cli.watch import quiet_teardown_logs, route_logs
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -43,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "export the greedy policy. With no --scheduler/--scheduler-file, an embedded "
         "LocalCluster is started.",
         epilog="exit status: 0 done; 2 bad input (nothing played); 3 an episode failed; "
-        "130 interrupted (Ctrl-C).",
+        "130 interrupted (Ctrl-C); 143 terminated (SIGTERM). The cluster it started is "
+        "closed on every way out.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the --out folder of an apex-dask-submit run")
     w = p.add_argument_group("weights")
@@ -154,10 +164,16 @@ def run(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         render = replace(factory, env_kwargs={**factory.env_kwargs, "render_mode": "rgb_array"})
+    route_logs(None, debug=args.debug)  # Dask's own log records: not on the console
     client = cluster = None
     try:
+        quiet = {} if args.debug else {"silence_logs": logging.ERROR}  # one line per way out
         client, cluster = open_cluster(
-            args, cfg, prefix=PREFIX, local_workers=args.workers, dashboard=False
+            args,
+            cfg,
+            prefix=PREFIX,
+            local_workers=args.workers,
+            local_kwargs={"dashboard_address": None, **quiet},
         )
         from apex_dask.runtime.orchestration.episodes import play_on_cluster
 
@@ -173,8 +189,15 @@ def run(args: argparse.Namespace) -> int:
             max_steps=cfg.eval.max_episode_steps,
             record=range(args.video_episodes) if args.video else (),
             render_factory=render,
+            cancel_on_error=cluster is None,  # ours is closed at once
         )
     finally:
+        quiet_teardown_logs()
+        if cluster is not None and client is not None:
+            try:  # its workers: closing one mid-episode is expected, not worth a log line
+                client.run(quiet_teardown_logs)
+            except Exception:
+                pass
         close_cluster(client, cluster)
     from apex_dask.cli.evalreport import format_table, summarize, write_report
 
@@ -232,14 +255,27 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     from apex_dask.runtime.orchestration.episodes import EpisodeFailed
 
     if isinstance(exc, KeyboardInterrupt):
+        if getattr(exc, "signame", "SIGINT") == "SIGTERM":
+            return EXIT_TERMINATED, "terminated (SIGTERM)"
         return EXIT_INTERRUPTED, "interrupted (Ctrl-C)"
     if isinstance(exc, EpisodeFailed):
         return EXIT_FAULT, f"error: {exc}"
     return classify(exc, started=False, log_hint="rerun with --debug for the traceback")
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    exc = KeyboardInterrupt()
+    exc.signame = "SIGTERM"  # type: ignore[attr-defined]
+    raise exc
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)  # the cluster is closed on the way out
     try:
         code = run(args)
     except BaseException as exc:  # noqa: BLE001 - one line for every way it can end

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from trained_runs import cartpole_run
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+from polling import poll  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 EVAL = str(Path(sys.executable).parent / "apex-dask-eval")
@@ -55,3 +58,44 @@ def test_eval_on_embedded_and_running_clusters_gives_the_same_episodes(tmp_path)
     assert second["workers"] == 1
     assert second["returns"] == first["returns"]  # the same seed: the same episodes
     assert second["lengths"] == first["lengths"]
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"),
+    [("SIGINT", 130, "interrupted (Ctrl-C)"), ("SIGTERM", 143, "terminated (SIGTERM)")],
+)
+def test_a_stopped_eval_says_one_line_and_leaves_no_process(tmp_path, sig, code, line):
+    import signal
+
+    import psutil
+
+    run = cartpole_run(tmp_path / "cp")
+    proc = subprocess.Popen(
+        [EVAL, str(run), "--episodes", "100000", "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        # playing: its two workers run episodes (each near a full core)
+        def busy_workers() -> list[psutil.Process]:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            return [k for k in kids if k.cpu_percent(0.2) > 30] if len(kids) >= 3 else []
+
+        workers = poll(
+            lambda: len(busy_workers()) >= 2 and psutil.Process(proc.pid).children(recursive=True),
+            timeout_s=120,
+        )
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert err.strip() == f"apex-dask-eval: {line}"
+    assert not list(run.glob("eval-*.json"))  # nothing half-written
+    poll(
+        lambda: not [w for w in workers if w.is_running() and w.status() != "zombie"], timeout_s=30
+    )

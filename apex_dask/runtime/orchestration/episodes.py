@@ -80,8 +80,14 @@ def play_on_cluster(
     record: Collection[int] = (),
     render_factory: Callable[[], Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    cancel_on_error: bool = True,
 ) -> PlayedEpisodes:
-    """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring)."""
+    """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring).
+
+    A failure or Ctrl-C cancels the episode tasks still running, unless
+    ``cancel_on_error`` is False (a cluster about to be closed anyway: its
+    workers would only log each cancelled task).
+    """
     from distributed import as_completed
 
     info = client.scheduler_info(n_workers=-1)
@@ -126,7 +132,10 @@ def play_on_cluster(
             if progress is not None:
                 progress(len(rows), episodes)
         wall = time.perf_counter() - t0
-    finally:
-        client.cancel(futures + [weights_future])
+    except BaseException:
+        if cancel_on_error:
+            client.cancel(futures + [weights_future])
+        raise
+    client.cancel(futures + [weights_future])  # all done: frees the weights' copies
     rows.sort(key=lambda r: r["index"])
     return PlayedEpisodes(rows, wall, n_workers)
