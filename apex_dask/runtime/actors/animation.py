@@ -59,11 +59,15 @@ class EvalAnimation:
             return
         self._last = time.monotonic()
         returns, lengths = out.get("returns") or [], out.get("lengths") or []
+        try:
+            gif = frames.gif(fps)
+        except Exception:  # noqa: BLE001 - an animation is never worth the evaluator
+            return
         msg = {
             "run": self.run,
             "source": "eval",
             "time": time.time(),
-            "gif": frames.gif(fps),
+            "gif": gif,
             "return": float(returns[0]) if returns else float("nan"),
             "length": int(lengths[0]) if lengths else 0,
             "weights_version": int(version),

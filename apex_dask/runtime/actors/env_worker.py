@@ -123,6 +123,7 @@ class EnvWorkerActor:
             modes = (getattr(self._worker.env, "metadata", None) or {}).get("render_modes") or []
             if "rgb_array" in modes:
                 self._worker.env_factory = rendering(env_factory)
+                self._pool.submit(self._warm_render)  # pygame's start-up, off the eval's path
             else:
                 self._animation = None
         self.epsilon = float(epsilon)
@@ -216,8 +217,8 @@ class EnvWorkerActor:
             self._animation = None  # e.g. pygame missing: no more attempts
             why = f"eval.animation is off: the env cannot render ({frames.failed})"
             warnings.warn(why, stacklevel=1)
-        elif frames is not None:
-            await self._in_pool(self._send_animation, frames, out)
+        elif frames is not None:  # encoded and sent after this result is returned
+            self._pool.submit(self._send_animation, frames, out)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         out["env_errors"] = self._new_env_errors()
@@ -226,11 +227,24 @@ class EnvWorkerActor:
         self._pub.now(self._metrics)
         return out
 
+    def _warm_render(self) -> None:
+        """Render one frame of a throwaway env (imports and starts pygame for classic
+        control); an env that cannot render turns the animation off at its first try."""
+        try:
+            env = self._worker.env_factory()
+            try:
+                env.reset(seed=0)
+                env.render()
+            finally:
+                env.close()
+        except Exception:  # noqa: BLE001 - the first evaluation says why, in the run's log
+            pass
+
     def _send_animation(self, frames: Any, out: dict[str, Any]) -> None:
         env = self._worker._eval_env or self._worker.env
         fps = float((getattr(env, "metadata", None) or {}).get("render_fps") or 30)
-        assert self._animation is not None
-        self._animation.send(frames, out, fps, self._worker.weights_version)
+        if self._animation is not None:
+            self._animation.send(frames, out, fps, self._worker.weights_version)
 
     async def set_shard(self, shard_id: int, handle: Any) -> None:
         """Send rollouts for shard ``shard_id`` to a rebuilt shard actor from now on."""
