@@ -80,13 +80,16 @@ def test_readme_first_screen_has_exactly_two_commands_and_ci_runs_the_test_one()
 def test_console_script_is_declared():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert data["project"]["scripts"]["apex-dask-submit"] == "apex_dask.cli:main"
+    assert data["project"]["scripts"]["apex-dask-eval"] == "apex_dask.cli.evaluate:main"
 
 
 def test_extras_exist():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = data["project"]["optional-dependencies"]
-    for name in ("test", "bench"):
+    for name in ("test", "bench", "video"):
         assert extras[name], name
+    assert any(x.startswith("imageio-ffmpeg") for x in extras["video"])
+    assert "video" in next(x for x in extras["test"] if x.startswith("apex_dask["))
 
 
 def test_public_api_is_importable_and_import_stays_light():

@@ -25,11 +25,15 @@ from apex_dask.algo.env_guard import EnvFault, check_finite
 __all__ = ["greedy_episodes"]
 
 
-def _episode(worker: Any, env: Any, ep_seed: int, max_steps: int | None, deadline: float):
+def _episode(
+    worker: Any, env: Any, ep_seed: int, max_steps: int | None, deadline: float, frames: Any
+):
     """``(return, length)`` of one greedy episode, or None if the deadline cut it."""
     guard, step = worker._guard, worker._eval_steps
     obs = worker._as_obs(guard.call("reset", lambda: env.reset(seed=ep_seed), step)[0])
     check_finite(obs, 0.0, worker.env_id, step, what="reset")
+    if frames is not None:
+        frames.offer(env, 0)
     total, length, done = 0.0, 0, False
     while not done:
         if time.monotonic() >= deadline:
@@ -42,6 +46,8 @@ def _episode(worker: Any, env: Any, ep_seed: int, max_steps: int | None, deadlin
         check_finite(obs, reward, worker.env_id, step)
         total += float(reward)
         length += 1
+        if frames is not None:
+            frames.offer(env, length)
         done = terminated or truncated or (max_steps is not None and length >= max_steps)
     return total, length
 
@@ -52,6 +58,7 @@ def greedy_episodes(
     seed: int | None = None,
     max_steps: int | None = None,
     timeout_s: float | None = None,
+    frames: Any = None,
 ) -> dict[str, Any]:
     """Greedy (epsilon 0) episodes on a separate env instance, bounded in steps and time.
 
@@ -63,6 +70,8 @@ def greedy_episodes(
     Returns ``return_mean``, ``return_std`` (over the finished episodes;
     NaN for none), ``returns``, ``lengths`` and ``timed_out`` (bool).
     Returns and ``terminated`` are the env's own (raw scores, whole games).
+    ``frames`` (an :class:`~apex_dask.algo.video.EpisodeFrames`) is offered the
+    first episode's frames (the env must render ``rgb_array``).
     """
     deadline = math.inf if timeout_s is None else time.monotonic() + float(timeout_s)
     returns: list[float] = []
@@ -76,7 +85,8 @@ def greedy_episodes(
         try:
             if worker._eval_env is None:
                 worker._eval_env = worker._guard.make(worker.env_factory)
-            got = _episode(worker, worker._eval_env, ep_seed, max_steps, deadline)
+            shown = frames if i == 0 else None
+            got = _episode(worker, worker._eval_env, ep_seed, max_steps, deadline, shown)
         except EnvFault as fault:
             worker.policy.record(fault, worker.where)  # EnvFailed: the run ends
             if worker._eval_env is not None:

@@ -384,12 +384,12 @@ class EnvWorker:
         seed: int | None = None,
         max_steps: int | None = None,
         timeout_s: float | None = None,
+        frames: Any = None,
     ) -> dict[str, Any]:
-        """Greedy episodes on a separate env instance, bounded in steps and time
-        (:func:`apex_dask.algo.env_eval.greedy_episodes`, which documents the keys)."""
+        """Greedy episodes on a separate env (:func:`.env_eval.greedy_episodes` documents it)."""
         from apex_dask.algo.env_eval import greedy_episodes
 
-        return greedy_episodes(self, int(num_episodes), seed, max_steps, timeout_s)
+        return greedy_episodes(self, int(num_episodes), seed, max_steps, timeout_s, frames)
 
     def close(self) -> None:
         """Close the envs (a hung one once its call returns) and end their threads."""

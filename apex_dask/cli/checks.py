@@ -60,8 +60,9 @@ def _seconds(flag: str, value: float | None) -> None:
 
 
 def check_cluster_flags(args: argparse.Namespace) -> None:
-    """At most one cluster flag; a scheduler file that exists; finite positive waits."""
-    chosen = [f for f in ("scheduler", "scheduler_file", "cluster") if getattr(args, f)]
+    """At most one cluster flag; a scheduler file that exists; finite positive waits
+    (the flags of :func:`apex_dask.cli.clusterflags.add_cluster_flags`)."""
+    chosen = [f for f in ("scheduler", "scheduler_file", "cluster") if getattr(args, f, None)]
     if len(chosen) > 1:
         names = " and ".join("--" + f.replace("_", "-") for f in chosen)
         raise UsageError(f"{names} exclude each other; give at most one")
@@ -70,10 +71,10 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
             f"scheduler file {args.scheduler_file!r} does not exist; start "
             f"`dask scheduler --scheduler-file {args.scheduler_file}` first or fix the path"
         )
-    if args.jobs < 1:
+    if getattr(args, "jobs", 1) < 1:
         raise UsageError(f"--jobs {args.jobs} must be >= 1")
     _seconds("--connect-timeout", args.connect_timeout)
-    _seconds("--jobqueue-wait", args.jobqueue_wait)
+    _seconds("--jobqueue-wait", getattr(args, "jobqueue_wait", None))
 
 
 def _read_yaml(path: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from apex_dask.cli.checks import (
     probe_env,
     resolve_config,
 )
+from apex_dask.cli.clusterflags import add_cluster_flags, is_embedded
 from apex_dask.cli.exitcodes import (
     EXIT_FAULT,
     EXIT_INTERRUPTED,
@@ -85,39 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--list-keys", action="store_true", help="list every config key with its doc and exit"
     )
-    c = p.add_argument_group("cluster (pick at most one; default: embedded LocalCluster)")
-    c.add_argument("--scheduler", metavar="ADDRESS", help="address of a running `dask scheduler`")
-    c.add_argument(
-        "--scheduler-file", metavar="PATH", help="scheduler file written by `dask scheduler`"
-    )
-    c.add_argument(
-        "--cluster", choices=["slurm", "pbs"], help="start workers as batch jobs via dask-jobqueue"
-    )
-    c.add_argument(
-        "--jobs", type=int, default=2, help="with --cluster: number of CPU worker jobs (default 2)"
-    )
-    c.add_argument(
-        "--jobqueue-opt",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="with --cluster: option for the jobqueue cluster, e.g. queue=gpu (repeatable)",
-    )
-    c.add_argument(
-        "--jobqueue-wait",
-        type=float,
-        default=None,
-        metavar="S",
-        help="with --cluster: give up if the jobs' workers have not all joined after S seconds "
-        "(default: wait for the queue)",
-    )
-    c.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=10.0,
-        metavar="S",
-        help="seconds to wait for the scheduler (default 10)",
-    )
+    add_cluster_flags(p, jobqueue=True)
     s = p.add_argument_group("stopping (first met wins)")
     s.add_argument("--stop-timesteps", type=int, metavar="N", help="env steps sampled")
     s.add_argument(
@@ -197,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = resolve_config(args)
     out = check_out(resume or args.out, resume=resume is not None)
     spaces = probe_env(cfg)
-    embedded = not (args.scheduler or args.scheduler_file or args.cluster)
+    embedded = is_embedded(args)
     if embedded:  # remote clusters: checked against their workers once connected
         check_device(cfg)
         check_local_memory(cfg, spaces)

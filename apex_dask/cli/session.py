@@ -18,14 +18,13 @@ everything; one stderr line names the cause, the exit code says it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from apex_dask.cli.checks import EnvSpaces
+from apex_dask.cli.clusterflags import close_cluster, is_embedded
 from apex_dask.cli.exitcodes import (
     EXIT_FAULT,
     EXIT_INTERRUPTED,
@@ -74,7 +73,7 @@ class RunSession:
         self.args, self.cfg, self.out, self.reporter, self.spaces = args, cfg, out, reporter, spaces
         self.resume = resume
         self.log_file = None if out is None else out / LOG_NAME
-        self.embedded = not (args.scheduler or args.scheduler_file or args.cluster)
+        self.embedded = is_embedded(args)
         self.client: Any = None
         self.cluster: Any = None
         self.driver: Any = None
@@ -129,6 +128,7 @@ class RunSession:
             tensorboard_dir=self.reporter.tensorboard_dir,
             checkpoint_dir=None if self.out is None else self.out / "checkpoints",
             resume_from=resume,
+            out_dir=self.out,
         )
         if resume is not None and self.out is not None:
             from apex_dask.cli.resume import record_resume
@@ -155,72 +155,10 @@ class RunSession:
 
     def _connect(self) -> tuple[Any, Any]:
         """``(client, cluster)``: the cluster is ours to close (embedded, jobqueue)."""
-        args = self.args
-        from apex_dask.runtime.orchestration.cluster import connect
+        from apex_dask.cli.clusterflags import open_cluster
 
-        if args.cluster:
-            from distributed import Client
-
-            from apex_dask.cli.jobqueue import (
-                make_jobqueue_cluster,
-                parse_jobqueue_opts,
-                wait_for_jobqueue_workers,
-            )
-
-            opts = parse_jobqueue_opts(args.jobqueue_opt)
-            if self.out is not None:  # the run's own TLS credentials, in its folder
-                opts.setdefault("tls_dir", str(self.out / "tls"))
-            cluster = make_jobqueue_cluster(args.cluster, args.jobs, self.cfg, **opts)
-            try:
-                wait = "no limit" if args.jobqueue_wait is None else f"{args.jobqueue_wait:g} s"
-                print(f"{PREFIX} submitted {args.cluster} jobs; waiting for their workers ({wait})")
-                wait_for_jobqueue_workers(cluster, args.jobqueue_wait)
-                client = Client(cluster, direct_to_workers=True)
-            except BaseException:
-                cluster.close()
-                raise
-            return client, cluster
-        if args.scheduler or args.scheduler_file:
-            client = connect(
-                address=args.scheduler,
-                scheduler_file=args.scheduler_file,
-                timeout=args.connect_timeout,
-            )
-            return client, None
-        return self._start_embedded()
-
-    def _start_embedded(self) -> tuple[Any, Any]:
-        """The embedded LocalCluster, started in a helper thread so that the main thread
-        stays free for signals; workers ignore the terminal's Ctrl-C (the driver decides)."""
-        from apex_dask.runtime.orchestration.cluster import (
-            shield_workers_from_ctrl_c,
-            start_local_cluster,
-        )
-
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        shield_workers_from_ctrl_c()
-        box: dict[str, Any] = {}
-
-        def start() -> None:
-            try:
-                box["cluster"], box["client"] = start_local_cluster(self.cfg.topology.local_workers)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=start, name="apex-start-cluster", daemon=True)
-        thread.start()
-        try:
-            while thread.is_alive():
-                thread.join(0.1)
-        except BaseException:
-            thread.join()  # Dask's own start-up is bounded; a second Ctrl-C exits at once
-            if "client" in box:
-                box["client"].close()
-                box["cluster"].close()
-            raise
-        if "error" in box:
-            raise box["error"]
-        return box["client"], box["cluster"]
+        tls_dir = None if self.out is None else self.out / "tls"  # a jobqueue run's credentials
+        return open_cluster(self.args, self.cfg, prefix=PREFIX, tls_dir=tls_dir)
 
     # ---------------------------------------------------------------- train
     def _train(self) -> None:
@@ -288,16 +226,7 @@ class RunSession:
             self.log.close()
         self.reporter.close(EXIT_OK if self.error is None and not self.signals.requested else 1)
         quiet_teardown_logs()
-        if self.client is not None:
-            try:
-                self.client.close(timeout=10)
-            except Exception:
-                pass
-        if self.cluster is not None:
-            try:
-                self.cluster.close(timeout=30)
-            except Exception:
-                pass
+        close_cluster(self.client, self.cluster)
         reap_children(self.log_file, spare=self._children_before)
 
     def _save(self, d: Any) -> None:

@@ -28,7 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner": {"batch_size": 128, "lr": 2.5e-4, "target_update_freq": 20_000},
         # 4 x 50 steps per call: the driver moves < 1% of what the learner's host gets
         "workers": {"num_workers": 8, "rollout_fragment_length": 50, "rollouts_per_call": 4},
-        "eval": {"interval_s": 60.0, "episodes": 5},
+        "eval": {"interval_s": 60.0, "episodes": 5, "animation": True},
         "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
         "checkpoint": {"interval_s": 600.0},
     },
@@ -45,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "min_replay_ratio": 8.0,
         },
         "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
-        "eval": {"interval_s": 1.0, "episodes": 10},
+        "eval": {"interval_s": 1.0, "episodes": 10, "animation": True},
         "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
         "checkpoint": {"interval_s": 60.0},
     },

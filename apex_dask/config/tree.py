@@ -208,6 +208,11 @@ class EvalConfig:
     timeout_s: float = 300.0
     """Wall-time bound of one evaluation: the episode in progress is then dropped and the
     result reported with ``eval/timed_out`` = 1 (the finished episodes' returns, if any)."""
+    animation: bool = False
+    """Show the first episode of an evaluation, at most every 30 s, as a small animation on
+    the ``/apex`` page (frames from the evaluator's env, ``render_mode="rgb_array"``).
+    On in the ``cartpole`` and ``minatar`` presets; off by default (``atari``), where
+    rendering costs more."""
 
 
 @dataclass(frozen=True)

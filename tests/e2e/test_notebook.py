@@ -88,6 +88,19 @@ def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(tmp_p
         }
         assert "application/vnd.bokehjs_exec.v0+json" in mimes  # the live plot rendered
         assert (tmp_path / "apex_cartpole_weights.npz").stat().st_size > 0
+        recorded = re.search(r"recorded a greedy episode: return \d+, (\d+) steps", text)
+        assert recorded, text  # the test extra includes the video extra
+        videos = [
+            out["data"]["text/html"]
+            for cell in nb.cells
+            for out in cell.get("outputs", [])
+            if "<video" in out.get("data", {}).get("text/html", "")
+        ]
+        assert len(videos) == 1 and "data:video/mp4;base64," in videos[0]
+        import imageio.v2 as imageio
+
+        reader = imageio.get_reader(tmp_path / "apex_cartpole_episode.mp4")
+        assert sum(1 for _ in reader) == int(recorded.group(1)) + 1
     finally:
         assert_nothing_left(marker)
 

@@ -138,3 +138,46 @@ def test_replay_memory_plot_follows_each_shards_bytes():
     fig.update()
     assert sorted(fig.sources) == [1] and fig.sources[1].data["value"] == [4096.0]
     assert fig.root.title.text == "Replay bytes per shard"
+
+
+def test_the_selector_lists_every_run_and_shows_the_chosen_one():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, run="a", **{"env/steps_per_s": 10.0})
+    page.update()
+    assert not page.selector.root.visible  # one run: nothing to choose
+    assert store.ingest({"run": "b", "source": "driver", "out": "/runs/b", "metrics": {}}, 2.0)
+    ingest(store, 2.0, run="b", **{"env/steps_per_s": 99.0})
+    store.ingest({"run": "a", "source": "driver", "done": True, "metrics": {}}, now=3.0)
+    page.update()
+    options = dict(page.selector.root.options)
+    assert page.selector.root.visible and set(options) == {"", "a", "b"}
+    assert options["b"] == "b /runs/b" and options["a"] == "a (done)"
+    assert page.env_steps.sources["env/steps_per_s"].data["value"] == [99.0]  # the newest
+    assert "/runs/b" in page.status.root.text and "(running)" in page.status.root.text
+    page.selector.root.value = "a"  # as the browser does
+    page.update()
+    assert page.env_steps.sources["env/steps_per_s"].data["value"] == [10.0]
+    assert "Run <b>a</b> (done)" in page.status.root.text
+
+
+def test_the_animation_box_shows_the_shown_runs_newest_gif():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, run="a", **{"eval/return_mean": 9.0})
+    page.update()
+    assert "<img" not in page.animation.root.text and "eval.animation" in page.animation.root.text
+    assert not store.set_animation({"run": "zzz", "gif": b"GIF89a"})  # not a kept run
+    assert store.set_animation({"run": "a", "gif": b"GIF89a-1", "time": 2.0, "return": 7.0})
+    page.update()
+    assert "data:image/gif;base64,R0lGODlhLTE=" in page.animation.root.text
+    assert "return 7" in page.animation.root.text
+    assert (
+        store.to_json()["animation"]["return"] == 7.0 and "gif" not in store.to_json()["animation"]
+    )
+    ingest(store, 3.0, run="b", **{"eval/return_mean": 1.0})  # a newer run, no animation yet
+    page.update()
+    assert "<img" not in page.animation.root.text
+    page.selector.root.value = "a"
+    page.update()
+    assert "R0lGODlhLTE=" in page.animation.root.text

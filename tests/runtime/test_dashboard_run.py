@@ -246,11 +246,12 @@ def test_prometheus_endpoint_carries_apex_gauges_of_the_run(real_run):
     poll(lambda: "env/steps_per_s" in metrics_json(real_run.base, "?series=0")["latest"])
     status, text = get(real_run.base + "metrics")
     assert status == 200
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
+    run = real_run.driver.run_id
+    samples = {  # this run's samples, keyed by their other labels
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "run"))): s.value
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
-        if s.name.startswith("apex_")
+        if s.name.startswith("apex_") and s.labels.get("run") == run
     }
     gauges = (
         "apex_learner_queue_size apex_learner_dequeue_seconds apex_learner_grad_seconds "
@@ -267,8 +268,27 @@ def test_prometheus_endpoint_carries_apex_gauges_of_the_run(real_run):
     for i in range(NUM_ENV_WORKERS):
         assert ("apex_env_epsilon", (("worker", str(i)),)) in samples
         assert samples[("apex_env_worker_steps_sampled", (("worker", str(i)),))] > 0
-    assert ("apex_run_info", (("run", real_run.driver.run_id),)) in samples
+    assert samples[("apex_run_info", (("out", ""),))] == 1.0  # running, no --out
     assert not [n for n, _ in samples if re.search(r"_\d+_", n)], "no index inside a gauge name"
+
+
+@pytest.mark.slow
+def test_the_evaluators_animation_reaches_the_page(real_run):
+    """cartpole turns eval.animation on: the first eval episode comes as a small GIF."""
+    import io
+
+    from PIL import Image
+
+    doc = poll(lambda: (d := metrics_json(real_run.base, "?series=0")).get("animation") and d)
+    anim = doc["animation"]
+    assert anim["length"] >= 1 and anim["weights_version"] >= 0
+    assert "gif" not in anim  # the JSON carries what it shows, not the bytes
+
+    def page_gif(dask_scheduler) -> bytes:
+        return dask_scheduler.plugins[PLUGIN_NAME].store.get().animation["gif"]
+
+    gif = Image.open(io.BytesIO(real_run.client.run_on_scheduler(page_gif)))
+    assert gif.format == "GIF" and max(gif.size) <= 96 and gif.n_frames >= 2
 
 
 @pytest.mark.slow

@@ -171,10 +171,23 @@ def test_collector_exposes_latest_values_as_gauges():
         for fam in text_string_to_metric_families(generate_latest(registry).decode())
         for s in fam.samples
     }
+    r9 = ("run", "r9")
     assert samples == {
-        ("apex_run_info", (("run", "r9"),)): 1.0,
-        ("apex_learner_queue_size", ()): 4.0,
-        ("apex_replay_size", (("shard", "0"),)): 10.0,
-        ("apex_replay_size", (("shard", "1"),)): 20.0,
-        ("apex_replay_size_all", ()): 30.0,
+        ("apex_run_info", (("out", ""), r9)): 1.0,
+        ("apex_learner_queue_size", (r9,)): 4.0,
+        ("apex_replay_size", (r9, ("shard", "0"))): 10.0,
+        ("apex_replay_size", (r9, ("shard", "1"))): 20.0,
+        ("apex_replay_size_all", (r9,)): 30.0,
     }
+    # a second run on the same scheduler: both runs' gauges, told apart by their label
+    store.ingest(make_message("r10", "learner", {"learner/queue_size": 7}, out="/runs/b"))
+    store.ingest(make_message("r9", "driver", {}, done=True))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in fam.samples
+    }
+    assert samples[("apex_learner_queue_size", (("run", "r10"),))] == 7.0
+    assert samples[("apex_learner_queue_size", (r9,))] == 4.0
+    assert samples[("apex_run_info", (("out", "/runs/b"), ("run", "r10")))] == 1.0
+    assert samples[("apex_run_info", (("out", ""), r9))] == 0.0  # done

@@ -45,7 +45,7 @@ def test_coarsened_series_is_the_last_point_of_each_final_bucket(seed):
     raw = [(float(t), float(v)) for t, v in zip(times, rng.normal(size=times.size), strict=True)]
     store = MetricsStore(maxlen=64)
     feed(store, "x", raw)
-    width = store._series["x"].width
+    width = store.get()._series["x"].width
     assert width > 1.0  # it did coarsen
     last_per_bucket: dict[int, tuple[float, float]] = {}
     for t, v in raw:
@@ -61,24 +61,54 @@ def test_since_returns_only_later_points():
     assert store.since("missing") == []
 
 
-def test_new_run_resets_series_and_keeps_previous_latest():
+def test_runs_are_kept_side_by_side_and_the_newest_is_read_by_default():
     store = MetricsStore()
     store.ingest(msg("a", a=1.0), now=1.0)
     generation = store.generation
     store.ingest(msg("b", b=2.0), now=2.0)
-    assert store.run == "b"
-    assert store.generation == generation + 1
-    assert store.names() == ["b"]
-    assert store.previous == {"run": "a", "latest": {"a": 1.0}}
+    store.ingest(msg("a", a=3.0), now=3.0)  # the older run goes on: nothing is reset
+    assert store.run == "b" and store.generation == generation + 1
+    assert store.names() == ["b"] and store.names("a") == ["a"]
+    assert store.since("a", run="a") == [(1.0, 1.0), (3.0, 3.0)]
+    assert [r["run"] for r in store.runs()] == ["b", "a"]
+    assert store.to_json(run="a")["latest"] == {"a": 3.0}
+    with pytest.raises(KeyError):
+        store.to_json(run="zzz")
 
 
-def test_messages_from_a_replaced_run_are_ignored():
+def test_out_folder_and_done_are_recorded_per_run():
+    store = MetricsStore()
+    store.ingest({**msg("a", x=1.0), "out": "/runs/a"}, now=1.0)
+    store.ingest(msg("b", x=2.0), now=2.0)
+    store.ingest({**msg("a"), "done": True}, now=3.0)
+    by_run = {r["run"]: r for r in store.runs()}
+    assert (by_run["a"]["out"], by_run["a"]["done"]) == ("/runs/a", True)
+    assert (by_run["b"]["out"], by_run["b"]["done"]) == (None, False)
+    assert store.to_json(run="a")["done"] is True
+
+
+def test_finished_runs_are_dropped_first_and_stay_dropped():
+    store = MetricsStore(max_runs=3)
+    for i, run in enumerate(["a", "b", "c"]):
+        store.ingest(msg(run, x=float(i)), now=float(i))
+    store.ingest({**msg("b"), "done": True}, now=5.0)
+    store.ingest(msg("d", x=4.0), now=6.0)  # one too many: the finished "b" goes
+    assert [r["run"] for r in store.runs()] == ["d", "c", "a"]
+    assert not store.ingest(msg("b", x=9.0), now=7.0)  # a straggler does not bring it back
+    store.ingest(msg("e", x=5.0), now=8.0)  # none finished: the one silent longest ("a")
+    assert [r["run"] for r in store.runs()] == ["e", "d", "c"]
+
+
+def test_a_view_follows_its_run_or_the_newest():
     store = MetricsStore()
     store.ingest(msg("a", x=1.0), now=1.0)
+    newest, pinned = store.view(), store.view("a")
+    g = newest.generation
     store.ingest(msg("b", x=2.0), now=2.0)
-    assert not store.ingest(msg("a", x=99.0), now=3.0)
-    assert store.run == "b"
-    assert store.latest == {"x": 2.0}
+    assert newest.run == "b" and newest.generation == g + 1
+    assert pinned.run == "a" and pinned.latest == {"x": 1.0}
+    pinned.select(None)
+    assert pinned.run == "b"
 
 
 def test_malformed_messages_and_non_numbers_are_dropped():

@@ -57,7 +57,9 @@ class EnvWorkerActor:
     ``sync_weights()`` pulls the learner's weights if it has a newer version
     (one pickled blob per version, made once by the learner) and returns the
     version applied, or None. ``evaluate(n)`` pulls fresh weights and plays
-    ``n`` greedy episodes on the worker's own evaluation env.
+    ``n`` greedy episodes on the worker's own evaluation env; with
+    ``animation`` (the evaluator, ``eval.animation``) the first episode's
+    frames go to the ``/apex`` page (:mod:`.animation`).
 
     The env and the policy live in a private one-thread executor, so at most
     one env step runs at a time and weights never change mid-rollout.
@@ -86,9 +88,12 @@ class EnvWorkerActor:
         max_env_errors_per_min: int = 10,
         call_timeout_s: float = 60.0,
         run: str = "",
+        animation: bool = False,
     ) -> None:
         from apex_dask.algo.env_worker import EnvWorker
+        from apex_dask.runtime.actors.animation import EvalAnimation, rendering
 
+        self._animation = EvalAnimation(run) if animation else None
         keep_freed_heap()  # batched forwards of image stacks: see heap.py
         warnings.showwarning = _keep_warning  # to the driver's log, not the worker's stderr
         self.index = int(index)
@@ -114,6 +119,13 @@ class EnvWorkerActor:
             max_env_errors_per_min=max_env_errors_per_min,
             where=f"env worker {index}" if index >= 0 else "the evaluator",
         )
+        if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
+            modes = (getattr(self._worker.env, "metadata", None) or {}).get("render_modes") or []
+            if "rgb_array" in modes:
+                self._worker.env_factory = rendering(env_factory)
+                self._pool.submit(self._warm_render)  # pygame's start-up, off the eval's path
+            else:
+                self._animation = None
         self.epsilon = float(epsilon)
         self.rollouts_sent = 0
         self.steps_sampled = 0
@@ -194,12 +206,19 @@ class EnvWorkerActor:
         """Sync to the newest weights, then ``num_episodes`` greedy episodes of at most
         ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats."""
         await self.sync_weights()
+        frames = None if self._animation is None else self._animation.frames()
         try:
             out = await self._in_pool(
-                self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s
+                self._worker.evaluate, int(num_episodes), seed, max_steps, timeout_s, frames
             )
         except EnvFailed as exc:
             raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
+        if frames is not None and frames.failed is not None:
+            self._animation = None  # e.g. pygame missing: no more attempts
+            why = f"eval.animation is off: the env cannot render ({frames.failed})"
+            warnings.warn(why, stacklevel=1)
+        elif frames is not None:  # encoded and sent after this result is returned
+            self._pool.submit(self._send_animation, frames, out)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         out["env_errors"] = self._new_env_errors()
@@ -207,6 +226,25 @@ class EnvWorkerActor:
         self._last_eval = out
         self._pub.now(self._metrics)
         return out
+
+    def _warm_render(self) -> None:
+        """Render one frame of a throwaway env (imports and starts pygame for classic
+        control); an env that cannot render turns the animation off at its first try."""
+        try:
+            env = self._worker.env_factory()
+            try:
+                env.reset(seed=0)
+                env.render()
+            finally:
+                env.close()
+        except Exception:  # noqa: BLE001 - the first evaluation says why, in the run's log
+            pass
+
+    def _send_animation(self, frames: Any, out: dict[str, Any]) -> None:
+        env = self._worker._eval_env or self._worker.env
+        fps = float((getattr(env, "metadata", None) or {}).get("render_fps") or 30)
+        if self._animation is not None:
+            self._animation.send(frames, out, fps, self._worker.weights_version)
 
     async def set_shard(self, shard_id: int, handle: Any) -> None:
         """Send rollouts for shard ``shard_id`` to a rebuilt shard actor from now on."""

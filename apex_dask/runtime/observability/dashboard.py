@@ -8,28 +8,44 @@ when a new run starts. The page calls ``update()`` once a second.
 
 from __future__ import annotations
 
-import html
 import math
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bokeh.layouts import column, gridplot
-from bokeh.models import ColumnDataSource, DataRange1d, Div, LinearAxis
+from bokeh.layouts import column, gridplot, row
+from bokeh.models import ColumnDataSource, DataRange1d, LinearAxis
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 from distributed.dashboard.components import DashboardComponent, add_periodic_callback
 
+from apex_dask.runtime.observability.dashboard_header import (
+    EMPTY_TEXT,
+    EvalAnimation,
+    RunSelector,
+    RunStatus,
+)
 from apex_dask.runtime.observability.metrics import get_plugin
-from apex_dask.runtime.observability.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_store import MetricsStore, RunView
+
+__all__ = [
+    "EMPTY_TEXT",
+    "ApexDashboard",
+    "EvalAnimation",
+    "Line",
+    "QueueSizeFigure",
+    "ReplaySizeFigure",
+    "RunSelector",
+    "RunStatus",
+    "TimeSeriesFigure",
+    "apex_doc",
+]
 
 if TYPE_CHECKING:
     from bokeh.document import Document
     from distributed import Scheduler
 
-EMPTY_TEXT = "Waiting for an Ape-X run to report..."
 ROLLOVER = 3600
 TOOLS = "pan,xwheel_zoom,box_zoom,reset,save"
 
@@ -241,65 +257,19 @@ class ReplaySizeFigure(DashboardComponent):
                 )
 
 
-_KEY_FIGURES = [
-    ("learner/updates_per_s", "updates/s", "{:,.1f}"),
-    ("env/steps_per_s", "env steps/s", "{:,.0f}"),
-    ("learner/steps_trained", "steps trained", "{:,.0f}"),
-    ("replay/size", "replay items", "{:,.0f}"),
-    ("env/episode_return_mean", "return (low-eps third)", "{:,.2f}"),
-    ("eval/return_mean", "greedy eval return", "{:,.2f}"),
-    ("sync/policy_lag", "policy lag", "{:,.2f}"),
-]
-
-
-class RunStatus(DashboardComponent):
-    """Header: the empty state, or the run id, who reports, and key latest values."""
-
-    def __init__(self, store: MetricsStore, **kw: Any) -> None:
-        self.store = store
-        self.source = None
-        kw.setdefault("sizing_mode", "stretch_width")
-        self.root = Div(text=self._empty_html(), **kw)
-
-    @staticmethod
-    def _empty_html() -> str:
-        return (
-            f'<div style="font-size:1.4em;padding:1em"><b>{EMPTY_TEXT}</b><br>'
-            '<span style="font-size:0.7em">Ape-X actors publish on the scheduler event log '
-            "(topic <code>apex-metrics</code>); plots appear with the first report.</span></div>"
-        )
-
-    def update(self) -> None:
-        run, _, latest = self.store.snapshot()
-        if run is None:
-            text = self._empty_html()
-        else:
-            sources = sorted(self.store.sources)
-            shards = sum(s.startswith("replay/") for s in sources)
-            envs = sum(s.startswith("env/") for s in sources)
-            others = [s for s in sources if not s.startswith(("replay/", "env/"))]
-            counts = [(shards, "replay shards"), (envs, "env workers")]
-            who = ", ".join([*others, *(f"{n} {what}" for n, what in counts if n)])
-            age = time.time() - (self.store.updated or time.time())
-            cells = "".join(
-                f"<td style='padding:0 1em'><b>{fmt.format(latest[name])}</b><br>{label}</td>"
-                for name, label, fmt in _KEY_FIGURES
-                if name in latest and math.isfinite(latest[name])
-            )
-            text = (
-                f'<div style="padding:0.5em">Run <b>{html.escape(run)}</b> &mdash; '
-                f"reporting: {html.escape(who)} &mdash; last report {age:.1f} s ago, "
-                f"{self.store.messages} messages<table><tr>{cells}</tr></table></div>"
-            )
-        if text != self.root.text:
-            self.root.text = text
-
-
 class ApexDashboard(DashboardComponent):
-    """All components of the ``/apex`` page; ``root`` is the page layout."""
+    """All components of the ``/apex`` page; ``root`` is the page layout.
 
-    def __init__(self, store: MetricsStore, **kw: Any) -> None:
+    Given a :class:`MetricsStore`, the page reads it through its own
+    :class:`~.metrics_store.RunView`, so each open page can show a different
+    run (the selector, :class:`RunSelector`, shows once a second run reports).
+    """
+
+    def __init__(self, store: MetricsStore | RunView, **kw: Any) -> None:
+        if isinstance(store, MetricsStore):
+            store = store.view()
         self.store = store
+        self.selector = RunSelector(store)
         x = DataRange1d()
         c = Category10_10
         self.status = RunStatus(store)
@@ -368,17 +338,21 @@ class ApexDashboard(DashboardComponent):
         names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
         names += ("sync", "blocked")
         self.figures = [getattr(self, name) for name in names]
-        self.grid = gridplot(
-            [f.root for f in self.figures], ncols=2, sizing_mode="stretch_width", merge_tools=False
-        )
+        self.animation = EvalAnimation(store)
+        beside = {id(self.returns): row(self.returns.root, self.animation.root)}
+        cells = [beside.get(id(f), f.root) for f in self.figures]
+        self.grid = gridplot(cells, ncols=2, sizing_mode="stretch_width", merge_tools=False)
         self.grid.visible = False
-        self.root = column(self.status.root, self.grid, sizing_mode="stretch_width")
+        header = row(self.selector.root, self.status.root, sizing_mode="stretch_width")
+        self.root = column(header, self.grid, sizing_mode="stretch_width")
         self.source = self.queue.source
 
     def update(self) -> None:
+        self.selector.update()
         self.status.update()
         for fig in self.figures:
             fig.update()
+        self.animation.update()
         self.grid.visible = self.store.run is not None
 
 

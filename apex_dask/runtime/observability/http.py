@@ -1,11 +1,14 @@
 """HTTP views of the Ape-X metrics on the scheduler: JSON and Prometheus.
 
-- ``GET /apex/metrics.json`` returns :meth:`MetricsStore.to_json`; query
-  arguments ``names`` (comma separated or repeated, shell-style patterns such
+- ``GET /apex/metrics.json`` returns :meth:`MetricsStore.to_json` of the
+  newest run, or of ``run=ID`` (404 with the known run ids if it is not kept;
+  every document lists the runs under ``runs``); query arguments ``names`` (comma separated or repeated, shell-style patterns such
   as ``replay/*/size``), ``since`` (unix seconds; only later points) and
   ``series=0`` (latest values only).
 - Prometheus gauges on the scheduler's ``/metrics``, read from the latest
-  values at scrape time by :class:`ApexCollector` (see :func:`prometheus_name`).
+  values at scrape time by :class:`ApexCollector` (see :func:`prometheus_name`),
+  one series per run with a ``run`` label; ``apex_run_info{run, out}`` is 1
+  while a run reports and 0 once it is done.
 """
 
 from __future__ import annotations
@@ -98,23 +101,31 @@ class ApexCollector:
         store = self.store
         if store is None:
             return
-        run, _, latest = store.snapshot()
-        if run is None:
+        runs = store.runs()
+        if not runs:
             return
-        info = GaugeMetricFamily("apex_run_info", "Current Ape-X run id", labels=["run"])
-        info.add_metric([run], 1.0)
-        yield info
+        info = GaugeMetricFamily(
+            "apex_run_info",
+            "Ape-X runs on this scheduler (1: running, 0: done)",
+            labels=["run", "out"],
+        )
         families: dict[str, tuple[Any, list[str]]] = {}
-        for metric in sorted(latest):
-            family, labels = prometheus_name(metric)
-            keys = sorted(labels)
-            if family not in families:
-                help_text = f"Ape-X metric {_help(metric, labels)}"
-                families[family] = (GaugeMetricFamily(family, help_text, labels=keys), keys)
-            fam, fam_keys = families[family]
-            if fam_keys != keys:  # a name that breaks the family's label set
-                continue
-            fam.add_metric([labels[k] for k in keys], latest[metric])
+        for summary in runs:
+            run = summary["run"]
+            info.add_metric([run, summary["out"] or ""], 0.0 if summary["done"] else 1.0)
+            _, _, latest = store.snapshot(run)
+            for metric in sorted(latest):
+                family, labels = prometheus_name(metric)
+                labels["run"] = run
+                keys = sorted(labels)
+                if family not in families:
+                    help_text = f"Ape-X metric {_help(metric, labels)}"
+                    families[family] = (GaugeMetricFamily(family, help_text, labels=keys), keys)
+                fam, fam_keys = families[family]
+                if fam_keys != keys:  # a name that breaks the family's label set
+                    continue
+                fam.add_metric([labels[k] for k in keys], latest[metric])
+        yield info
         yield from (fam for fam, _ in families.values())
 
 
@@ -144,7 +155,7 @@ def register_prometheus(store: MetricsStore) -> bool:
 
 
 class ApexMetricsJSON(RequestHandler):
-    """``GET /apex/metrics.json``: run id, latest values and time series."""
+    """``GET /apex/metrics.json[?run=ID]``: run id, latest values and time series."""
 
     def get(self) -> None:
         plugin = get_plugin(self.server)
@@ -154,7 +165,13 @@ class ApexMetricsJSON(RequestHandler):
         except ValueError:
             since = -math.inf
         series = self.get_argument("series", "1") not in ("0", "false", "no")
-        doc = plugin.store.to_json(names=names, since=since, series=series)
+        run = self.get_argument("run", "") or None
+        try:
+            doc = plugin.store.to_json(names=names, since=since, series=series, run=run)
+        except KeyError:
+            self.set_status(404)
+            known = [r["run"] for r in plugin.store.runs()]
+            doc = {"error": f"no run {run!r} on this scheduler", "runs": known}
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.write(json.dumps(doc, allow_nan=False))

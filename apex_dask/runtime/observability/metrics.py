@@ -4,6 +4,8 @@ Message format (``docs/metrics.md``), logged under topic ``apex-metrics``::
 
     {"run": <run id>, "source": "learner" | "replay/<k>" | "env/<i>" | "driver",
      "time": <unix s>, "metrics": {name: float}}
+    # the driver also sends {..., "out": <its --out folder>} at the start and
+    # {..., "done": true} when it stops
 
 Actors publish through a :class:`MetricsPublisher` created in their
 ``__init__``; the driver publishes result dicts with
@@ -28,23 +30,34 @@ if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
 TOPIC = "apex-metrics"
+ANIMATION_TOPIC = "apex-animation"
+"""The evaluator's GIF of its newest evaluation episode (``eval.animation``):
+``{"run", "source", "time", "gif": bytes, "return", "length", "weights_version"}``."""
 PLUGIN_NAME = "apex-metrics"
 
 Sink = Callable[[str, dict[str, Any]], None]
 
 
-def make_message(run: str, source: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """One transport message; values become plain floats, non-numbers are dropped."""
+def make_message(
+    run: str, source: str, metrics: Mapping[str, Any], **fields: Any
+) -> dict[str, Any]:
+    """One transport message; values become plain floats, non-numbers are dropped.
+
+    ``fields`` join the message as they are when not None: ``out`` (the run's
+    output folder) and ``done`` (True: the run ended) describe the run.
+    """
     clean: dict[str, float] = {}
     for name, value in metrics.items():
         try:
             clean[str(name)] = float(value)
         except (TypeError, ValueError):
             continue
-    return {"run": str(run), "source": str(source), "time": time.time(), "metrics": clean}
+    msg = {"run": str(run), "source": str(source), "time": time.time(), "metrics": clean}
+    msg.update({k: v for k, v in fields.items() if v is not None})
+    return msg
 
 
-def _worker_sink() -> Sink | None:
+def worker_sink() -> Sink | None:
     """``Worker.log_event`` of the worker running this code, or None outside a worker."""
     try:
         from distributed import get_worker
@@ -92,7 +105,7 @@ class MetricsPublisher:
         self.run = run
         self.topic = topic
         self.min_interval_s = float(min_interval_s)
-        self._sink = sink if sink is not None else _worker_sink()
+        self._sink = sink if sink is not None else worker_sink()
         self._clock = clock
         self._lock = threading.Lock()
         self._pending: dict[str, Any] = {}
@@ -145,13 +158,14 @@ def publish_from_client(
     metrics: Mapping[str, Any],
     source: str = "driver",
     topic: str = TOPIC,
+    **fields: Any,
 ) -> Any:
     """Publish one metrics dict from the driver's client (``client.log_event``).
 
     With a synchronous client this blocks for one round trip to the scheduler
     and returns None; with an asynchronous client it returns an awaitable.
     """
-    return client.log_event(topic, make_message(run, source, metrics))
+    return client.log_event(topic, make_message(run, source, metrics, **fields))
 
 
 class ApexMetricsPlugin(SchedulerPlugin):
@@ -178,6 +192,8 @@ class ApexMetricsPlugin(SchedulerPlugin):
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == self.topic and isinstance(msg, Mapping):
             self.store.ingest(msg)
+        elif topic == ANIMATION_TOPIC and isinstance(msg, Mapping):
+            self.store.set_animation(msg)
 
 
 def get_plugin(scheduler: Scheduler, create: bool = True) -> ApexMetricsPlugin | None:

@@ -220,6 +220,7 @@ def shield_workers_from_ctrl_c() -> None:
     import signal
 
     import dask
+    import distributed  # noqa: F401 - registers the distributed.* config defaults read here
 
     if threading.current_thread() is not threading.main_thread():
         return

@@ -67,7 +67,9 @@ class ApexDriver:
     :meth:`iterate` yields is also written there as TensorBoard scalars (tag =
     metric name, step = ``timesteps_total``; needs the ``tensorboard`` extra),
     appending to any log already in the folder; the config goes to the Text
-    tab. Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    tab. ``out_dir`` (the run's output folder) is shown beside the run id on
+    the ``/apex`` page, which lists every run on the scheduler and marks this
+    one done once :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an unknown env
     id or a missing tensorboard package (checked before anything starts), a
     cluster without workers or actors that cannot be created.
     """
@@ -84,8 +86,10 @@ class ApexDriver:
         tensorboard_dir: str | os.PathLike[str] | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume_from: str | os.PathLike[str] | None = None,
+        out_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.config = config
+        self._out_dir = None if out_dir is None else str(Path(out_dir).resolve())
         self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         resume = None
         if resume_from is not None:
@@ -139,6 +143,7 @@ class ApexDriver:
                 replay_placement=config.replay.placement,
             )
             self.dashboard_link: str | None = self._dashboard()
+            self._announce(out=self._out_dir)
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._state = self._actors.create(hook)
             self._plan = self._make_plan(self._actors, self._state)
@@ -178,6 +183,18 @@ class ApexDriver:
             return dashboard_url(self._client) if page else self._client.dashboard_link
         except Exception:
             return None
+
+    def _announce(self, **fields: Any) -> None:
+        """Tell the scheduler's metrics store about this run (its ``out`` folder, ``done``)."""
+        from apex_dask.runtime.observability.metrics import TOPIC, make_message
+
+        msg = make_message(self.run_id, "driver", {}, **fields)
+        try:  # bounded: a scheduler that is gone must not hold up a stop
+            self._client.sync(
+                self._client.scheduler.log_event, topic=TOPIC, msg=msg, callback_timeout=5
+            )
+        except Exception:  # metrics must never stop a run
+            pass
 
     def _make_plan(self, actors: ActorSet, state: RunState) -> ExecutionPlan:
         return ExecutionPlan(
@@ -321,6 +338,7 @@ class ApexDriver:
                     pass
         if self._actors is not None and self._state is not None:
             self._actors.close(self._state.handles())
+        self._announce(done=True)
         self._release()
 
     def _release(self) -> None:

@@ -109,6 +109,9 @@ class ActorSet:
         }
 
     def _env_worker(self, index: int, epsilon: float, seed: int, where: str) -> Any:
+        kwargs = self._env_kwargs(epsilon, seed)
+        if index < 0 and self.config.eval.animation:  # the evaluator
+            kwargs["animation"] = True
         return self._submit(
             EnvWorkerActor,
             index,
@@ -116,7 +119,7 @@ class ActorSet:
             list(self.shard_refs),
             self.learner_ref,
             where=where,
-            **self._env_kwargs(epsilon, seed),
+            **kwargs,
         )
 
     def _shard(self, k: int, where: str) -> Any:

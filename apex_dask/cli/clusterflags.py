@@ -1,0 +1,174 @@
+"""The cluster flags every apex_dask command shares, and the cluster they open.
+
+::
+
+    add_cluster_flags(parser)                 # --scheduler, --scheduler-file, --connect-timeout
+    add_cluster_flags(parser, jobqueue=True)  # + --cluster slurm|pbs, --jobs, --jobqueue-*
+    check_cluster_flags(args)                 # (:mod:`.checks`) before anything starts
+    client, cluster = open_cluster(args, cfg, prefix="apex-dask-eval:")
+    ...
+    close_cluster(client, cluster)            # the cluster only if it was ours (not None)
+
+With none of the cluster flags an embedded ``LocalCluster`` is started, in a
+helper thread so that the main thread stays free for signals; its workers
+ignore the terminal's Ctrl-C (the command decides how it ends). ``cluster``
+is None for a scheduler that was already running: it is not this command's
+to close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from apex_dask.config import ApexConfig
+
+__all__ = ["add_cluster_flags", "close_cluster", "is_embedded", "open_cluster"]
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser, *, jobqueue: bool = False) -> None:
+    """Add the cluster group: a running scheduler by address or file (and, with
+    ``jobqueue``, workers as batch jobs); default an embedded LocalCluster."""
+    c = parser.add_argument_group("cluster (pick at most one; default: embedded LocalCluster)")
+    c.add_argument("--scheduler", metavar="ADDRESS", help="address of a running `dask scheduler`")
+    c.add_argument(
+        "--scheduler-file", metavar="PATH", help="scheduler file written by `dask scheduler`"
+    )
+    if jobqueue:
+        c.add_argument(
+            "--cluster",
+            choices=["slurm", "pbs"],
+            help="start workers as batch jobs via dask-jobqueue",
+        )
+        c.add_argument(
+            "--jobs",
+            type=int,
+            default=2,
+            help="with --cluster: number of CPU worker jobs (default 2)",
+        )
+        c.add_argument(
+            "--jobqueue-opt",
+            metavar="KEY=VALUE",
+            action="append",
+            default=[],
+            help="with --cluster: option for the jobqueue cluster, e.g. queue=gpu (repeatable)",
+        )
+        c.add_argument(
+            "--jobqueue-wait",
+            type=float,
+            default=None,
+            metavar="S",
+            help="with --cluster: give up if the jobs' workers have not all joined after S "
+            "seconds (default: wait for the queue)",
+        )
+    c.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the scheduler (default 10)",
+    )
+
+
+def is_embedded(args: argparse.Namespace) -> bool:
+    """No cluster flag: the command starts (and owns) a LocalCluster."""
+    return not (args.scheduler or args.scheduler_file or getattr(args, "cluster", None))
+
+
+def open_cluster(
+    args: argparse.Namespace,
+    cfg: ApexConfig,
+    *,
+    prefix: str,
+    local_workers: int | None = None,
+    local_kwargs: dict[str, Any] | None = None,
+    tls_dir: Path | None = None,
+) -> tuple[Any, Any]:
+    """``(client, cluster)`` for the flags; ``cluster`` is ours to close (embedded,
+    jobqueue) or None. ``local_workers`` sizes an embedded cluster (default the
+    config's ``topology.local_workers``, else one per core); ``local_kwargs`` go to
+    its ``LocalCluster`` (e.g. ``dashboard_address=None``); ``tls_dir`` is where jobqueue
+    runs keep their per-run TLS credentials unless the options name a folder."""
+    from apex_dask.runtime.orchestration.cluster import connect
+
+    if getattr(args, "cluster", None):
+        from distributed import Client
+
+        from apex_dask.cli.jobqueue import (
+            make_jobqueue_cluster,
+            parse_jobqueue_opts,
+            wait_for_jobqueue_workers,
+        )
+
+        opts = parse_jobqueue_opts(args.jobqueue_opt)
+        if tls_dir is not None:
+            opts.setdefault("tls_dir", str(tls_dir))
+        cluster = make_jobqueue_cluster(args.cluster, args.jobs, cfg, **opts)
+        try:
+            wait = "no limit" if args.jobqueue_wait is None else f"{args.jobqueue_wait:g} s"
+            print(f"{prefix} submitted {args.cluster} jobs; waiting for their workers ({wait})")
+            wait_for_jobqueue_workers(cluster, args.jobqueue_wait)
+            client = Client(cluster, direct_to_workers=True)
+        except BaseException:
+            cluster.close()
+            raise
+        return client, cluster
+    if args.scheduler or args.scheduler_file:
+        client = connect(
+            address=args.scheduler,
+            scheduler_file=args.scheduler_file,
+            timeout=args.connect_timeout,
+        )
+        return client, None
+    return _start_embedded(local_workers or cfg.topology.local_workers, **(local_kwargs or {}))
+
+
+def _start_embedded(n_workers: int | None, **kwargs: Any) -> tuple[Any, Any]:
+    """The embedded LocalCluster, started in a helper thread (the main thread stays free
+    for signals); its workers ignore the terminal's Ctrl-C."""
+    from apex_dask.runtime.orchestration.cluster import (
+        shield_workers_from_ctrl_c,
+        start_local_cluster,
+    )
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    shield_workers_from_ctrl_c()
+    box: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            box["cluster"], box["client"] = start_local_cluster(n_workers, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=start, name="apex-start-cluster", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except BaseException:
+        thread.join()  # Dask's own start-up is bounded; a second Ctrl-C exits at once
+        if "client" in box:
+            box["client"].close()
+            box["cluster"].close()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["client"], box["cluster"]
+
+
+def close_cluster(client: Any, cluster: Any) -> None:
+    """Close the client, then the cluster if it is ours; errors while closing are ignored."""
+    if client is not None:
+        try:
+            client.close(timeout=10)
+        except Exception:
+            pass
+    if cluster is not None:
+        try:
+            cluster.close(timeout=30)
+        except Exception:
+            pass

@@ -1,0 +1,143 @@
+"""A trained run read back from its ``--out`` folder: config and weights, verified.
+
+::
+
+    run = load_run("runs/cartpole")                          # config.yaml + weights.npz
+    run = load_run("runs/cartpole", checkpoint="latest")     # the newest checkpoint
+    run = load_run("runs/cartpole", checkpoint="ckpt-000007")
+    check_fits(run, spaces)                                  # the config's network takes them
+
+Nothing is unpickled: ``weights.npz`` is loaded with ``allow_pickle=False``
+and a checkpoint's learner part through :mod:`apex_dask.algo.checkpoint`
+(SHA-256 checked). A checkpoint brings its own config (the one the weights
+were trained with). Every problem is a one-line :class:`UsageError`.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from apex_dask.cli.checks import EnvSpaces, UsageError
+from apex_dask.config import ApexConfig, ConfigError
+
+__all__ = ["TrainedRun", "check_fits", "load_run"]
+
+HINT = "give the --out folder of an apex-dask-submit run"
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """What an evaluation plays: the run's config and the online net's weights."""
+
+    folder: Path
+    config: ApexConfig
+    weights: dict[str, np.ndarray]
+    version: int
+    source: str
+    """``weights.npz`` or ``checkpoints/<name>``."""
+
+
+def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
+    """Read ``run_dir``'s config and weights (``checkpoint``: ``"latest"`` or a name/path)."""
+    folder = Path(run_dir).expanduser()
+    if not folder.exists():
+        raise UsageError(f"run folder {run_dir!r} does not exist; {HINT}")
+    if not folder.is_dir():
+        raise UsageError(f"{run_dir!r} is a file, not a run folder; {HINT}")
+    if not (folder / "config.yaml").is_file():
+        raise UsageError(f"{run_dir!r} holds no apex-dask-submit run (no config.yaml); {HINT}")
+    if checkpoint is not None:
+        return _from_checkpoint(folder, checkpoint)
+    try:
+        cfg = ApexConfig.from_yaml(folder / "config.yaml")
+    except ConfigError as exc:
+        raise UsageError(f"{folder / 'config.yaml'}: {exc}") from None
+    path = folder / "weights.npz"
+    if not path.is_file():
+        from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
+
+        has_ckpt = latest_checkpoint(folder / "checkpoints") is not None
+        raise UsageError(
+            f"{run_dir!r} has no weights.npz (the run has not ended or could not save them); "
+            + (
+                "use --checkpoint for its newest checkpoint"
+                if has_ckpt
+                else "it has no checkpoint either"
+            )
+        )
+    weights, version = _read_npz(path)
+    return TrainedRun(folder, cfg, weights, version, "weights.npz")
+
+
+def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise UsageError(
+            f"{path} is not a weights file written by apex-dask-submit "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:100]})"
+        ) from None
+    version = arrays.pop("__version__", None)
+    if version is None or version.shape != () or not arrays:
+        raise UsageError(
+            f"{path} is not a weights file written by apex-dask-submit (no __version__)"
+        )
+    return arrays, int(version)
+
+
+def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
+    from apex_dask.algo.checkpoint import CheckpointError, read_manifest, read_part
+    from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
+
+    root = folder / "checkpoints"
+    if name == "latest":
+        path = latest_checkpoint(root)
+        if path is None:
+            raise UsageError(f"{str(folder)!r} has no checkpoint in {root}; drop --checkpoint")
+    else:
+        path = Path(name).expanduser()
+        if not path.is_absolute() and not path.exists():
+            path = root / name
+        if not (path / "manifest.json").is_file():
+            names = ", ".join(p.name for p in checkpoints_in(root)) or "none"
+            raise UsageError(f"--checkpoint {name!r}: no such checkpoint (in {root}: {names})")
+    try:
+        manifest = read_manifest(path)
+        if "learner" not in manifest["parts"]:
+            raise CheckpointError(f"{path}: no learner part")
+        tree: Any = read_part(path, manifest["parts"]["learner"])
+        cfg = ApexConfig.from_dict(manifest["metadata"]["config"])
+        weights = {str(k): np.asarray(v) for k, v in tree["online"].items()}
+        version = int(tree["counters"]["version"])
+    except (CheckpointError, ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise UsageError(f"{path}: not a checkpoint of an apex-dask-submit run ({exc!r})") from None
+    try:
+        source = f"checkpoints/{path.relative_to(root)}"
+    except ValueError:
+        source = str(path)
+    return TrainedRun(folder, cfg, weights, version, source)
+
+
+def check_fits(run: TrainedRun, spaces: EnvSpaces) -> None:
+    """The config's Q-network for these spaces takes the weights (else one line)."""
+    from apex_dask.algo.networks import build_q_network
+    from apex_dask.algo.play import WeightsMismatch, check_weights
+
+    lc = run.config.learner
+    net = build_q_network(spaces.observation_space, spaces.action_space, lc.hiddens, lc.dueling)
+    try:
+        check_weights(net, run.weights)
+    except WeightsMismatch as exc:
+        raise UsageError(
+            f"{run.source} of {str(run.folder)!r} does not fit the config's network "
+            f"(env {run.config.env.env_id}, learner.hiddens={list(lc.hiddens)}, "
+            f"learner.dueling={lc.dueling}): {exc}"
+        ) from None

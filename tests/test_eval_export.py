@@ -1,0 +1,140 @@
+"""The exported greedy policy loads with plain torch and acts as the learner's network."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from trained_runs import cartpole_run, minatar_run
+
+from apex_dask.algo.export import export_policy
+from apex_dask.algo.learner import module_weights
+from apex_dask.algo.networks import build_q_network
+from apex_dask.cli.evaluate import main
+
+# A process that never imports apex_dask: only torch, numpy and the files.
+LOADER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import torch
+    policy = torch.jit.load(sys.argv[1])
+    obs = np.load(sys.argv[2])
+    batch = policy(torch.as_tensor(obs)).tolist()
+    singles = [int(policy(torch.as_tensor(o))) for o in obs[:50]]
+    assert not any(m == "apex_dask" or m.startswith("apex_dask.") for m in sys.modules)
+    print(json.dumps({"batch": batch, "singles": singles}))
+    """
+)
+
+
+def load_elsewhere(program: Path, obs: np.ndarray, tmp_path: Path) -> dict:
+    np.save(tmp_path / "obs.npy", obs)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", LOADER, str(program), str(tmp_path / "obs.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def network_actions(net: torch.nn.Module, obs: np.ndarray, start: int = 0) -> list[int]:
+    with torch.no_grad():
+        return (net(torch.as_tensor(obs)).argmax(dim=1) + start).tolist()
+
+
+def observations(space: spaces.Box, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if space.dtype == bool:
+        return rng.random((n, *space.shape)) < 0.2
+    if space.dtype == np.uint8:  # frames of varied density
+        on = rng.random((n, *space.shape)) < rng.random((n,) + (1,) * len(space.shape))
+        return np.where(on, rng.integers(0, 256, (n, *space.shape)), 0).astype(np.uint8)
+    return rng.normal(0, 1, (n, *space.shape)).astype(space.dtype)
+
+
+CASES = {
+    "vector": (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2), (64, 64)),
+    "minatar-like bool grid (HWC)": (
+        spaces.Box(0, 1, (10, 10, 4), bool),
+        spaces.Discrete(6),
+        (32,),
+    ),
+    "uint8 frames scaled by 1/255": (
+        spaces.Box(0, 255, (4, 40, 40), np.uint8),
+        spaces.Discrete(5, start=1),
+        (32,),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_exported_policy_agrees_on_1000_observations(tmp_path, case):
+    obs_space, act_space, hiddens = CASES[case]
+    torch.manual_seed(3)
+    net = build_q_network(obs_space, act_space, hiddens, dueling=True).eval()
+    with torch.no_grad():  # weights far from the near-constant initial net, as trained ones are
+        for p in net.parameters():
+            p.normal_(0.0, 0.5)
+    program, meta = export_policy(
+        tmp_path / "p.pt", obs_space, act_space, module_weights(net), hiddens=hiddens
+    )
+    obs = observations(obs_space, 1000, seed=1)
+    want = network_actions(net, obs, int(act_space.start))
+    got = load_elsewhere(program, obs, tmp_path)
+    assert len(set(want)) > 1, "the check needs more than one action to mean anything"
+    assert got["batch"] == want
+    assert got["singles"] == want[:50]
+    doc = json.loads(meta.read_text())
+    assert doc["observation_space"]["shape"] == list(obs_space.shape)
+    assert doc["action_space"] == {
+        "type": "Discrete",
+        "n": int(act_space.n),
+        "start": int(act_space.start),
+    }
+    if obs_space.dtype == np.uint8:
+        assert any("1/255" in x or "0.003921568627" in x for x in doc["inside"]), doc["inside"]
+
+
+def test_cli_export_of_a_run_without_playing(tmp_path, capsys):
+    run = cartpole_run(tmp_path / "cp")
+    target = tmp_path / "out" / "cartpole.pt"
+    assert main([str(run), "--export", str(target), "--episodes", "0"]) == 0
+    assert "exported the greedy policy" in capsys.readouterr().out
+    doc = json.loads(Path(str(target) + ".json").read_text())
+    assert doc["env_id"] == "CartPole-v1"
+    assert doc["weights_version"] == 42 and doc["outside"] == []
+    # the controller the weights encode: right when 0.01 x + 0.05 x' + th + 0.5 th' > 0
+    obs = observations(spaces.Box(-np.inf, np.inf, (4,), np.float32), 1000, seed=2)
+    want = (obs @ np.array([0.01, 0.05, 1.0, 0.5], np.float32) > 0).astype(int).tolist()
+    assert load_elsewhere(target, obs, tmp_path)["batch"] == want
+
+
+def test_cli_export_of_a_minatar_run_matches_its_network(tmp_path):
+    run = minatar_run(tmp_path / "ma")
+    target = tmp_path / "ma.pt"
+    assert main([str(run), "--export", str(target), "--episodes", "0"]) == 0
+    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.cli.runfolder import load_run
+
+    trained = load_run(str(run))
+    env = make_env_factory(trained.config.env.env_id)()
+    space, actions = env.observation_space, env.action_space
+    env.close()
+    net = build_q_network(space, actions, trained.config.learner.hiddens)
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in trained.weights.items()})
+    obs = observations(space, 1000, seed=4)
+    assert load_elsewhere(target, obs, tmp_path)["batch"] == network_actions(net.eval(), obs)
