@@ -7,22 +7,35 @@ Usage loop (a runner or actor drives it)::
     rollout = worker.sample()         # fragment_length env steps
     shard.add(rollout["batch"], rollout["priorities"])
 
-Batched acting: a worker steps ``num_envs`` envs of its own in a plain loop
-(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8) and picks
-their actions with one forward pass per step for all of them. Every env
-keeps its own n-step adder and episode stats; all use the worker's epsilon.
-For each env, with probability ``epsilon`` a uniform random action (drawn from the
-worker's own seeded ``numpy.random.Generator``; no forward pass is made),
-else ``argmax_a Q(s, a)`` under the last synced weights. Vector observations
-use a numpy forward pass (:class:`~apex_dask.algo.networks.NumpyMLPQ`),
-images go through torch. The caller should run ``torch.set_num_threads(1)``
-in the worker's process: small-batch forwards are slower with more threads.
+Batched acting: a worker steps ``num_envs`` envs of its own together
+(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8;
+:mod:`apex_dask.algo.env_set`) and makes **one forward pass per step** over
+all of them, the exploring ones too. For each env, with probability
+``epsilon`` a uniform random action (drawn from the worker's own seeded
+``numpy.random.Generator``), else ``argmax_a Q(s, a)`` under the last synced
+weights. Vector observations use a numpy forward pass
+(:class:`~apex_dask.algo.networks.NumpyMLPQ`), images go through torch. The
+caller should run ``torch.set_num_threads(1)`` in the worker's process:
+small-batch forwards are slower with more threads.
 
-Each step goes through an :class:`~apex_dask.algo.nstep.NStepAdder` whose
-pending steps carry over between fragments, so a fragment holds the
-transitions *completed* during its steps (about ``fragment_length``, not
-exactly). Initial priorities are |td| from the worker's own (possibly stale)
-weights with the double-DQN target, online = target = the synced weights:
+Steps go through a :class:`~apex_dask.algo.vector_nstep.VectorNStepAdder`
+(n-step transitions over the env axis) whose pending steps carry over
+between fragments, so a fragment holds the transitions *completed* during
+its steps (about ``fragment_length`` per env, not exactly).
+
+Initial priorities come from the Q-values of acting, as the Ape-X paper's
+actors do: each step keeps ``Q(s_t)[a_t]`` with its transition, and a
+transition's bootstrap value ``max_b Q(s_{t+k}, b)`` is read from the
+forward pass that acts on ``s_{t+k}`` (the step after it completes). A time
+limit's final observation is never acted on: those states ride along as
+extra rows of the next forward. The transitions that bootstrap from the
+fragment's last observations get them from one batched pass at the end of
+the fragment, whose Q-values also choose the next fragment's first actions
+(unless :meth:`set_weights` came in between). So a pass costs nothing
+extra per fragment, every transition ships in the fragment that completed
+it, and all of a fragment's priorities come from the weights it acted
+with. The priorities equal ``td_errors(batch)``: |td| with the double-DQN
+target, online = target = the synced weights,
 ``|R + discount * Q(s', argmax_b Q(s', b)) - Q(s, a)|``.
 
 Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
@@ -30,7 +43,7 @@ gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
 in the compact form of :mod:`apex_dask.algo.frame_codec`: ``frames`` (each
 frame of the fragment once) with ``obs_refs`` and ``next_obs_refs`` in place
 of ``obs`` and ``next_obs``; a shard built with the same ``frame_stack``
-stores it as it is. Priorities are computed on the full stacks first.
+stores it as it is.
 
 Envs that misbehave (:mod:`apex_dask.algo.env_guard`): making an env is
 bounded by ``make_timeout_s``, a ``step``/``reset`` by ``step_timeout_s``;
@@ -56,24 +69,16 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.env_guard import (
-    EnvErrorPolicy,
-    EnvFailed,
-    EnvFault,
-    EnvGuard,
-    check_finite,
-    env_name,
-)
+from apex_dask.algo.env_guard import EnvErrorPolicy, EnvGuard, env_name
+from apex_dask.algo.env_set import REMAKE_TRIES, GuardedEnvs, VectorStep
 from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
-from apex_dask.algo.nstep import NStepAdder, stack_transitions
+from apex_dask.algo.nstep import TRANSITION_KEYS, stack_transitions
+from apex_dask.algo.vector_nstep import PriorityFragment, VectorNStepAdder
 
 __all__ = ["REMAKE_TRIES", "EnvWorker", "probe_spaces"]
-
-REMAKE_TRIES = 3
-"""Attempts to make (and reset) a failed env again before the run ends (EnvFailed)."""
 
 
 def probe_spaces(
@@ -91,7 +96,7 @@ def probe_spaces(
 
 
 class EnvWorker:
-    """One env plus an epsilon-greedy policy; see the module docstring.
+    """Envs plus an epsilon-greedy policy; see the module docstring.
 
     Before the first :meth:`set_weights` the worker acts with its own random
     initial weights and ``weights_version == -1``.
@@ -133,10 +138,20 @@ class EnvWorker:
         self.policy = EnvErrorPolicy(
             self.env_id, restart=restart_failed_envs, max_per_min=max_env_errors_per_min
         )
-        self._env_steps = [0] * self.num_envs
-        self.env = self._first_env()
-        self.observation_space = self.env.observation_space
-        self.action_space = self.env.action_space
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(seed)
+        # env j resets first with seed + j, then continues its own generator
+        self._envs = GuardedEnvs(
+            env_factory,
+            num_envs=self.num_envs,
+            seed=self.seed,
+            guard=self._guard,
+            policy=self.policy,
+            rng=self.rng,
+            where=where,
+        )
+        self.observation_space = self._envs.observation_space
+        self.action_space = self._envs.action_space
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self._net = build_q_network(self.observation_space, self.action_space, hiddens, dueling)
@@ -145,7 +160,6 @@ class EnvWorker:
         if len(self.observation_space.shape) == 1:
             self._numpy_net = NumpyMLPQ(module_weights(self._net))
         self.epsilon = float(epsilon)
-        self.seed = int(seed)
         self.fragment_length = int(fragment_length)
         self.double_q = bool(double_q)
         self.num_actions = int(self.action_space.n)
@@ -158,124 +172,41 @@ class EnvWorker:
                 f"(first axis the stack), the env gives {list(self._obs_shape)}"
             )
         self.frame_stack = frame_stack
-        self.rng = np.random.default_rng(seed)
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
         self._eval_steps = 0
-        self.envs = [self.env]  # the others are made by the first sample() (not for evaluators)
-        self.adders = [NStepAdder(n_step, gamma) for _ in range(self.num_envs)]
-        self.adder = self.adders[0]
+        self.adder = VectorNStepAdder(
+            self.num_envs, n_step, gamma, self._obs_shape, self._obs_dtype
+        )
+        self._fragment = PriorityFragment()
         self.weights_version = -1
         self.steps_sampled = 0
         self.episodes = 0
-        # env j resets first with seed + j, then continues its own generator
-        self._obs = [self._first_reset(0, self.env, self.seed)]
-        self._episode_return = [0.0] * self.num_envs
-        self._episode_length = [0] * self.num_envs
+        self._obs: np.ndarray | None = None  # (N, ...) once every env is made
+        self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
+        self._requote = False
+        self._episode_return = np.zeros(self.num_envs)
+        self._episode_length = np.zeros(self.num_envs, np.int64)
 
-    def _first_env(self) -> gym.Env:
-        try:
-            return self._guard.make(self.env_factory)
-        except EnvFault as fault:
-            raise EnvFailed(f"{fault}{self._at()}") from None
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The worker's envs (only the first before the first :meth:`sample`)."""
+        return self._envs.envs
 
-    def _first_reset(self, j: int, env: gym.Env, seed: int) -> np.ndarray:
-        try:
-            return self._reset(j, env, seed)
-        except EnvFault as fault:
-            raise EnvFailed(f"{fault}{self._at()}") from None
-
-    def _at(self) -> str:
-        return f" ({self.where})" if self.where else ""
-
-    def _make_envs(self) -> None:
-        for j in range(len(self.envs), self.num_envs):
-            env = self._first_env()
-            self.envs.append(env)
-            self._obs.append(self._first_reset(j, env, self.seed + j))
+    @property
+    def env(self) -> gym.Env:
+        """The first env."""
+        return self._envs.envs[0]
 
     @property
     def env_errors(self) -> int:
         """Env errors survived or not (raised, hung, non-finite), all envs of this worker."""
         return self.policy.count
 
-    # -- guarded env calls --------------------------------------------------
-    def _reset(self, j: int, env: gym.Env, seed: int | None) -> np.ndarray:
-        t = self._env_steps[j]
-        obs = self._as_obs(self._guard.call("reset", lambda: env.reset(seed=seed), t)[0])
-        check_finite(obs, 0.0, self.env_id, t, what="reset")
-        return obs
-
-    def _step(self, j: int, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        env = self.envs[j]
-        self._env_steps[j] += 1
-        t = self._env_steps[j]
-        next_obs, reward, terminated, truncated, info = self._guard.call(
-            "step", lambda: env.step(action + self._action_offset), t
-        )
-        next_obs = self._as_obs(next_obs)
-        check_finite(next_obs, reward, self.env_id, t)
-        if "train_reward" in info:
-            check_finite(next_obs, info["train_reward"], self.env_id, t)
-        return next_obs, float(reward), bool(terminated), bool(truncated), info
-
-    def _advance(
-        self, j: int, action: int, out: list, returns: list[float], lengths: list[int]
-    ) -> int:
-        """One step of env ``j``: its completed transitions into ``out``, a finished
-        episode's return and length into ``returns``/``lengths``; 1 (a step made)."""
-        obs = self._obs
-        next_obs, reward, terminated, truncated, info = self._step(j, action)
-        self._episode_return[j] += reward
-        self._episode_length[j] += 1
-        out += self.adders[j].add(
-            obs[j],
-            action,
-            info.get("train_reward", reward),
-            next_obs,
-            bool(info.get("train_terminated", terminated)),
-            truncated,
-        )
-        if terminated or truncated:
-            returns.append(self._episode_return[j])
-            lengths.append(self._episode_length[j])
-            self._episode_return[j], self._episode_length[j] = 0.0, 0
-            self.episodes += 1
-            obs[j] = self._reset(j, self.envs[j], None)  # an error here: the episode counts
-        else:
-            obs[j] = next_obs
-        return 1
-
-    def _replace_env(self, j: int, fault: EnvFault) -> None:
-        """Count ``fault`` (EnvFailed if the run must end); env ``j`` made again, its
-        partial episode and pending n-step steps dropped."""
-        self.policy.record(fault, self.where)
-        self._episode_return[j], self._episode_length[j] = 0.0, 0
-        self.adders[j].reset()
-        self._guard.discard(self.envs[j])
-        for attempt in range(1, REMAKE_TRIES + 1):
-            env = None
-            try:
-                env = self._guard.make(self.env_factory)
-                self._obs[j] = self._reset(j, env, int(self.rng.integers(2**31)))
-                break
-            except EnvFault as again:
-                if env is not None:
-                    self._guard.discard(env)
-                if attempt == REMAKE_TRIES:  # a simulator that is gone, however slow
-                    raise EnvFailed(
-                        f"{again}{self._at()}; it failed to be made again {attempt} times "
-                        "in a row after an env error"
-                    ) from None
-                self.policy.record(again, self.where)
-        self.envs[j] = env
-        if j == 0:
-            self.env = env
-
     @property
     def num_pending(self) -> int:
         """Steps of all envs whose transition is not emitted yet."""
-        return sum(a.num_pending for a in self.adders)
+        return self.adder.num_pending
 
     # -- policy ---------------------------------------------------------
     def _as_obs(self, obs: Any) -> np.ndarray:
@@ -291,21 +222,14 @@ class EnvWorker:
     def _greedy(self, obs: np.ndarray) -> int:
         return int(np.argmax(self.q_values(obs[None])[0]))
 
-    def _act(self, obs: Sequence[np.ndarray]) -> np.ndarray:
-        """One action per env: epsilon-greedy, one forward for all greedy ones."""
-        n = len(obs)
-        actions = np.zeros(n, np.int64)
-        explore = np.zeros(n, bool)
+    def _choose(self, q: np.ndarray) -> np.ndarray:
+        """One action per env from its Q-values: epsilon-greedy."""
+        actions = np.argmax(q, axis=1)
         if self.epsilon > 0.0:
-            for j in range(n):  # the same draws as one env at a time
-                if self.rng.random() < self.epsilon:
-                    explore[j] = True
-                    actions[j] = self.rng.integers(self.num_actions)
-        greedy = np.flatnonzero(~explore)
-        if len(greedy):
-            q = self.q_values(np.stack([obs[j] for j in greedy]))
-            actions[greedy] = np.argmax(q, axis=1)
-        return actions
+            n = len(q)
+            explore = self.rng.random(n) < self.epsilon
+            actions = np.where(explore, self.rng.integers(self.num_actions, size=n), actions)
+        return actions.astype(np.int64)
 
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
         """Act with these weights (a learner's ``get_weights()``) from now on."""
@@ -314,6 +238,8 @@ class EnvWorker:
         else:
             self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
         self.weights_version = int(version)
+        self._q_next = None  # acted on with the old weights: computed again
+        self._requote = True  # as are the pending steps' Q(s_t)[a_t]
 
     # -- rollouts -------------------------------------------------------
     def sample(self) -> dict[str, Any]:
@@ -325,29 +251,46 @@ class EnvWorker:
         ``fragment_length * num_envs`` less those env errors cut), ``episode_returns``,
         ``episode_lengths``, ``weights_version``, ``epsilon``.
 
-        Each env has its own n-step adder; the batch holds env 0's transitions,
-        then env 1's, and so on. The adder gets ``info["train_reward"]`` and
+        The batch holds env 0's transitions, then env 1's, and so on, each env's
+        oldest first. The adder gets ``info["train_reward"]`` and
         ``info["train_terminated"]`` when the env gives them (clipped rewards,
         a life loss: :mod:`apex_dask.algo.atari`); episode returns and lengths
         count raw rewards over whole episodes (``terminated or truncated``).
         """
-        self._make_envs()
-        per_env: list[list[dict[str, Any]]] = [[] for _ in self.envs]
+        if self._obs is None:
+            self._obs = self._envs.reset()
+        n, rows = self.num_envs, np.arange(self.num_envs)
+        frag, extra = self._fragment, None
         returns: list[float] = []
         lengths: list[int] = []
-        obs = self._obs
         steps = 0
         for _ in range(self.fragment_length):
-            actions = self._act(obs)
-            for j in range(len(self.envs)):
-                try:
-                    steps += self._advance(j, int(actions[j]), per_env[j], returns, lengths)
-                except EnvFault as fault:
-                    self._replace_env(j, fault)
+            q = self._forward(extra)
+            frag.resolve(q)
+            actions = self._choose(q[:n])
+            step = self._envs.step(actions)
+            active = None if step.active.all() else step.active
+            block = self.adder.add(
+                self._obs,
+                actions,
+                step.train_reward,
+                step.next_obs,
+                step.train_terminated,
+                step.truncated,
+                q[rows, actions],
+                active,
+            )
+            extra = self._bootstraps(block, step)
+            steps += self._count_episodes(step, returns, lengths)
+            self._obs = step.obs
+        frag.resolve(self._forward(extra, keep=True))
         self.steps_sampled += steps
-        transitions = [t for env_transitions in per_env for t in env_transitions]
-        batch = stack_transitions(transitions, self._obs_shape, self._obs_dtype)
-        priorities = self.td_errors(batch)
+        got = frag.take(TRANSITION_KEYS)
+        if got is None:
+            batch = stack_transitions([], self._obs_shape, self._obs_dtype)
+            priorities = np.zeros(0, np.float32)
+        else:
+            batch, priorities = got
         if self.frame_stack is not None:
             batch = encode_batch(batch, self.frame_stack)
         return {
@@ -360,21 +303,77 @@ class EnvWorker:
             "epsilon": self.epsilon,
         }
 
+    def _forward(self, extra: np.ndarray | None, keep: bool = False) -> np.ndarray:
+        """Q-values of the envs' observations, then of ``extra`` states (rows after them).
+        ``keep``: the pass at a fragment's end, kept for the next fragment's first step."""
+        cached, self._q_next = self._q_next, None
+        if extra is None and cached is not None:
+            return cached
+        parts = [self._obs] if extra is None else [self._obs, extra]
+        if self._requote:  # new weights: the pending steps' Q(s_t)[a_t] too, same pass
+            self._requote = False
+            pending, actions = self.adder.pending_obs()
+            if len(actions):
+                q = self.q_values(np.concatenate([*parts, pending]))
+                rows = np.arange(len(q) - len(actions), len(q))
+                self.adder.set_q_taken(q[rows, actions])
+                return self._keep(q[: len(q) - len(actions)], keep)
+        return self._keep(
+            self.q_values(np.concatenate(parts) if extra is not None else parts[0]), keep
+        )
+
+    def _keep(self, q: np.ndarray, keep: bool) -> np.ndarray:
+        if keep:
+            self._q_next = q[: self.num_envs]
+        return q
+
+    def _bootstraps(self, block: dict | None, step: VectorStep) -> np.ndarray | None:
+        """Tell the fragment where each new transition's bootstrap Q-values will be;
+        the final observations of time limits (extra rows of the next pass), or None."""
+        if block is None:
+            self._fragment.add(None, np.zeros(0))
+            return None
+        env, n = block["env"], self.num_envs
+        ended = (step.terminated | step.truncated)[env]
+        boot = np.where(block["done"], -1, env)
+        finals = ended & ~block["done"]
+        if not finals.any():
+            self._fragment.add(block, boot)
+            return None
+        cut = np.flatnonzero(step.active & (step.terminated | step.truncated))
+        cut = cut[~step.train_terminated[cut]]
+        boot[finals] = n + np.searchsorted(cut, env[finals])
+        self._fragment.add(block, boot)
+        return step.next_obs[cut]
+
+    def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
+        """Episode stats of this step; the envs whose step failed drop their partial
+        episode and pending n-step steps. The steps made."""
+        active = step.active
+        self._episode_return[active] += step.reward[active]
+        self._episode_length[active] += 1
+        done = np.flatnonzero(active & (step.terminated | step.truncated))
+        returns += self._episode_return[done].tolist()
+        lengths += self._episode_length[done].tolist()
+        self.episodes += len(done)
+        dropped = np.flatnonzero(~active)
+        for j in dropped:
+            self.adder.reset(int(j))
+        self._episode_return[done], self._episode_length[done] = 0.0, 0
+        self._episode_return[dropped], self._episode_length[dropped] = 0.0, 0
+        return int(active.sum())
+
     def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
-        """float32 |td| of a batch under the synced weights (online = target)."""
+        """float32 |td| of a batch under the synced weights (online = target), from two
+        new passes: what :meth:`sample`'s priorities equal, made from its acting passes."""
         n = len(batch["action"])
         if n == 0:
             return np.zeros(0, np.float32)
         q_all = self.q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
         q, q_next = q_all[:n], q_all[n:]
+        b = batch
         return td_errors_numpy(
-            q,
-            q_next,
-            q_next,
-            batch["action"],
-            batch["reward"],
-            batch["discount"],
-            double_q=self.double_q,
+            q, q_next, q_next, b["action"], b["reward"], b["discount"], self.double_q
         )
 
     # -- evaluation -----------------------------------------------------
@@ -393,8 +392,7 @@ class EnvWorker:
 
     def close(self) -> None:
         """Close the envs (a hung one once its call returns) and end their threads."""
-        for env in self.envs:
-            self._guard.discard(env)
+        self._envs.close()
         if self._eval_env is not None:
             self._guard.discard(self._eval_env)
         self._guard.close()
