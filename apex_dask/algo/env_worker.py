@@ -40,10 +40,8 @@ target, online = target = the synced weights,
 
 Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
 gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
-in the compact form of :mod:`apex_dask.algo.frame_codec`: ``frames`` (each
-frame of the fragment once) with ``obs_refs`` and ``next_obs_refs`` in place
-of ``obs`` and ``next_obs``; a shard built with the same ``frame_stack``
-stores it as it is.
+in the compact form of :mod:`apex_dask.algo.frame_codec` (each frame once),
+which a shard built with the same ``frame_stack`` stores as it is.
 
 Envs that misbehave (:mod:`apex_dask.algo.env_guard`): making an env is
 bounded by ``make_timeout_s``, a ``step``/``reset`` by ``step_timeout_s``;
@@ -194,8 +192,7 @@ class EnvWorker:
         return self._envs.envs
 
     @property
-    def env(self) -> gym.Env:
-        """The first env."""
+    def env(self) -> gym.Env:  # the first env
         return self._envs.envs[0]
 
     @property
@@ -349,10 +346,14 @@ class EnvWorker:
     def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
         """Episode stats of this step; the envs whose step failed drop their partial
         episode and pending n-step steps. The steps made."""
-        active = step.active
+        active, ended = step.active, step.terminated | step.truncated
+        if not ended.any() and active.all():  # most steps
+            self._episode_return += step.reward
+            self._episode_length += 1
+            return self.num_envs
         self._episode_return[active] += step.reward[active]
         self._episode_length[active] += 1
-        done = np.flatnonzero(active & (step.terminated | step.truncated))
+        done = np.flatnonzero(active & ended)
         returns += self._episode_return[done].tolist()
         lengths += self._episode_length[done].tolist()
         self.episodes += len(done)
