@@ -21,8 +21,10 @@ and ``obs[j]`` is its first observation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -34,6 +36,14 @@ __all__ = ["REMAKE_TRIES", "GuardedEnvs", "VectorStep"]
 
 REMAKE_TRIES = 3
 """Attempts to make (and reset) a failed env again before the run ends (EnvFailed)."""
+
+
+def _finite(*values: list) -> bool:
+    """Whether every value is a finite number (False also for a non-number)."""
+    try:
+        return math.isfinite(sum(map(sum, values)))  # inf - inf is nan
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 @dataclass
@@ -54,6 +64,10 @@ class VectorStep:
     """``info["train_terminated"]`` if given (a lost life), else ``terminated``."""
     active: np.ndarray
     """False where the step failed (an env error): it is left out."""
+    any_end: bool = True
+    """Whether any env's episode ended (``terminated | truncated``); True if unknown."""
+    all_active: bool = False
+    """Whether no step failed; False if unknown."""
 
 
 class GuardedEnvs:
@@ -83,6 +97,10 @@ class GuardedEnvs:
         self.action_space = self.envs[0].action_space
         self._offset = int(self.action_space.start)
         self._dtype = self.observation_space.dtype
+        self._float = self._dtype.kind == "f"
+        self._shape = tuple(self.observation_space.shape)
+        self._on = np.ones(self.num_envs, bool)  # every step made (read-only)
+        self._on.flags.writeable = False
         self._obs: list[np.ndarray] = [self._first_reset(0, self.envs[0], self.seed)]
 
     def _at(self) -> str:
@@ -117,44 +135,94 @@ class GuardedEnvs:
             self._obs.append(self._first_reset(j, env, self.seed + j))
         return np.stack(self._obs)
 
-    def _step_one(self, j: int, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        env = self.envs[j]
-        self._steps[j] += 1
-        t = self._steps[j]
-        next_obs, reward, terminated, truncated, info = self.guard.call(
-            "step", lambda: env.step(action + self._offset), t
-        )
-        next_obs = self._as_obs(next_obs)
-        check_finite(next_obs, reward, self.env_id, t)
-        if "train_reward" in info:
-            check_finite(next_obs, info["train_reward"], self.env_id, t)
-        return next_obs, float(reward), bool(terminated), bool(truncated), info
-
     def step(self, actions: np.ndarray) -> VectorStep:
         """Step every env once (see the module docstring)."""
-        n = self.num_envs
-        nxt: list[np.ndarray] = list(self._obs)
-        reward, train_reward = np.zeros(n), np.zeros(n)
-        term, trunc, train_term = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
-        active = np.ones(n, bool)
-        for j in range(n):
+        n, envs, off, call = self.num_envs, self.envs, self._offset, self.guard.call
+        steps, out, faults = self._steps, [], {}
+        for j, action in enumerate(actions.tolist()):
+            steps[j] += 1
             try:
-                o, r, te, tr, info = self._step_one(j, int(actions[j]))
-                nxt[j], reward[j], term[j], trunc[j] = o, r, te, tr
-                train_reward[j] = info.get("train_reward", r)
-                train_term[j] = bool(info.get("train_terminated", te))
-                if te or tr:  # an error here: the episode counts, the env is made again
-                    self._obs[j] = self._reset(j, self.envs[j], None)
-                else:
-                    self._obs[j] = o
+                out.append(call("step", partial(envs[j].step, action + off), steps[j]))
             except EnvFault as fault:
-                # a reset after an episode end that fails leaves the step itself counted
-                active[j] = bool(term[j] or trunc[j])
-                self.replace(j, fault)
-        next_obs = np.stack(nxt)
+                faults[j] = fault
+                out.append((self._obs[j], 0.0, False, False, {}))
+        next_obs = np.empty((n, *self._shape), self._dtype)
+        for j, o in enumerate(out):
+            next_obs[j] = o[0]
+        rewards = [o[1] for o in out]
+        reward = np.array(rewards, np.float64)
+        ends = [(o[2], o[3]) for o in out]
+        term, trunc = np.array(ends, bool).T
+        train_reward, train_term, checked = reward, term, []
+        if any("train_reward" in o[4] or "train_terminated" in o[4] for o in out):
+            checked = [o[4].get("train_reward", o[1]) for o in out]
+            train_reward = np.array(checked, np.float64)
+            train_term = np.array([o[4].get("train_terminated", o[2]) for o in out], bool)
+        if not _finite(rewards, checked) or (
+            self._float and not np.isfinite(next_obs).all()
+        ):  # which env: the slow path, rarely taken
+            for j in range(n):
+                try:
+                    check_finite(next_obs[j], reward[j], self.env_id, steps[j])
+                    check_finite(next_obs[j], train_reward[j], self.env_id, steps[j])
+                except EnvFault as fault:
+                    faults.setdefault(j, fault)
+        if not faults and not any(te or tr for te, tr in ends):  # most steps
+            self._obs = list(next_obs)
+            return VectorStep(
+                next_obs,
+                next_obs,
+                reward,
+                train_reward,
+                term,
+                trunc,
+                train_term,
+                self._on,
+                any_end=False,
+                all_active=True,
+            )
+        return self._edges(next_obs, reward, train_reward, term, trunc, train_term, faults)
+
+    def _edges(
+        self,
+        next_obs: np.ndarray,
+        reward: np.ndarray,
+        train_reward: np.ndarray,
+        term: np.ndarray,
+        trunc: np.ndarray,
+        train_term: np.ndarray,
+        faults: dict[int, EnvFault],
+    ) -> VectorStep:
+        """A step with episode ends or env errors: resets, envs made again."""
+        active = np.ones(self.num_envs, bool)
+        for j in faults:  # the step is left out
+            active[j] = False
+            term[j] = trunc[j] = train_term[j] = False
+            reward[j] = train_reward[j] = 0.0
         ended = term | trunc
-        obs = np.stack(self._obs) if ended.any() or not active.all() else next_obs
-        return VectorStep(obs, next_obs, reward, train_reward, term, trunc, train_term, active)
+        for j in range(self.num_envs):
+            if j in faults:
+                self.replace(j, faults[j])
+                next_obs[j] = self._obs[j]
+            elif ended[j]:
+                try:  # an error here: the episode counts, the env is made again
+                    self._obs[j] = self._reset(j, self.envs[j], None)
+                except EnvFault as fault:
+                    self.replace(j, fault)
+            else:
+                self._obs[j] = next_obs[j]
+        return VectorStep(
+            np.stack(self._obs),
+            next_obs,
+            reward,
+            train_reward,
+            term,
+            trunc,
+            train_term,
+            active,
+            any_end=bool(ended.any()),
+            all_active=not faults,
+        )
 
     def replace(self, j: int, fault: EnvFault) -> None:
         """Count ``fault`` (EnvFailed if the run must end); env ``j`` made again and reset."""

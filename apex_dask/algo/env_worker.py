@@ -73,8 +73,8 @@ from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
-from apex_dask.algo.nstep import TRANSITION_KEYS, stack_transitions
-from apex_dask.algo.vector_nstep import PriorityFragment, VectorNStepAdder
+from apex_dask.algo.nstep import TRANSITION_KEYS
+from apex_dask.algo.vector_nstep import VectorNStepAdder
 
 __all__ = ["REMAKE_TRIES", "EnvWorker", "probe_spaces"]
 
@@ -174,9 +174,14 @@ class EnvWorker:
         self._eval_env: gym.Env | None = None
         self._eval_steps = 0
         self.adder = VectorNStepAdder(
-            self.num_envs, n_step, gamma, self._obs_shape, self._obs_dtype
+            self.num_envs,
+            n_step,
+            gamma,
+            self._obs_shape,
+            self._obs_dtype,
+            self.fragment_length,
+            num_actions=self.num_actions,
         )
-        self._fragment = PriorityFragment()
         self.weights_version = -1
         self.steps_sampled = 0
         self.episodes = 0
@@ -184,7 +189,8 @@ class EnvWorker:
         self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
         self._requote = False
         self._episode_return = np.zeros(self.num_envs)
-        self._episode_length = np.zeros(self.num_envs, np.int64)
+        self._episode_start = np.zeros(self.num_envs, np.int64)  # the clock when it began
+        self._clock = 0
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -219,14 +225,14 @@ class EnvWorker:
     def _greedy(self, obs: np.ndarray) -> int:
         return int(np.argmax(self.q_values(obs[None])[0]))
 
-    def _choose(self, q: np.ndarray) -> np.ndarray:
-        """One action per env from its Q-values: epsilon-greedy."""
-        actions = np.argmax(q, axis=1)
-        if self.epsilon > 0.0:
-            n = len(q)
-            explore = self.rng.random(n) < self.epsilon
-            actions = np.where(explore, self.rng.integers(self.num_actions, size=n), actions)
-        return actions.astype(np.int64)
+    def _explore(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """A fragment's exploration draws: (explore?, random action) per step and env."""
+        if self.epsilon == 0.0:
+            return None
+        shape = (self.fragment_length, self.num_envs)
+        return self.rng.random(shape) < self.epsilon, self.rng.integers(
+            self.num_actions, size=shape
+        )
 
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
         """Act with these weights (a learner's ``get_weights()``) from now on."""
@@ -256,38 +262,34 @@ class EnvWorker:
         """
         if self._obs is None:
             self._obs = self._envs.reset()
-        n, rows = self.num_envs, np.arange(self.num_envs)
-        frag, extra = self._fragment, None
+        adder = self.adder
+        draws = self._explore()
+        explore = [False] * self.fragment_length if draws is None else draws[0].any(1).tolist()
         returns: list[float] = []
         lengths: list[int] = []
         steps = 0
-        for _ in range(self.fragment_length):
-            q = self._forward(extra)
-            frag.resolve(q)
-            actions = self._choose(q[:n])
+        for t in range(self.fragment_length):
+            q = self._forward()
+            actions = np.argmax(q, axis=1)  # epsilon-greedy with the fragment's draws
+            if explore[t]:
+                actions = np.where(draws[0][t], draws[1][t], actions)
             step = self._envs.step(actions)
-            active = None if step.active.all() else step.active
-            block = self.adder.add(
+            active = None if step.all_active else step.active
+            adder.add(
                 self._obs,
                 actions,
                 step.train_reward,
                 step.next_obs,
                 step.train_terminated,
                 step.truncated,
-                q[rows, actions],
                 active,
+                step.any_end,
             )
-            extra = self._bootstraps(block, step)
             steps += self._count_episodes(step, returns, lengths)
             self._obs = step.obs
-        frag.resolve(self._forward(extra, keep=True))
+        self._forward(keep=True)
         self.steps_sampled += steps
-        got = frag.take(TRANSITION_KEYS)
-        if got is None:
-            batch = stack_transitions([], self._obs_shape, self._obs_dtype)
-            priorities = np.zeros(0, np.float32)
-        else:
-            batch, priorities = got
+        batch, priorities = adder.take(self._obs, TRANSITION_KEYS)
         if self.frame_stack is not None:
             batch = encode_batch(batch, self.frame_stack)
         return {
@@ -300,68 +302,49 @@ class EnvWorker:
             "epsilon": self.epsilon,
         }
 
-    def _forward(self, extra: np.ndarray | None, keep: bool = False) -> np.ndarray:
-        """Q-values of the envs' observations, then of ``extra`` states (rows after them).
-        ``keep``: the pass at a fragment's end, kept for the next fragment's first step."""
+    def _forward(self, keep: bool = False) -> np.ndarray:
+        """Q-values of the envs' observations (one pass, with the last step's time-limit
+        final observations and, after new weights, the pending steps as extra rows); their
+        values go to the adder. ``keep``: the pass at a fragment's end, kept for the next
+        fragment's first step."""
+        n, adder = self.num_envs, self.adder
         cached, self._q_next = self._q_next, None
-        if extra is None and cached is not None:
+        finals = len(adder.finals())
+        if cached is not None and not finals:
+            adder.set_q(cached)
             return cached
-        parts = [self._obs] if extra is None else [self._obs, extra]
+        parts = [self._obs, adder.final_obs()] if finals else [self._obs]
+        pending = 0
         if self._requote:  # new weights: the pending steps' Q(s_t)[a_t] too, same pass
             self._requote = False
-            pending, actions = self.adder.pending_obs()
-            if len(actions):
-                q = self.q_values(np.concatenate([*parts, pending]))
-                rows = np.arange(len(q) - len(actions), len(q))
-                self.adder.set_q_taken(q[rows, actions])
-                return self._keep(q[: len(q) - len(actions)], keep)
-        return self._keep(
-            self.q_values(np.concatenate(parts) if extra is not None else parts[0]), keep
-        )
-
-    def _keep(self, q: np.ndarray, keep: bool) -> np.ndarray:
+            obs, actions = adder.pending_obs()
+            pending = len(actions)
+            if pending:
+                parts.append(obs)
+        q = self.q_values(np.concatenate(parts) if len(parts) > 1 else parts[0])
+        if pending:
+            adder.set_pending_q(q[len(q) - pending :])
+        q_envs = q[:n]
+        adder.set_q(q_envs, q[n : n + finals] if finals else None)
         if keep:
-            self._q_next = q[: self.num_envs]
-        return q
-
-    def _bootstraps(self, block: dict | None, step: VectorStep) -> np.ndarray | None:
-        """Tell the fragment where each new transition's bootstrap Q-values will be;
-        the final observations of time limits (extra rows of the next pass), or None."""
-        if block is None:
-            self._fragment.add(None, np.zeros(0))
-            return None
-        env, n = block["env"], self.num_envs
-        ended = (step.terminated | step.truncated)[env]
-        boot = np.where(block["done"], -1, env)
-        finals = ended & ~block["done"]
-        if not finals.any():
-            self._fragment.add(block, boot)
-            return None
-        cut = np.flatnonzero(step.active & (step.terminated | step.truncated))
-        cut = cut[~step.train_terminated[cut]]
-        boot[finals] = n + np.searchsorted(cut, env[finals])
-        self._fragment.add(block, boot)
-        return step.next_obs[cut]
+            self._q_next = q_envs
+        return q_envs
 
     def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
-        """Episode stats of this step; the envs whose step failed drop their partial
-        episode and pending n-step steps. The steps made."""
-        active, ended = step.active, step.terminated | step.truncated
-        if not ended.any() and active.all():  # most steps
+        """Episode stats of this step (the envs whose step failed drop their partial
+        episode); the steps made."""
+        self._clock += 1  # vector steps: an episode's length is the clock since its start
+        if not step.any_end and step.all_active:  # most steps
             self._episode_return += step.reward
-            self._episode_length += 1
             return self.num_envs
+        active, ended = step.active, step.terminated | step.truncated
         self._episode_return[active] += step.reward[active]
-        self._episode_length[active] += 1
         done = np.flatnonzero(active & ended)
         returns += self._episode_return[done].tolist()
-        lengths += self._episode_length[done].tolist()
+        lengths += (self._clock - self._episode_start[done]).tolist()
         self.episodes += len(done)
-        dropped = np.flatnonzero(~active)
-        for j in dropped:
-            self.adder.reset(int(j))
-        self._episode_return[done], self._episode_length[done] = 0.0, 0
-        self._episode_return[dropped], self._episode_length[dropped] = 0.0, 0
+        restart = (active & ended) | ~active
+        self._episode_return[restart], self._episode_start[restart] = 0.0, self._clock
         return int(active.sum())
 
     def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -1,28 +1,47 @@
 """n-step transitions of N envs stepped together, with their initial priorities.
 
-:class:`VectorNStepAdder` is :class:`~apex_dask.algo.nstep.NStepAdder` over
-the env axis: one :meth:`~VectorNStepAdder.add` per vector step takes the N
-envs' ``(s_t, a_t, r_t, s_{t+1}, terminated, truncated)`` as arrays and
-returns the transitions that step completes, the same ones (same values,
-same order within each env) as N scalar adders would. Pending steps live in
-ring buffers of n slots, step t in slot ``t mod n`` for every env; env j has
-``count[j]`` pending steps, the last ones written. The maths is the scalar
-adder's (:mod:`apex_dask.algo.nstep`):
+:class:`VectorNStepAdder` does what one :class:`~apex_dask.algo.nstep.NStepAdder`
+per env does, over the env axis *and* the time axis: each vector step is
+recorded with a few array writes (:meth:`~VectorNStepAdder.add`), and
+:meth:`~VectorNStepAdder.take` works out every transition the steps since the
+last ``take`` completed, with numpy over all (step, env) pairs at once. So a
+step costs no Python per env, and nothing per emitted transition. The
+transitions are the scalar adders' (same values bit for bit, same order
+within each env: env-major, oldest first). The maths (:mod:`apex_dask.algo.nstep`):
 
     R_{t:t+k} = sum_{i=0}^{k-1} gamma^i r_{t+i}     (summed oldest first, float64)
     discount  = 0 after a termination, else gamma^k
+    k         = n, or the steps left to the episode's end (a termination or time limit)
 
-Each step also keeps ``Q(s_t)[a_t]``, the acting forward's Q-value of the
-action taken, so that a transition's initial priority needs no new pass
-over ``s_t``: :class:`PriorityFragment` collects a fragment's transitions and
-completes each priority once the Q-values of its bootstrap state are known:
+A step whose ``active`` is False (an env error) is left out, and the steps of
+that env still pending before it are dropped (their returns would cross an
+env that was made again). Steps not complete at a ``take`` stay pending:
+at most ``n - 1`` per env carry over to the next fragment, so a fragment
+cut never shortens a return.
+
+Initial priorities come from the Q-values of acting, as the Ape-X paper's
+actors do: :meth:`~VectorNStepAdder.set_q` keeps the acting pass's
+``Q(s_t, .)`` of the states the envs act on (and of the final observations
+of the last step's time limits, which no env acts on:
+:meth:`~VectorNStepAdder.final_obs`), so that at a take
 
     |td| = |R + discount * max_b Q(s_{t+k}, b) - Q(s_t)[a_t]|
 
-which is the double-DQN target of :func:`apex_dask.algo.loss.td_errors_numpy`
-with online = target (an env worker's one set of weights): the target net's
-value of the online argmax is then the max. A transition that does not
-bootstrap (``discount == 0``) has |td| = |R - Q(s_t)[a_t]|.
+needs no new pass. This is the double-DQN target of
+:func:`apex_dask.algo.loss.td_errors_numpy` with online = target (an env
+worker's one set of weights): the target net's value of the online argmax
+is then the max. A step that did not end must have ``next_obs`` equal to
+the next step's ``obs`` (only the final observations of ends are kept).
+Usage, once per vector step::
+
+    extra = [adder.final_obs()] if len(adder.finals()) else []
+    q = net(np.concatenate([obs, *extra]))     # the envs' states, then the finals
+    adder.set_q(q[:N], q[N:])
+    ...                                        # act, step the envs
+    adder.add(obs, actions, reward, next_obs, terminated, truncated, active)
+
+and after the fragment's last step, ``set_q`` for the states the envs act
+on next, then ``batch, priorities = adder.take(next_states)``.
 """
 
 from __future__ import annotations
@@ -31,17 +50,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PriorityFragment", "VectorNStepAdder"]
-
-Block = dict[str, np.ndarray]
-"""Transitions as arrays: ``env, obs, action, reward, next_obs, done, discount, q_taken``."""
+__all__ = ["VectorNStepAdder"]
 
 
 class VectorNStepAdder:
-    """n-step transitions of ``num_envs`` envs at once; see the module docstring."""
+    """n-step transitions of ``num_envs`` envs, a fragment at a time; see the module docstring."""
 
     def __init__(
-        self, num_envs: int, n_step: int, gamma: float, obs_shape: tuple, obs_dtype: Any
+        self,
+        num_envs: int,
+        n_step: int,
+        gamma: float,
+        obs_shape: tuple,
+        obs_dtype: Any,
+        fragment_length: int = 64,
+        num_actions: int = 1,
     ) -> None:
         if int(n_step) < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step!r}")
@@ -49,48 +72,72 @@ class VectorNStepAdder:
             raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
         n, m = int(n_step), int(num_envs)
         self.n_step, self.num_envs, self.gamma = n, m, float(gamma)
-        self._powers = [self.gamma**i for i in range(n + 1)]
-        self._obs = np.zeros((n, m, *obs_shape), dtype=obs_dtype)
-        self._action = np.zeros((n, m), np.int64)
-        self._reward = np.zeros((n, m), np.float64)
-        self._q = np.zeros((n, m), np.float32)
-        self._count = np.zeros(m, np.int64)
-        self._t = 0
+        self.num_actions = int(num_actions)
+        self._powers = np.array([self.gamma**i for i in range(n + 1)])
+        self._shape, self._dtype = tuple(obs_shape), obs_dtype
+        self._len = 0  # rows used: steps carried over, then this fragment's
+        self._alloc(n - 1 + max(int(fragment_length), 1))
+        self._none = np.zeros(0, np.int64)
+        self._finals = self._none  # envs whose last step was a time limit's end
+
+    def _alloc(self, rows: int) -> None:
+        """(Re)allocate the rows; the rows used so far are kept."""
+        m, a, shape, dtype = self.num_envs, self.num_actions, self._shape, self._dtype
+        fresh = {
+            "_obs": np.zeros((rows + 1, m, *shape), dtype),  # + the state after the last step
+            "_next": np.zeros((rows, m, *shape), dtype),  # s_{t+1} where step t ended
+            "_action": np.zeros((rows, m), np.int64),
+            "_reward": np.zeros((rows, m), np.float64),
+            "_term": np.zeros((rows, m), bool),
+            "_end": np.zeros((rows, m), bool),  # terminated or truncated
+            "_active": np.zeros((rows, m), bool),
+            "_start": np.zeros((rows, m), bool),  # a step whose transition is still to come
+            "_qs": np.zeros((rows + 1, m, a), np.float32),  # Q(s_t, .)
+            "_final_q": np.zeros((rows, m, a), np.float32),  # Q of _next, at time limits
+        }
+        used = self._len + 1
+        for name, arr in fresh.items():
+            old = getattr(self, name, None)
+            if old is not None:
+                kept = old[:used]
+                arr[: len(kept)] = kept
+            setattr(self, name, arr)
+        self._rows = rows
 
     @property
     def num_pending(self) -> int:
-        """Steps of all envs whose transition is not emitted yet (< n_step each)."""
-        return int(self._count.sum())
+        """Steps of all envs whose transition is not emitted yet (< n_step each after a take)."""
+        return int(self._start[: self._len].sum())
 
     def pending(self) -> np.ndarray:
-        """Pending steps per env (a copy)."""
-        return self._count.copy()
+        """Pending steps per env."""
+        return self._start[: self._len].sum(axis=0)
 
     def pending_obs(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(obs, actions)`` of every pending step (for new Q-values: :meth:`set_q_taken`)."""
-        slots, env = self._pending_index()
-        return self._obs[slots, env], self._action[slots, env]
+        """``(obs, actions)`` of every pending step (for new Q-values: :meth:`set_pending_q`)."""
+        rows, env = np.nonzero(self._start[: self._len])
+        return self._obs[rows, env], self._action[rows, env]
 
-    def set_q_taken(self, q_taken: np.ndarray) -> None:
-        """Replace the kept Q(s_t)[a_t] of the pending steps (in :meth:`pending_obs` order):
-        new weights make new priorities for the steps still to complete."""
-        slots, env = self._pending_index()
-        self._q[slots, env] = q_taken
+    def set_pending_q(self, q: np.ndarray) -> None:
+        """Replace the kept Q-values (rows, actions) of the pending steps (in
+        :meth:`pending_obs` order): new weights make new priorities for the steps
+        still to complete."""
+        rows, env = np.nonzero(self._start[: self._len])
+        self._qs[rows, env] = q
 
-    def _pending_index(self) -> tuple[np.ndarray, np.ndarray]:
-        n, t = self.n_step, self._t
-        back = np.arange(1, n + 1)[:, None]  # steps t-1, t-2, ... (t: the next step's slot)
-        live = back <= self._count[None, :]
-        slots = np.broadcast_to((t - back) % n, live.shape)[live]
-        env = np.broadcast_to(np.arange(self.num_envs)[None, :], live.shape)[live]
-        return slots, env
+    def finals(self) -> np.ndarray:
+        """The envs whose last step was cut by a time limit (a final observation to value)."""
+        return self._finals
 
-    def reset(self, env: int | None = None) -> None:
-        """Drop the pending steps of ``env`` (all envs: None) without emitting them."""
-        if env is None:
-            self._count[:] = 0
-        else:
-            self._count[env] = 0
+    def final_obs(self) -> np.ndarray:
+        """Those envs' final observations (rows to add to the next forward pass)."""
+        return self._next[self._len - 1, self._finals]
+
+    def set_q(self, q: np.ndarray, q_finals: np.ndarray | None = None) -> None:
+        """Q-values (N, A) of the states the envs act on next, and (F, A) of :meth:`final_obs`."""
+        self._qs[self._len] = q
+        if len(self._finals):
+            self._final_q[self._len - 1, self._finals] = q_finals
 
     def add(
         self,
@@ -100,141 +147,113 @@ class VectorNStepAdder:
         next_obs: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
-        q_taken: np.ndarray | None = None,
         active: np.ndarray | None = None,
-    ) -> Block | None:
-        """Record one step of every env (arrays over the env axis); return the
-        transitions it completes (env-major, oldest first within an env), or None.
+        any_end: bool = True,
+    ) -> None:
+        """Record one step of every env (arrays over the env axis).
 
-        ``active`` (bool per env, default all): envs whose step is left out
-        (an env error) write nothing and emit nothing.
+        ``terminated`` ends the return with discount 0 (a training terminal: a lost
+        life too); ``truncated`` ends it with discount gamma^k, bootstrapping from the
+        final observation ``next_obs``. ``active`` (bool per env, default all): envs
+        whose step is left out (an env error): their pending steps are dropped.
+        ``any_end=False`` (a hint): no env's episode ended at this step.
         """
-        n, t = self.n_step, self._t
-        slot = t % n
-        on = slice(None) if active is None else np.asarray(active, bool)
-        self._obs[slot][on] = obs[on]
-        self._action[slot][on] = action[on]
-        self._reward[slot][on] = reward[on]
-        if q_taken is not None:
-            self._q[slot][on] = q_taken[on]
-        self._t = t + 1
-        count = self._count
-        count[on] += 1
-        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
-        if active is not None:
-            ended &= on
-        full = (count == n) & ~ended
-        if not ended.any() and not full.any():
-            return None
-        # chronological view of the slots: row i is step t - n + 1 + i
-        rows = [(t - n + 1 + i) % n for i in range(n)]
-        if not ended.any():  # mid-episode: the oldest step of each full env
-            env_all = np.flatnonzero(full)
-            ret = np.zeros(len(env_all))
-            for m in range(n):
-                ret += self._powers[m] * self._reward[rows[m], env_all]
-            count[full] -= 1
-            return self._block(rows[0], env_all, ret, next_obs, np.zeros(len(env_all), bool), n)
-        env_ix, start = [], []
-        for i in range(n):  # a start i is pending where count >= n - i
-            mask = (ended & (count >= n - i)) | (full & (i == 0))
-            idx = np.flatnonzero(mask)
-            env_ix.append(idx)
-            start.append(np.full(len(idx), i))
-        env_all, start_all = np.concatenate(env_ix), np.concatenate(start)
-        order = np.lexsort((start_all, env_all))
-        env_all, start_all = env_all[order], start_all[order]
-        k = n - start_all  # steps summed: the steps left to the episode's end
-        ret = np.zeros(len(env_all))
-        for i in range(n):  # R = sum_m gamma^m r_{start+m}, oldest first as the scalar adder
-            pick = np.flatnonzero(start_all == i)
-            for m in range(n - i if len(pick) else 0):
-                ret[pick] += self._powers[m] * self._reward[rows[i + m], env_all[pick]]
-        slots = np.asarray(rows)[start_all]
-        term = np.asarray(terminated, bool)[env_all]
-        block = self._block(slots, env_all, ret, next_obs, term, k)
-        count[ended] = 0
-        count[full] -= 1
-        return block
+        if self._len == self._rows:
+            self._alloc(2 * self._rows)
+        t = self._len
+        self._obs[t] = obs
+        self._action[t] = action
+        self._reward[t] = reward
+        term, end = self._term[t], self._end[t]
+        term[:] = terminated
+        np.logical_or(term, truncated, out=end)
+        if active is None:
+            self._active[t] = self._start[t] = True
+            on = self._active[t]
+        else:
+            on = np.asarray(active, bool)
+            self._active[t] = self._start[t] = on
+        if any_end and end.any():
+            self._next[t, end] = next_obs[end]
+            self._finals = np.flatnonzero(end & ~term & on)
+        elif len(self._finals):
+            self._finals = self._none
+        self._len = t + 1
 
-    def _block(
-        self,
-        slots: Any,
-        env: np.ndarray,
-        ret: np.ndarray,
-        next_obs: np.ndarray,
-        done: np.ndarray,
-        k: Any,
-    ) -> Block:
-        return {
+    def take(
+        self, next_states: np.ndarray, keys: tuple[str, ...] | None = None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The transitions completed since the last take and their float32 |td|.
+
+        ``next_states``: what the envs act on next (s_{t+1} of the last step, unless it
+        ended). The batch holds ``env, obs, action, reward, next_obs, done, discount,
+        q_taken`` (or ``keys`` of them), env-major and oldest first within an env;
+        call :meth:`set_q` for ``next_states`` first, for the priorities.
+        """
+        n, rows = self.n_step, self._len
+        self._obs[rows] = next_states
+        live = self._start[:rows].copy()  # starts still summing rewards
+        ret = np.zeros(live.shape)
+        k = np.zeros(live.shape, np.int64)  # steps summed, once complete
+        ended = np.zeros(live.shape, bool)
+        for m in range(n):  # step t + m of the transition from step t; t + m >= rows: pending
+            head = live[: rows - m]
+            if m:  # an env error before the transition completes: dropped
+                head &= self._active[m:rows]
+            if not head.any():
+                break
+            end = self._end[m:rows]
+            part = ret[: rows - m]  # oldest first, as the scalar adder sums
+            part[head] = part[head] + self._powers[m] * self._reward[m:rows][head]
+            stop = head & end if m < n - 1 else head.copy()
+            k[: rows - m][stop] = m + 1
+            ended[: rows - m] |= head & end
+            head &= ~stop
+        self._start[:rows] = live  # complete or dropped: no longer pending
+        complete = k > 0
+        env, step = np.nonzero(complete.T)  # env-major, oldest first
+        kk = k[step, env]
+        last = step + kk - 1
+        is_end = ended[step, env]
+        done = is_end & self._term[last, env]
+        next_obs = self._obs[step + kk, env]
+        if is_end.any():
+            next_obs[is_end] = self._next[last[is_end], env[is_end]]
+        action = self._action[step, env]
+        boot = self._qs[step + kk, env].max(axis=1)
+        if is_end.any():
+            boot[is_end] = self._final_q[last[is_end], env[is_end]].max(axis=1)
+        reward = ret[step, env].astype(np.float32)
+        discount = np.where(done, 0.0, self._powers[kk]).astype(np.float32)
+        q_taken = self._qs[step, env, action]
+        target = reward + discount * np.where(done, np.float32(0.0), boot)
+        priorities = np.abs(q_taken - target).astype(np.float32)
+        batch = {
             "env": env,
-            "obs": self._obs[slots, env],
-            "action": self._action[slots, env],
-            "reward": ret.astype(np.float32),
-            "next_obs": next_obs[env],
+            "obs": self._obs[step, env],
+            "action": action,
+            "reward": reward,
+            "next_obs": next_obs,
             "done": done,
-            "discount": np.where(done, 0.0, np.asarray(self._powers)[k]).astype(np.float32),
-            "q_taken": self._q[slots, env],
+            "discount": discount,
+            "q_taken": q_taken,
         }
+        if keys is not None:
+            batch = {key: batch[key] for key in keys}
+        self._carry(rows)
+        return batch, priorities
 
-
-class PriorityFragment:
-    """A fragment's transitions, their priorities completed by later forward passes.
-
-    Usage, once per vector step::
-
-        q = net(inputs)                       # rows: the envs' obs, then extra states
-        fragment.resolve(q)                   # the last step's transitions get |td|
-        ...                                   # act, step, adder.add(...) -> block
-        fragment.add(block, boot_rows)        # row of q each one bootstraps from, -1: none
-
-    and after the fragment's last step one more ``resolve`` with the Q-values
-    of its last observations. :meth:`take` returns the batch (env-major,
-    oldest first) and the priorities.
-    """
-
-    def __init__(self) -> None:
-        self._blocks: list[Block] = []
-        self._prios: list[np.ndarray] = []
-        self._waiting: tuple[Block, np.ndarray] | None = None
-
-    def add(self, block: Block | None, boot_rows: np.ndarray) -> None:
-        """Keep ``block`` until the next :meth:`resolve`; ``boot_rows[i]`` is the row of
-        the next forward's Q-values that transition i bootstraps from (-1: it does not)."""
-        if self._waiting is not None:
-            raise RuntimeError("resolve() the previous step's transitions first")
-        if block is not None:
-            self._waiting = (block, np.asarray(boot_rows, np.int64))
-
-    def resolve(self, q: np.ndarray) -> None:
-        """Complete the waiting transitions' |td| from the Q-values ``q`` (rows, actions)."""
-        if self._waiting is None:
-            return
-        block, rows = self._waiting
-        self._waiting = None
-        value = np.zeros(len(rows), np.float32)
-        boots = rows >= 0
-        if boots.any():
-            value[boots] = q[rows[boots]].max(axis=1)
-        y = block["reward"] + block["discount"] * value
-        self._blocks.append(block)
-        self._prios.append(np.abs(block["q_taken"] - y).astype(np.float32))
-
-    @property
-    def waiting(self) -> bool:
-        """Whether transitions wait for a :meth:`resolve`."""
-        return self._waiting is not None
-
-    def take(self, keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
-        """The batch of ``keys`` (env-major, oldest first) and its priorities, then empty;
-        None if no transition was made."""
-        if self._waiting is not None:
-            raise RuntimeError("resolve() the last step's transitions before take()")
-        if not self._blocks:
-            return None
-        blocks, prios = self._blocks, self._prios
-        self._blocks, self._prios = [], []
-        env = np.concatenate([b["env"] for b in blocks])
-        order = np.argsort(env, kind="stable")
-        batch = {key: np.concatenate([b[key] for b in blocks])[order] for key in keys}
-        return batch, np.concatenate(prios)[order]
+    def _carry(self, rows: int) -> None:
+        """Move the last n - 1 steps (the only ones that can be pending) to the front."""
+        keep = min(self.n_step - 1, rows)
+        src = slice(rows - keep, rows)
+        for name in ("_obs", "_next", "_action", "_reward", "_term", "_end", "_active"):
+            arr = getattr(self, name)
+            arr[:keep] = arr[src]
+        self._start[:keep] = self._start[src]
+        self._qs[:keep] = self._qs[src]
+        self._obs[keep] = self._obs[rows]
+        self._qs[keep] = self._qs[rows]
+        self._final_q[:keep] = self._final_q[src]
+        self._finals = self._none
+        self._len = keep
