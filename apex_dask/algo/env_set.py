@@ -38,10 +38,10 @@ REMAKE_TRIES = 3
 """Attempts to make (and reset) a failed env again before the run ends (EnvFailed)."""
 
 
-def _finite(*values: list) -> bool:
-    """Whether every value is a finite number (False also for a non-number)."""
-    try:
-        return math.isfinite(sum(map(sum, values)))  # inf - inf is nan
+def _finite(rewards: Any, train_rewards: Any) -> bool:
+    """Whether every reward is a finite number (False also for a non-number)."""
+    try:  # a sum is not finite if a term is not (inf - inf is nan)
+        return math.isfinite(sum(rewards) + sum(train_rewards))
     except (TypeError, ValueError, OverflowError):
         return False
 
@@ -98,10 +98,12 @@ class GuardedEnvs:
         self._offset = int(self.action_space.start)
         self._dtype = self.observation_space.dtype
         self._float = self._dtype.kind == "f"
-        self._shape = tuple(self.observation_space.shape)
         self._on = np.ones(self.num_envs, bool)  # every step made (read-only)
         self._on.flags.writeable = False
-        self._obs: list[np.ndarray] = [self._first_reset(0, self.envs[0], self.seed)]
+        self._off = np.zeros(self.num_envs, bool)  # no env's episode ended (read-only)
+        self._off.flags.writeable = False
+        # what each env acts on next: a list until every env is made, then (N, ...)
+        self._obs: Any = [self._first_reset(0, self.envs[0], self.seed)]
 
     def _at(self) -> str:
         return f" ({self.where})" if self.where else ""
@@ -133,7 +135,9 @@ class GuardedEnvs:
             env = self._first_env()
             self.envs.append(env)
             self._obs.append(self._first_reset(j, env, self.seed + j))
-        return np.stack(self._obs)
+        if isinstance(self._obs, list):
+            self._obs = np.stack(self._obs)
+        return self._obs
 
     def step(self, actions: np.ndarray) -> VectorStep:
         """Step every env once (see the module docstring)."""
@@ -146,18 +150,14 @@ class GuardedEnvs:
             except EnvFault as fault:
                 faults[j] = fault
                 out.append((self._obs[j], 0.0, False, False, {}))
-        next_obs = np.empty((n, *self._shape), self._dtype)
-        for j, o in enumerate(out):
-            next_obs[j] = o[0]
-        rewards = [o[1] for o in out]
+        obs_list, rewards, terms, truncs, infos = zip(*out, strict=True)
+        next_obs = np.array(obs_list, self._dtype)
         reward = np.array(rewards, np.float64)
-        ends = [(o[2], o[3]) for o in out]
-        term, trunc = np.array(ends, bool).T
-        train_reward, train_term, checked = reward, term, []
-        if any("train_reward" in o[4] or "train_terminated" in o[4] for o in out):
-            checked = [o[4].get("train_reward", o[1]) for o in out]
+        train_reward, train_terms, checked = reward, terms, ()
+        if any(infos) and any("train_reward" in i or "train_terminated" in i for i in infos):
+            checked = [i.get("train_reward", r) for i, r in zip(infos, rewards, strict=True)]
             train_reward = np.array(checked, np.float64)
-            train_term = np.array([o[4].get("train_terminated", o[2]) for o in out], bool)
+            train_terms = [i.get("train_terminated", t) for i, t in zip(infos, terms, strict=True)]
         if not _finite(rewards, checked) or (
             self._float and not np.isfinite(next_obs).all()
         ):  # which env: the slow path, rarely taken
@@ -167,20 +167,11 @@ class GuardedEnvs:
                     check_finite(next_obs[j], train_reward[j], self.env_id, steps[j])
                 except EnvFault as fault:
                     faults.setdefault(j, fault)
-        if not faults and not any(te or tr for te, tr in ends):  # most steps
-            self._obs = list(next_obs)
-            return VectorStep(
-                next_obs,
-                next_obs,
-                reward,
-                train_reward,
-                term,
-                trunc,
-                train_term,
-                self._on,
-                any_end=False,
-                all_active=True,
-            )
+        if not faults and not (any(terms) or any(truncs) or any(train_terms)):  # most steps
+            self._obs, on, no = next_obs, self._on, self._off
+            return VectorStep(next_obs, next_obs, reward, train_reward, no, no, no, on, False, True)
+        term, trunc = np.array(terms, bool), np.array(truncs, bool)
+        train_term = np.array(train_terms, bool)
         return self._edges(next_obs, reward, train_reward, term, trunc, train_term, faults)
 
     def _edges(
@@ -200,6 +191,7 @@ class GuardedEnvs:
             term[j] = trunc[j] = train_term[j] = False
             reward[j] = train_reward[j] = 0.0
         ended = term | trunc
+        self._obs = next_obs.copy()  # the reset or new envs' first observations below
         for j in range(self.num_envs):
             if j in faults:
                 self.replace(j, faults[j])
@@ -209,10 +201,8 @@ class GuardedEnvs:
                     self._obs[j] = self._reset(j, self.envs[j], None)
                 except EnvFault as fault:
                     self.replace(j, fault)
-            else:
-                self._obs[j] = next_obs[j]
         return VectorStep(
-            np.stack(self._obs),
+            self._obs,
             next_obs,
             reward,
             train_reward,

@@ -270,7 +270,7 @@ class EnvWorker:
         steps = 0
         for t in range(self.fragment_length):
             q = self._forward()
-            actions = np.argmax(q, axis=1)  # epsilon-greedy with the fragment's draws
+            actions = q.argmax(axis=1)  # epsilon-greedy with the fragment's draws
             if explore[t]:
                 actions = np.where(draws[0][t], draws[1][t], actions)
             step = self._envs.step(actions)
@@ -285,7 +285,12 @@ class EnvWorker:
                 active,
                 step.any_end,
             )
-            steps += self._count_episodes(step, returns, lengths)
+            self._clock += 1  # vector steps: an episode's length is the clock since its start
+            if step.any_end or not step.all_active:
+                steps += self._count_episodes(step, returns, lengths)
+            else:  # most steps
+                self._episode_return += step.reward
+                steps += self.num_envs
             self._obs = step.obs
         self._forward(keep=True)
         self.steps_sampled += steps
@@ -331,12 +336,8 @@ class EnvWorker:
         return q_envs
 
     def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
-        """Episode stats of this step (the envs whose step failed drop their partial
-        episode); the steps made."""
-        self._clock += 1  # vector steps: an episode's length is the clock since its start
-        if not step.any_end and step.all_active:  # most steps
-            self._episode_return += step.reward
-            return self.num_envs
+        """Episode stats of a step with episode ends or env errors (the envs whose step
+        failed drop their partial episode); the steps made."""
         active, ended = step.active, step.terminated | step.truncated
         self._episode_return[active] += step.reward[active]
         done = np.flatnonzero(active & ended)

@@ -89,9 +89,9 @@ class VectorNStepAdder:
             "_action": np.zeros((rows, m), np.int64),
             "_reward": np.zeros((rows, m), np.float64),
             "_term": np.zeros((rows, m), bool),
-            "_end": np.zeros((rows, m), bool),  # terminated or truncated
-            "_active": np.zeros((rows, m), bool),
-            "_start": np.zeros((rows, m), bool),  # a step whose transition is still to come
+            "_trunc": np.zeros((rows, m), bool),
+            "_active": np.ones((rows, m), bool),  # True unless written otherwise
+            "_start": np.ones((rows, m), bool),  # a step whose transition is still to come
             "_qs": np.zeros((rows + 1, m, a), np.float32),  # Q(s_t, .)
             "_final_q": np.zeros((rows, m, a), np.float32),  # Q of _next, at time limits
         }
@@ -164,18 +164,15 @@ class VectorNStepAdder:
         self._obs[t] = obs
         self._action[t] = action
         self._reward[t] = reward
-        term, end = self._term[t], self._end[t]
-        term[:] = terminated
-        np.logical_or(term, truncated, out=end)
-        if active is None:
-            self._active[t] = self._start[t] = True
-            on = self._active[t]
-        else:
-            on = np.asarray(active, bool)
-            self._active[t] = self._start[t] = on
-        if any_end and end.any():
+        self._term[t] = terminated
+        self._trunc[t] = truncated
+        if active is not None:  # rows are all active unless written
+            self._active[t] = self._start[t] = active
+        if any_end:
+            term = self._term[t]
+            end = term | self._trunc[t]
             self._next[t, end] = next_obs[end]
-            self._finals = np.flatnonzero(end & ~term & on)
+            self._finals = np.flatnonzero(end & ~term & self._active[t])
         elif len(self._finals):
             self._finals = self._none
         self._len = t + 1
@@ -193,6 +190,7 @@ class VectorNStepAdder:
         n, rows = self.n_step, self._len
         self._obs[rows] = next_states
         live = self._start[:rows].copy()  # starts still summing rewards
+        ends = self._term[:rows] | self._trunc[:rows]
         ret = np.zeros(live.shape)
         k = np.zeros(live.shape, np.int64)  # steps summed, once complete
         ended = np.zeros(live.shape, bool)
@@ -202,7 +200,7 @@ class VectorNStepAdder:
                 head &= self._active[m:rows]
             if not head.any():
                 break
-            end = self._end[m:rows]
+            end = ends[m:rows]
             part = ret[: rows - m]  # oldest first, as the scalar adder sums
             part[head] = part[head] + self._powers[m] * self._reward[m:rows][head]
             stop = head & end if m < n - 1 else head.copy()
@@ -247,7 +245,7 @@ class VectorNStepAdder:
         """Move the last n - 1 steps (the only ones that can be pending) to the front."""
         keep = min(self.n_step - 1, rows)
         src = slice(rows - keep, rows)
-        for name in ("_obs", "_next", "_action", "_reward", "_term", "_end", "_active"):
+        for name in ("_obs", "_next", "_action", "_reward", "_term", "_trunc", "_active"):
             arr = getattr(self, name)
             arr[:keep] = arr[src]
         self._start[:keep] = self._start[src]
@@ -255,5 +253,6 @@ class VectorNStepAdder:
         self._obs[keep] = self._obs[rows]
         self._qs[keep] = self._qs[rows]
         self._final_q[:keep] = self._final_q[src]
+        self._active[keep:rows] = self._start[keep:rows] = True
         self._finals = self._none
         self._len = keep
