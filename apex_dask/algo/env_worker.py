@@ -72,11 +72,17 @@ from apex_dask.algo.env_set import REMAKE_TRIES, GuardedEnvs, VectorStep
 from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
+from apex_dask.algo.native_envs import NativeAtariEnvs, native_game
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
 from apex_dask.algo.nstep import TRANSITION_KEYS
 from apex_dask.algo.vector_nstep import VectorNStepAdder
 
-__all__ = ["REMAKE_TRIES", "EnvWorker", "probe_spaces"]
+__all__ = ["REMAKE_TRIES", "VECTOR_MODES", "EnvWorker", "probe_spaces"]
+
+VECTOR_MODES = ("native", "sync")
+"""How a worker steps its envs: ``native`` (ALE games: ale-py's ``AtariVectorEnv``,
+:mod:`apex_dask.algo.native_envs`; other envs as ``sync``) or ``sync`` (gymnasium envs
+stepped in turn, :class:`~apex_dask.algo.env_set.GuardedEnvs`)."""
 
 
 def probe_spaces(
@@ -118,6 +124,7 @@ class EnvWorker:
         step_timeout_s: float | None = None,
         restart_failed_envs: bool = True,
         max_env_errors_per_min: int = 10,
+        vector_mode: str = "sync",
         where: str = "",
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
@@ -138,8 +145,12 @@ class EnvWorker:
         )
         self.seed = int(seed)
         self.rng = np.random.default_rng(seed)
+        if vector_mode not in VECTOR_MODES:
+            raise ValueError(f"vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
+        native = vector_mode == "native" and native_game(env_factory) is not None
+        self.vector_mode = "native" if native else "sync"
         # env j resets first with seed + j, then continues its own generator
-        self._envs = GuardedEnvs(
+        self._envs = (NativeAtariEnvs if native else GuardedEnvs)(
             env_factory,
             num_envs=self.num_envs,
             seed=self.seed,
