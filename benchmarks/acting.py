@@ -17,6 +17,7 @@ load from other processes falls on all alike); a rate is the median window.
 
     python benchmarks/acting.py --preset atari --envs 1 8
     python benchmarks/acting.py --preset minatar --envs 1 16
+    python benchmarks/acting.py --preset atari --vector-mode sync --out /tmp/sync.json
 
 Prints a table and writes ``benchmarks/results/acting_<preset>.json``.
 """
@@ -123,16 +124,22 @@ def main() -> None:
     ap.add_argument("--fragment", type=int, default=50, help="steps of each env per sample()")
     ap.add_argument("--seconds", type=float, default=30.0, help="per measurement, all rounds")
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument(
+        "--vector-mode", choices=["native", "sync"], default=None, help="default: the preset's"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
     over = {"workers.rollout_fragment_length": args.fragment}
     if args.env:
         over["env.env_id"] = args.env
+    if args.vector_mode:
+        over["workers.vector_mode"] = args.vector_mode
     cfg = ApexConfig.preset(args.preset).override(over)
     envs = args.envs or DEFAULT_ENVS[args.preset]
     rows = measure(cfg, envs, args.epsilon, args.seconds, args.rounds)
-    print(f"{cfg.env.env_id} ({args.preset}), epsilon {args.epsilon}, one torch thread")
+    mode = cfg.workers.vector_mode
+    print(f"{cfg.env.env_id} ({args.preset}, {mode}), epsilon {args.epsilon}, one torch thread")
     head = f"{'envs':>5} {'env':>8} {'forward':>9} {'combined':>9} {'worker':>8}"
     print(f"{head} {'of comb.':>8} {'x 1st':>6}")
     for r in rows:
@@ -146,6 +153,7 @@ def main() -> None:
     meta = {
         "preset": args.preset,
         "env": cfg.env.env_id,
+        "vector_mode": mode,
         "epsilon": args.epsilon,
         "fragment": args.fragment,
         "seconds": args.seconds,

@@ -8,8 +8,10 @@ Usage loop (a runner or actor drives it)::
     shard.add(rollout["batch"], rollout["priorities"])
 
 Batched acting: a worker steps ``num_envs`` envs of its own together
-(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8;
-:mod:`apex_dask.algo.env_set`) and makes **one forward pass per step** over
+(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8): gymnasium envs
+in turn (``vector_mode="sync"``, :mod:`apex_dask.algo.env_set`) or, for ALE
+games with ``vector_mode="native"``, ale-py's C++ vector env
+(:mod:`apex_dask.algo.native_envs`). It makes **one forward pass per step** over
 all of them, the exploring ones too. For each env, with probability
 ``epsilon`` a uniform random action (drawn from the worker's own seeded
 ``numpy.random.Generator``), else ``argmax_a Q(s, a)`` under the last synced
@@ -19,7 +21,8 @@ caller should run ``torch.set_num_threads(1)`` in the worker's process:
 small-batch forwards are slower with more threads.
 
 Steps go through a :class:`~apex_dask.algo.vector_nstep.VectorNStepAdder`
-(n-step transitions over the env axis) whose pending steps carry over
+(n-step transitions over the env and time axes, worked out once per
+fragment) whose pending steps carry over
 between fragments, so a fragment holds the transitions *completed* during
 its steps (about ``fragment_length`` per env, not exactly).
 
