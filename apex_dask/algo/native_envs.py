@@ -82,7 +82,8 @@ def native_kwargs(env_kwargs: dict[str, Any]) -> dict[str, Any]:
 class NativeAtariEnvs:
     """``num_envs`` ALE games in one ``AtariVectorEnv``; see the module docstring.
 
-    Env j resets first with ``seed + j``. The vector env is made at construction.
+    Env j resets first with ``seed + j``. Construction makes a one-game vector env
+    for the spaces; :meth:`reset` makes the one of all ``num_envs`` games.
     """
 
     def __init__(
@@ -118,7 +119,7 @@ class NativeAtariEnvs:
             **kwargs,
         }
         self._t = 0  # vector steps made
-        self.vec = self._make()
+        self.vec = self._make(1)  # one game, for the spaces (an evaluator needs no more)
         self.envs = [self.vec]
         self.observation_space = self.vec.single_observation_space
         self.action_space = spaces.Discrete(int(self.vec.single_action_space.n))
@@ -128,14 +129,14 @@ class NativeAtariEnvs:
     def _at(self) -> str:
         return f" ({self.where})" if self.where else ""
 
-    def _new_vec(self) -> Any:
+    def _new_vec(self, num_envs: int | None = None) -> Any:
         from ale_py.vector_env import AtariVectorEnv
 
-        return AtariVectorEnv(**self._args)
+        return AtariVectorEnv(**{**self._args, "num_envs": num_envs or self.num_envs})
 
-    def _make(self) -> Any:
+    def _make(self, num_envs: int | None = None) -> Any:
         try:
-            return self.guard.make(self._new_vec)
+            return self.guard.make(lambda: self._new_vec(num_envs))
         except EnvFault as fault:
             raise EnvFailed(f"{fault}{self._at()}") from None
 
@@ -146,8 +147,12 @@ class NativeAtariEnvs:
         return obs
 
     def reset(self) -> np.ndarray:
-        """The observations every env acts on next (N, 4, 84, 84): the first reset."""
+        """The observations every env acts on next (N, 4, 84, 84): the vector env of all
+        ``num_envs`` games is made and reset the first time."""
         if self._obs is None:
+            self.guard.discard(self.vec)
+            self.vec = self._make()
+            self.envs = [self.vec]
             try:
                 self._obs = self._reset(self.seed)
             except EnvFault as fault:

@@ -116,6 +116,7 @@ def test_env_worker_on_the_native_env_keeps_priorities_equal_to_the_recomputatio
         vector_mode="native",
     )
     assert worker.vector_mode == "native"
+    assert worker.envs[0].num_envs == 1  # an evaluator never makes the others
     from apex_dask.algo.frame_codec import decode_batch
 
     done = cut = 0
@@ -125,6 +126,7 @@ def test_env_worker_on_the_native_env_keeps_priorities_equal_to_the_recomputatio
         np.testing.assert_allclose(out["priorities"], worker.td_errors(batch), rtol=1e-4, atol=1e-5)
         done += int(batch["done"].sum())
         cut += int(((~batch["done"]) & (batch["discount"] > 0.99**3 * 1.0001)).sum())
+    assert worker.envs[0].num_envs == 2
     # lost lives are training terminals; 400 frames (100 steps) cut episodes by time
     assert done > 0 and cut > 0 and out["steps"] == 120
     worker.close()
