@@ -45,7 +45,9 @@ def test_atari_preset_is_rllib_defaults_on_an_atari_env():
     replay = dataclasses.replace(cfg.replay, frame_stack=None)
     # and RLlib's tuned Atari Ape-X: 8 envs per worker, the DQN Atari setup of the env
     assert cfg.workers.envs_per_worker == 8
-    workers = dataclasses.replace(cfg.workers, envs_per_worker=1)
+    # stepped by ale-py's native vector env (the same preprocessing, docs/algorithm.md)
+    assert cfg.workers.vector_mode == "native"
+    workers = dataclasses.replace(cfg.workers, envs_per_worker=1, vector_mode="sync")
     assert cfg.env.clip_rewards is True and cfg.env.repeat_action_probability == 0.0
     assert cfg.eval.max_episode_steps == 27_000  # 108,000 frames
     same = dataclasses.replace(cfg, env=ApexConfig().env, replay=replay, workers=workers)

@@ -7,30 +7,44 @@ Usage loop (a runner or actor drives it)::
     rollout = worker.sample()         # fragment_length env steps
     shard.add(rollout["batch"], rollout["priorities"])
 
-Batched acting: a worker steps ``num_envs`` envs of its own in a plain loop
-(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8) and picks
-their actions with one forward pass per step for all of them. Every env
-keeps its own n-step adder and episode stats; all use the worker's epsilon.
-For each env, with probability ``epsilon`` a uniform random action (drawn from the
-worker's own seeded ``numpy.random.Generator``; no forward pass is made),
-else ``argmax_a Q(s, a)`` under the last synced weights. Vector observations
-use a numpy forward pass (:class:`~apex_dask.algo.networks.NumpyMLPQ`),
-images go through torch. The caller should run ``torch.set_num_threads(1)``
-in the worker's process: small-batch forwards are slower with more threads.
+Batched acting: a worker steps ``num_envs`` envs of its own together
+(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8): gymnasium envs
+in turn (``vector_mode="sync"``, :mod:`apex_dask.algo.env_set`) or, for ALE
+games with ``vector_mode="native"``, ale-py's C++ vector env
+(:mod:`apex_dask.algo.native_envs`). It makes **one forward pass per step** over
+all of them, the exploring ones too. For each env, with probability
+``epsilon`` a uniform random action (drawn from the worker's own seeded
+``numpy.random.Generator``), else ``argmax_a Q(s, a)`` under the last synced
+weights. Vector observations use a numpy forward pass
+(:class:`~apex_dask.algo.networks.NumpyMLPQ`), images go through torch. The
+caller should run ``torch.set_num_threads(1)`` in the worker's process:
+small-batch forwards are slower with more threads.
 
-Each step goes through an :class:`~apex_dask.algo.nstep.NStepAdder` whose
-pending steps carry over between fragments, so a fragment holds the
-transitions *completed* during its steps (about ``fragment_length``, not
-exactly). Initial priorities are |td| from the worker's own (possibly stale)
-weights with the double-DQN target, online = target = the synced weights:
+Steps go through a :class:`~apex_dask.algo.vector_nstep.VectorNStepAdder`
+(n-step transitions over the env and time axes, worked out once per
+fragment) whose pending steps carry over
+between fragments, so a fragment holds the transitions *completed* during
+its steps (about ``fragment_length`` per env, not exactly).
+
+Initial priorities come from the Q-values of acting, as the Ape-X paper's
+actors do: each step keeps ``Q(s_t)[a_t]`` with its transition, and a
+transition's bootstrap value ``max_b Q(s_{t+k}, b)`` is read from the
+forward pass that acts on ``s_{t+k}`` (the step after it completes). A time
+limit's final observation is never acted on: those states ride along as
+extra rows of the next forward. The transitions that bootstrap from the
+fragment's last observations get them from one batched pass at the end of
+the fragment, whose Q-values also choose the next fragment's first actions
+(unless :meth:`set_weights` came in between). So a pass costs nothing
+extra per fragment, every transition ships in the fragment that completed
+it, and all of a fragment's priorities come from the weights it acted
+with. The priorities equal ``td_errors(batch)``: |td| with the double-DQN
+target, online = target = the synced weights,
 ``|R + discount * Q(s', argmax_b Q(s', b)) - Q(s, a)|``.
 
 Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
 gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
-in the compact form of :mod:`apex_dask.algo.frame_codec`: ``frames`` (each
-frame of the fragment once) with ``obs_refs`` and ``next_obs_refs`` in place
-of ``obs`` and ``next_obs``; a shard built with the same ``frame_stack``
-stores it as it is. Priorities are computed on the full stacks first.
+in the compact form of :mod:`apex_dask.algo.frame_codec` (each frame once),
+which a shard built with the same ``frame_stack`` stores as it is.
 
 Envs that misbehave (:mod:`apex_dask.algo.env_guard`): making an env is
 bounded by ``make_timeout_s``, a ``step``/``reset`` by ``step_timeout_s``;
@@ -56,24 +70,22 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.env_guard import (
-    EnvErrorPolicy,
-    EnvFailed,
-    EnvFault,
-    EnvGuard,
-    check_finite,
-    env_name,
-)
+from apex_dask.algo.env_guard import EnvErrorPolicy, EnvGuard, env_name
+from apex_dask.algo.env_set import REMAKE_TRIES, GuardedEnvs, VectorStep
 from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
+from apex_dask.algo.native_envs import NativeAtariEnvs, native_game
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
-from apex_dask.algo.nstep import NStepAdder, stack_transitions
+from apex_dask.algo.nstep import TRANSITION_KEYS
+from apex_dask.algo.vector_nstep import VectorNStepAdder
 
-__all__ = ["REMAKE_TRIES", "EnvWorker", "probe_spaces"]
+__all__ = ["REMAKE_TRIES", "VECTOR_MODES", "EnvWorker", "probe_spaces"]
 
-REMAKE_TRIES = 3
-"""Attempts to make (and reset) a failed env again before the run ends (EnvFailed)."""
+VECTOR_MODES = ("native", "sync")
+"""How a worker steps its envs: ``native`` (ALE games: ale-py's ``AtariVectorEnv``,
+:mod:`apex_dask.algo.native_envs`; other envs as ``sync``) or ``sync`` (gymnasium envs
+stepped in turn, :class:`~apex_dask.algo.env_set.GuardedEnvs`)."""
 
 
 def probe_spaces(
@@ -91,7 +103,7 @@ def probe_spaces(
 
 
 class EnvWorker:
-    """One env plus an epsilon-greedy policy; see the module docstring.
+    """Envs plus an epsilon-greedy policy; see the module docstring.
 
     Before the first :meth:`set_weights` the worker acts with its own random
     initial weights and ``weights_version == -1``.
@@ -115,6 +127,7 @@ class EnvWorker:
         step_timeout_s: float | None = None,
         restart_failed_envs: bool = True,
         max_env_errors_per_min: int = 10,
+        vector_mode: str = "sync",
         where: str = "",
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
@@ -133,10 +146,24 @@ class EnvWorker:
         self.policy = EnvErrorPolicy(
             self.env_id, restart=restart_failed_envs, max_per_min=max_env_errors_per_min
         )
-        self._env_steps = [0] * self.num_envs
-        self.env = self._first_env()
-        self.observation_space = self.env.observation_space
-        self.action_space = self.env.action_space
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(seed)
+        if vector_mode not in VECTOR_MODES:
+            raise ValueError(f"vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
+        native = vector_mode == "native" and native_game(env_factory) is not None
+        self.vector_mode = "native" if native else "sync"
+        # env j resets first with seed + j, then continues its own generator
+        self._envs = (NativeAtariEnvs if native else GuardedEnvs)(
+            env_factory,
+            num_envs=self.num_envs,
+            seed=self.seed,
+            guard=self._guard,
+            policy=self.policy,
+            rng=self.rng,
+            where=where,
+        )
+        self.observation_space = self._envs.observation_space
+        self.action_space = self._envs.action_space
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self._net = build_q_network(self.observation_space, self.action_space, hiddens, dueling)
@@ -145,7 +172,6 @@ class EnvWorker:
         if len(self.observation_space.shape) == 1:
             self._numpy_net = NumpyMLPQ(module_weights(self._net))
         self.epsilon = float(epsilon)
-        self.seed = int(seed)
         self.fragment_length = int(fragment_length)
         self.double_q = bool(double_q)
         self.num_actions = int(self.action_space.n)
@@ -158,124 +184,46 @@ class EnvWorker:
                 f"(first axis the stack), the env gives {list(self._obs_shape)}"
             )
         self.frame_stack = frame_stack
-        self.rng = np.random.default_rng(seed)
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
         self._eval_steps = 0
-        self.envs = [self.env]  # the others are made by the first sample() (not for evaluators)
-        self.adders = [NStepAdder(n_step, gamma) for _ in range(self.num_envs)]
-        self.adder = self.adders[0]
+        self.adder = VectorNStepAdder(
+            self.num_envs,
+            n_step,
+            gamma,
+            self._obs_shape,
+            self._obs_dtype,
+            self.fragment_length,
+            num_actions=self.num_actions,
+        )
         self.weights_version = -1
         self.steps_sampled = 0
         self.episodes = 0
-        # env j resets first with seed + j, then continues its own generator
-        self._obs = [self._first_reset(0, self.env, self.seed)]
-        self._episode_return = [0.0] * self.num_envs
-        self._episode_length = [0] * self.num_envs
+        self._obs: np.ndarray | None = None  # (N, ...) once every env is made
+        self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
+        self._requote = False
+        self._episode_return = np.zeros(self.num_envs)
+        self._episode_start = np.zeros(self.num_envs, np.int64)  # the clock when it began
+        self._clock = 0
 
-    def _first_env(self) -> gym.Env:
-        try:
-            return self._guard.make(self.env_factory)
-        except EnvFault as fault:
-            raise EnvFailed(f"{fault}{self._at()}") from None
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The worker's envs (only the first before the first :meth:`sample`)."""
+        return self._envs.envs
 
-    def _first_reset(self, j: int, env: gym.Env, seed: int) -> np.ndarray:
-        try:
-            return self._reset(j, env, seed)
-        except EnvFault as fault:
-            raise EnvFailed(f"{fault}{self._at()}") from None
-
-    def _at(self) -> str:
-        return f" ({self.where})" if self.where else ""
-
-    def _make_envs(self) -> None:
-        for j in range(len(self.envs), self.num_envs):
-            env = self._first_env()
-            self.envs.append(env)
-            self._obs.append(self._first_reset(j, env, self.seed + j))
+    @property
+    def env(self) -> gym.Env:  # the first env
+        return self._envs.envs[0]
 
     @property
     def env_errors(self) -> int:
         """Env errors survived or not (raised, hung, non-finite), all envs of this worker."""
         return self.policy.count
 
-    # -- guarded env calls --------------------------------------------------
-    def _reset(self, j: int, env: gym.Env, seed: int | None) -> np.ndarray:
-        t = self._env_steps[j]
-        obs = self._as_obs(self._guard.call("reset", lambda: env.reset(seed=seed), t)[0])
-        check_finite(obs, 0.0, self.env_id, t, what="reset")
-        return obs
-
-    def _step(self, j: int, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        env = self.envs[j]
-        self._env_steps[j] += 1
-        t = self._env_steps[j]
-        next_obs, reward, terminated, truncated, info = self._guard.call(
-            "step", lambda: env.step(action + self._action_offset), t
-        )
-        next_obs = self._as_obs(next_obs)
-        check_finite(next_obs, reward, self.env_id, t)
-        if "train_reward" in info:
-            check_finite(next_obs, info["train_reward"], self.env_id, t)
-        return next_obs, float(reward), bool(terminated), bool(truncated), info
-
-    def _advance(
-        self, j: int, action: int, out: list, returns: list[float], lengths: list[int]
-    ) -> int:
-        """One step of env ``j``: its completed transitions into ``out``, a finished
-        episode's return and length into ``returns``/``lengths``; 1 (a step made)."""
-        obs = self._obs
-        next_obs, reward, terminated, truncated, info = self._step(j, action)
-        self._episode_return[j] += reward
-        self._episode_length[j] += 1
-        out += self.adders[j].add(
-            obs[j],
-            action,
-            info.get("train_reward", reward),
-            next_obs,
-            bool(info.get("train_terminated", terminated)),
-            truncated,
-        )
-        if terminated or truncated:
-            returns.append(self._episode_return[j])
-            lengths.append(self._episode_length[j])
-            self._episode_return[j], self._episode_length[j] = 0.0, 0
-            self.episodes += 1
-            obs[j] = self._reset(j, self.envs[j], None)  # an error here: the episode counts
-        else:
-            obs[j] = next_obs
-        return 1
-
-    def _replace_env(self, j: int, fault: EnvFault) -> None:
-        """Count ``fault`` (EnvFailed if the run must end); env ``j`` made again, its
-        partial episode and pending n-step steps dropped."""
-        self.policy.record(fault, self.where)
-        self._episode_return[j], self._episode_length[j] = 0.0, 0
-        self.adders[j].reset()
-        self._guard.discard(self.envs[j])
-        for attempt in range(1, REMAKE_TRIES + 1):
-            env = None
-            try:
-                env = self._guard.make(self.env_factory)
-                self._obs[j] = self._reset(j, env, int(self.rng.integers(2**31)))
-                break
-            except EnvFault as again:
-                if env is not None:
-                    self._guard.discard(env)
-                if attempt == REMAKE_TRIES:  # a simulator that is gone, however slow
-                    raise EnvFailed(
-                        f"{again}{self._at()}; it failed to be made again {attempt} times "
-                        "in a row after an env error"
-                    ) from None
-                self.policy.record(again, self.where)
-        self.envs[j] = env
-        if j == 0:
-            self.env = env
-
     @property
     def num_pending(self) -> int:
         """Steps of all envs whose transition is not emitted yet."""
-        return sum(a.num_pending for a in self.adders)
+        return self.adder.num_pending
 
     # -- policy ---------------------------------------------------------
     def _as_obs(self, obs: Any) -> np.ndarray:
@@ -291,21 +239,14 @@ class EnvWorker:
     def _greedy(self, obs: np.ndarray) -> int:
         return int(np.argmax(self.q_values(obs[None])[0]))
 
-    def _act(self, obs: Sequence[np.ndarray]) -> np.ndarray:
-        """One action per env: epsilon-greedy, one forward for all greedy ones."""
-        n = len(obs)
-        actions = np.zeros(n, np.int64)
-        explore = np.zeros(n, bool)
-        if self.epsilon > 0.0:
-            for j in range(n):  # the same draws as one env at a time
-                if self.rng.random() < self.epsilon:
-                    explore[j] = True
-                    actions[j] = self.rng.integers(self.num_actions)
-        greedy = np.flatnonzero(~explore)
-        if len(greedy):
-            q = self.q_values(np.stack([obs[j] for j in greedy]))
-            actions[greedy] = np.argmax(q, axis=1)
-        return actions
+    def _explore(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """A fragment's exploration draws: (explore?, random action) per step and env."""
+        if self.epsilon == 0.0:
+            return None
+        shape = (self.fragment_length, self.num_envs)
+        return self.rng.random(shape) < self.epsilon, self.rng.integers(
+            self.num_actions, size=shape
+        )
 
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
         """Act with these weights (a learner's ``get_weights()``) from now on."""
@@ -314,6 +255,8 @@ class EnvWorker:
         else:
             self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
         self.weights_version = int(version)
+        self._q_next = None  # acted on with the old weights: computed again
+        self._requote = True  # as are the pending steps' Q(s_t)[a_t]
 
     # -- rollouts -------------------------------------------------------
     def sample(self) -> dict[str, Any]:
@@ -325,29 +268,47 @@ class EnvWorker:
         ``fragment_length * num_envs`` less those env errors cut), ``episode_returns``,
         ``episode_lengths``, ``weights_version``, ``epsilon``.
 
-        Each env has its own n-step adder; the batch holds env 0's transitions,
-        then env 1's, and so on. The adder gets ``info["train_reward"]`` and
+        The batch holds env 0's transitions, then env 1's, and so on, each env's
+        oldest first. The adder gets ``info["train_reward"]`` and
         ``info["train_terminated"]`` when the env gives them (clipped rewards,
         a life loss: :mod:`apex_dask.algo.atari`); episode returns and lengths
         count raw rewards over whole episodes (``terminated or truncated``).
         """
-        self._make_envs()
-        per_env: list[list[dict[str, Any]]] = [[] for _ in self.envs]
+        if self._obs is None:
+            self._obs = self._envs.reset()
+        adder = self.adder
+        draws = self._explore()
+        explore = [False] * self.fragment_length if draws is None else draws[0].any(1).tolist()
         returns: list[float] = []
         lengths: list[int] = []
-        obs = self._obs
         steps = 0
-        for _ in range(self.fragment_length):
-            actions = self._act(obs)
-            for j in range(len(self.envs)):
-                try:
-                    steps += self._advance(j, int(actions[j]), per_env[j], returns, lengths)
-                except EnvFault as fault:
-                    self._replace_env(j, fault)
+        for t in range(self.fragment_length):
+            q = self._forward()
+            actions = q.argmax(axis=1)  # epsilon-greedy with the fragment's draws
+            if explore[t]:
+                actions = np.where(draws[0][t], draws[1][t], actions)
+            step = self._envs.step(actions)
+            active = None if step.all_active else step.active
+            adder.add(
+                self._obs,
+                actions,
+                step.train_reward,
+                step.next_obs,
+                step.train_terminated,
+                step.truncated,
+                active,
+                step.any_end,
+            )
+            self._clock += 1  # vector steps: an episode's length is the clock since its start
+            if step.any_end or not step.all_active:
+                steps += self._count_episodes(step, returns, lengths)
+            else:  # most steps
+                self._episode_return += step.reward
+                steps += self.num_envs
+            self._obs = step.obs
+        self._forward(keep=True)
         self.steps_sampled += steps
-        transitions = [t for env_transitions in per_env for t in env_transitions]
-        batch = stack_transitions(transitions, self._obs_shape, self._obs_dtype)
-        priorities = self.td_errors(batch)
+        batch, priorities = adder.take(self._obs, TRANSITION_KEYS)
         if self.frame_stack is not None:
             batch = encode_batch(batch, self.frame_stack)
         return {
@@ -360,21 +321,58 @@ class EnvWorker:
             "epsilon": self.epsilon,
         }
 
+    def _forward(self, keep: bool = False) -> np.ndarray:
+        """Q-values of the envs' observations (one pass, with the last step's time-limit
+        final observations and, after new weights, the pending steps as extra rows); their
+        values go to the adder. ``keep``: the pass at a fragment's end, kept for the next
+        fragment's first step."""
+        n, adder = self.num_envs, self.adder
+        cached, self._q_next = self._q_next, None
+        finals = len(adder.finals())
+        if cached is not None and not finals:
+            adder.set_q(cached)
+            return cached
+        parts = [self._obs, adder.final_obs()] if finals else [self._obs]
+        pending = 0
+        if self._requote:  # new weights: the pending steps' Q(s_t)[a_t] too, same pass
+            self._requote = False
+            obs, actions = adder.pending_obs()
+            pending = len(actions)
+            if pending:
+                parts.append(obs)
+        q = self.q_values(np.concatenate(parts) if len(parts) > 1 else parts[0])
+        if pending:
+            adder.set_pending_q(q[len(q) - pending :])
+        q_envs = q[:n]
+        adder.set_q(q_envs, q[n : n + finals] if finals else None)
+        if keep:
+            self._q_next = q_envs
+        return q_envs
+
+    def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
+        """Episode stats of a step with episode ends or env errors (the envs whose step
+        failed drop their partial episode); the steps made."""
+        active, ended = step.active, step.terminated | step.truncated
+        self._episode_return[active] += step.reward[active]
+        done = np.flatnonzero(active & ended)
+        returns += self._episode_return[done].tolist()
+        lengths += (self._clock - self._episode_start[done]).tolist()
+        self.episodes += len(done)
+        restart = (active & ended) | ~active
+        self._episode_return[restart], self._episode_start[restart] = 0.0, self._clock
+        return int(active.sum())
+
     def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
-        """float32 |td| of a batch under the synced weights (online = target)."""
+        """float32 |td| of a batch under the synced weights (online = target), from two
+        new passes: what :meth:`sample`'s priorities equal, made from its acting passes."""
         n = len(batch["action"])
         if n == 0:
             return np.zeros(0, np.float32)
         q_all = self.q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
         q, q_next = q_all[:n], q_all[n:]
+        b = batch
         return td_errors_numpy(
-            q,
-            q_next,
-            q_next,
-            batch["action"],
-            batch["reward"],
-            batch["discount"],
-            double_q=self.double_q,
+            q, q_next, q_next, b["action"], b["reward"], b["discount"], self.double_q
         )
 
     # -- evaluation -----------------------------------------------------
@@ -393,8 +391,7 @@ class EnvWorker:
 
     def close(self) -> None:
         """Close the envs (a hung one once its call returns) and end their threads."""
-        for env in self.envs:
-            self._guard.discard(env)
+        self._envs.close()
         if self._eval_env is not None:
             self._guard.discard(self._eval_env)
         self._guard.close()

@@ -166,6 +166,14 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
         factory = make_env_factory(env_id, kwargs)
     except UnknownEnvError as exc:
         raise UsageError(str(exc)) from None
+    if cfg.workers.vector_mode == "native":
+        from apex_dask.algo.native_envs import native_game, native_kwargs
+
+        if native_game(factory) is not None:
+            try:
+                native_kwargs(kwargs)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
     from apex_dask.algo.env_guard import BoundedCaller, Late
 
     timeout = cfg.env.make_timeout_s

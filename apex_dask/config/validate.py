@@ -161,6 +161,8 @@ def validate(cfg: Any) -> None:
     positive("workers.rollouts_in_flight", w.rollouts_in_flight)
     positive("workers.rollouts_per_call", w.rollouts_per_call)
     positive("workers.envs_per_worker", w.envs_per_worker)
+    if w.vector_mode not in ("native", "sync"):
+        raise bad("workers.vector_mode", w.vector_mode, "must be native or sync")
     positive("workers.max_env_errors_per_min", w.max_env_errors_per_min)
     positive("env.make_timeout_s", cfg.env.make_timeout_s)
     if cfg.env.step_timeout_s is not None:

@@ -11,6 +11,7 @@ from gymnasium import spaces
 from apex_dask.algo.env_worker import EnvWorker
 from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.frame_codec import decode_batch
+from apex_dask.algo.learner import module_weights
 
 CARTPOLE = make_env_factory("CartPole-v1")
 
@@ -83,7 +84,17 @@ def test_one_forward_per_step_for_all_envs():
     inner = worker.q_values
     worker.q_values = lambda obs: calls.append(len(obs)) or inner(obs)
     worker.sample()
-    assert calls[:5] == [8] * 5  # 5 steps, then the priorities' forward
+    assert calls == [8] * 6  # 5 steps, then the last observations' pass
+    calls.clear()
+    worker.sample()
+    assert calls == [8] * 5  # that pass chose the next fragment's first actions
+    worker.set_weights(1, module_weights(worker._net))
+    calls.clear()
+    pending = worker.num_pending
+    worker.sample()
+    # new weights: the first step's pass is made again, with the pending steps' states
+    # (their kept Q(s_t)[a_t] came from the old weights)
+    assert pending > 0 and calls == [8 + pending] + [8] * 5
 
 
 def test_all_envs_use_the_worker_epsilon():
@@ -91,12 +102,14 @@ def test_all_envs_use_the_worker_epsilon():
     forwards = []
     worker.q_values = lambda obs: forwards.append(len(obs)) or np.zeros((len(obs), 2), np.float32)
     actions = []
-    worker._make_envs()
+    worker._envs.reset()  # makes the other envs
     for env in worker.envs:
         orig = env.step
         env.step = lambda a, orig=orig: actions.append(a) or orig(a)
     worker.sample()
-    assert len(forwards) == 1  # the priorities' only: epsilon 1 acts without a forward
+    # one pass per step for every env, exploring ones too (their Q-values give the
+    # priorities), and one at the fragment's end for the last bootstraps
+    assert forwards == [4] * 51
     assert len(actions) == 200 and 0.4 < np.mean(actions) < 0.6
 
 

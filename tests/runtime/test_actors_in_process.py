@@ -134,7 +134,11 @@ def test_env_worker_stores_each_rollout_in_the_named_shard_and_takes_only_newer_
     assert synced == [7, None]  # the second ask finds nothing newer
     assert (both.rollouts, both.steps, both.weights_version) == (2, 40, 7)
     assert s0["replay/0/rollouts_stored"] == 1 and s1["replay/1/rollouts_stored"] == 2
-    assert 40 - 2 <= s1["replay/1/size"] <= 40  # up to n - 1 steps still pending
+    # every step is one transition but the n - 1 (or fewer) still pending; a fragment
+    # holds those it completed: its own steps' and up to n - 1 carried over from the last
+    pending = worker._worker.num_pending
+    assert s0["replay/0/size"] + s1["replay/1/size"] == 60 - pending <= 60
+    assert 20 - 2 <= s0["replay/0/size"] <= 20 + 2
     assert ev["weights_version"] == 7 and 1 <= ev["return_mean"] <= 30
     assert stats["env/epsilon/3"] == 0.2
     assert stats["env/3/rollouts_sent"] == 3 and stats["env/3/steps_sampled"] == 60

@@ -86,6 +86,7 @@ class EnvWorkerActor:
         step_timeout_s: float | None = None,
         restart_failed_envs: bool = True,
         max_env_errors_per_min: int = 10,
+        vector_mode: str = "sync",
         call_timeout_s: float = 60.0,
         run: str = "",
         animation: bool = False,
@@ -117,6 +118,7 @@ class EnvWorkerActor:
             step_timeout_s=step_timeout_s,
             restart_failed_envs=restart_failed_envs,
             max_env_errors_per_min=max_env_errors_per_min,
+            vector_mode=vector_mode,
             where=f"env worker {index}" if index >= 0 else "the evaluator",
         )
         if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
