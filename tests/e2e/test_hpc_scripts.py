@@ -31,7 +31,9 @@ from polling import poll  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 SHIMS = Path(__file__).resolve().parent / "shims"
 BIN = Path(sys.executable).parent
-TRAIN_ARGS = ["--stop-timesteps", "3000", "--set", "report.min_iter_time_s=1", "--quiet"]
+# A run probed from outside while it trains: it lasts long enough for the probes (they start
+# once the scheduler file exists, before the workers join) on a fast or a loaded machine.
+PROBED_ARGS = ["--stop-time", "25", "--set", "report.min_iter_time_s=1", "--quiet"]
 
 
 def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
@@ -81,22 +83,22 @@ def check_trained_run(run_dir: Path, output: str) -> None:
 
 @pytest.mark.slow
 def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
-    """Over TLS with the user's own files (they win over per-run ones) on the interface
-    named by APEX_INTERFACE (lo here)."""
+    """The default launch: TLS required with credentials made for the run, on the interface
+    named by APEX_INTERFACE (lo here); while it runs, only a client with them gets in."""
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
-    env.update(tls_files(tmp_path / "tls"), APEX_INTERFACE="lo")
-    env["APEX_DASHBOARD"] = ":0"
+    env.update(APEX_INTERFACE="lo", APEX_DASHBOARD=":0")
     script = ROOT / "cluster" / "slurm" / "apex.sbatch"
     try:
-        proc = subprocess.run(
-            ["sbatch", "--wait", str(script), *TRAIN_ARGS],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        job = subprocess.Popen(
+            ["sbatch", "--wait", str(script), *PROBED_ARGS],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        sched = poll(lambda: next(iter(tmp_path.glob("apex-*/scheduler.json")), None), 120)
+        poll(lambda: sched.stat().st_size > 0, 30)
+        assert_only_the_run_gets_in(sched)
+        stdout, stderr = job.communicate(timeout=180)
+        proc = subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
         (submit,) = calls(state, "sbatch")
         job_id = submit["job_id"]
         output = proc.stdout + (tmp_path / f"apex-{job_id}.out").read_text()
@@ -128,8 +130,8 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
         assert "3 of 3 workers joined; GPU workers ['learner']" in output
         check_trained_run(run_dir, output)
         check_tls_scheduler(run_dir)
-        assert "TLS required, with your credentials" in output
-        assert not (run_dir / "tls").exists()  # no per-run credentials beside the user's
+        assert_private_credentials(run_dir / "tls")
+        assert "TLS required; this run's credentials are in" in output
         assert "ssh -N -L " in output  # how to reach the dashboard from outside
         assert "stopping the Dask cluster" in output
     finally:
@@ -140,14 +142,15 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
 def test_slurm_usr1_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
     """SLURM's ``--signal=B:USR1@120`` reaches the batch shell: the driver writes a
     checkpoint and exits 75, the script requeues the job (the ``scontrol`` stand-in
-    runs it again with the same id), and the requeued job resumes its run folder."""
+    runs it again with the same id), and the requeued job resumes its run folder. With the
+    user's own TLS files, which win over per-run credentials in both instances."""
     import signal
     import threading
     import time
 
     marker, state = uuid.uuid4().hex, tmp_path / "state"
     env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
-    env["APEX_DASHBOARD"] = ":0"
+    env.update(tls_files(tmp_path / "tls"), APEX_DASHBOARD=":0")
     script = ROOT / "cluster" / "slurm" / "apex.sbatch"
     args = ["--stop-timesteps", "6000", "--set", "report.min_iter_time_s=1", "--quiet"]
     done: dict = {}
@@ -187,6 +190,8 @@ def test_slurm_usr1_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
         assert lines[-1]["timesteps_total"] >= 6000
         resumes = (results.parent / "resumes.jsonl").read_text().splitlines()
         assert len(resumes) == 1
+        assert output.count("TLS required, with your credentials") == 2  # each instance
+        assert not (results.parent.parent / "tls").exists()  # no per-run files beside them
     finally:
         thread.join(timeout=5)
         assert_nothing_left(marker)
@@ -201,7 +206,7 @@ def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_pat
     script = ROOT / "cluster" / "pbs" / "apex.pbs"
     settings = (
         "APEX_PRESET=cartpole,APEX_WORKERS_PER_NODE=1,APEX_DASHBOARD=:0,APEX_ARGS="
-        + " ".join(TRAIN_ARGS)
+        + " ".join(PROBED_ARGS)
     )
     try:
         job = subprocess.Popen(
