@@ -33,7 +33,7 @@ SHIMS = Path(__file__).resolve().parent / "shims"
 BIN = Path(sys.executable).parent
 # A run probed from outside while it trains: it lasts long enough for the probes (they start
 # once the scheduler file exists, before the workers join) on a fast or a loaded machine.
-PROBED_ARGS = ["--stop-time", "25", "--set", "report.min_iter_time_s=1", "--quiet"]
+PROBED_ARGS = ["--stop-time", "18", "--set", "report.min_iter_time_s=1", "--quiet"]
 
 
 def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
