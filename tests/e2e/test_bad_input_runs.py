@@ -330,7 +330,7 @@ def test_a_lost_env_worker_is_announced_and_accounted(shared, untouched, tmp_pat
 
     sched_file, env = shared
     out = tmp_path / "run"
-    proc = start_on_shared(sched_file, env, out, "--stop-time", "45", "--set", "eval.episodes=0")
+    proc = start_on_shared(sched_file, env, out, "--stop-time", "25", "--set", "eval.episodes=0")
     try:
         poll(lambda: len(_lines(out / "results.jsonl")) >= 1 or proc.poll() is not None, 180)
         before = json.loads((out / "placement.json").read_text())
