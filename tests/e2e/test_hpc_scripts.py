@@ -67,6 +67,20 @@ def calls(state: Path, tool: str) -> list[dict]:
     return [c for c in map(json.loads, lines) if c["tool"] == tool]
 
 
+def submit_and_probe(
+    argv: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess:
+    """Submit a job that blocks until it ends; while it trains, probe its scheduler from
+    outside (only a client with the run's credentials gets in); then its completed process."""
+    job = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sched = poll(lambda: next(iter(cwd.glob("apex-*/scheduler.json")), None), 120)
+    poll(lambda: sched.stat().st_size > 0, 30)
+    assert_only_the_run_gets_in(sched)
+    stdout, stderr = job.communicate(timeout=180)
+    return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
+
+
 def check_trained_run(run_dir: Path, output: str) -> None:
     for log in ("scheduler.log", "learner.log"):
         assert (run_dir / log).exists()
@@ -90,15 +104,7 @@ def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
     env.update(APEX_INTERFACE="lo", APEX_DASHBOARD=":0")
     script = ROOT / "cluster" / "slurm" / "apex.sbatch"
     try:
-        job = subprocess.Popen(
-            ["sbatch", "--wait", str(script), *PROBED_ARGS],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        sched = poll(lambda: next(iter(tmp_path.glob("apex-*/scheduler.json")), None), 120)
-        poll(lambda: sched.stat().st_size > 0, 30)
-        assert_only_the_run_gets_in(sched)
-        stdout, stderr = job.communicate(timeout=180)
-        proc = subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
+        proc = submit_and_probe(["sbatch", "--wait", str(script), *PROBED_ARGS], tmp_path, env)
         (submit,) = calls(state, "sbatch")
         job_id = submit["job_id"]
         output = proc.stdout + (tmp_path / f"apex-{job_id}.out").read_text()
@@ -209,15 +215,9 @@ def test_pbs_script_starts_env_workers_with_pbsdsh_trains_and_tears_down(tmp_pat
         + " ".join(PROBED_ARGS)
     )
     try:
-        job = subprocess.Popen(
-            ["qsub", "-W", "block=true", "-v", settings, str(script)],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        sched = poll(lambda: next(iter(tmp_path.glob("apex-*/scheduler.json")), None), 120)
-        poll(lambda: sched.stat().st_size > 0, 30)
-        assert_only_the_run_gets_in(sched)
-        stdout, stderr = job.communicate(timeout=180)
-        proc = subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
+        proc = submit_and_probe(
+            ["qsub", "-W", "block=true", "-v", settings, str(script)], tmp_path, env
+        )
         (submit,) = calls(state, "qsub")
         job_id = submit["job_id"]
         seq = job_id.split(".")[0]
