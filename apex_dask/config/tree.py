@@ -250,11 +250,10 @@ class TopologyConfig:
     """Timeout of every actor-to-actor call (a dead peer never answers)."""
     elastic: bool = False
     """Follow the cluster as workers come and go: a Dask worker that joins gets
-    ``workers.per_process`` env workers; one that is retired on purpose
-    (``client.retire_workers``, ``cluster.scale``, ``adapt``, ``dask worker --lifetime``)
-    first hands its replay shards and learner over (a fresh snapshot, restored on
-    another worker) and its env workers stop; none of that counts as a fault. Off: the
-    env workers are fixed at the start, and a worker that leaves is a fault."""
+    ``workers.per_process`` env workers; one retired on purpose (``retire_workers``,
+    ``cluster.scale``, ``adapt``, ``--lifetime``) first hands its replay shards and learner
+    over (a fresh snapshot, restored elsewhere) and its env workers stop; no fault is
+    counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,9 @@ def test_workers_join_and_one_retires_gracefully_and_cartpole_reaches_475():
     # the shard held as many items after the move as before it, and all of them count
     moved = [c for c in changes if c.startswith("replay shard 0 moved")]
     assert len(moved) == 1, changes
-    before, after = map(int, re.findall(r"(\d+) items held before the move, (\d+) after", moved[0])[0])
+    before, after = map(
+        int, re.findall(r"(\d+) items held before the move, (\d+) after", moved[0])[0]
+    )
     assert before == after > 0
     assert final["elastic/replay_items_moved"] == after
     # no fault: nothing replaced, restored, lost or failed
@@ -85,9 +87,10 @@ def test_workers_join_and_one_retires_gracefully_and_cartpole_reaches_475():
     assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"]
     assert final["flow/rollouts_lost"] == 0
     assert final["flow/batches_sampled"] == final["flow/batches_received"]
-    assert final["flow/batches_received"] == final["flow/batches_trained"] + final[
-        "flow/batches_in_queue"
-    ]
+    assert (
+        final["flow/batches_received"]
+        == final["flow/batches_trained"] + final["flow/batches_in_queue"]
+    )
     assert final["flow/batches_lost"] == 0
     assert final["flow/priority_updates_sent"] == final["flow/priority_updates_applied"]
     assert final["flow/priority_updates_failed"] == 0

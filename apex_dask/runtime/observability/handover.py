@@ -71,9 +71,7 @@ class Handover:
             (ws := self.scheduler.workers.get(a)) is not None and ws.actors for a in addresses
         )
 
-    async def retire_workers(
-        self, workers: Any = None, *, names: Any = None, **kwargs: Any
-    ) -> Any:
+    async def retire_workers(self, workers: Any = None, *, names: Any = None, **kwargs: Any) -> Any:
         """Dask's ``retire_workers``, after the elastic runs moved their actors off."""
         wait_s = self.wait_s()
         if wait_s <= 0:  # no elastic run: exactly as before
