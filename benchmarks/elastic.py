@@ -40,11 +40,21 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
     cluster, client = start_local_cluster(workers, dashboard_address=None)
     churns, stop = [], threading.Event()
 
+    def count() -> int:
+        return len(client.scheduler_info(n_workers=-1)["workers"])
+
+    def reach(n: int) -> None:  # scale() only asks; wait (bounded) until it is done
+        deadline = time.monotonic() + 120
+        while count() != n and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     def churner() -> None:
         while not stop.wait(churn_s):
             t0 = time.monotonic()
             cluster.scale(workers - 1)  # the newest worker retires, handing over
-            cluster.scale(workers)
+            reach(workers - 1)
+            cluster.scale(workers)  # and a new one joins
+            reach(workers)
             churns.append(time.monotonic() - t0)
 
     try:
