@@ -118,6 +118,10 @@ FAST = [
         ["--connect-timeout", "finite"],
     ),
     Row("jobqueue-wait-inf", ["--jobqueue-wait", "inf"], ["--jobqueue-wait"]),
+    Row("adapt-without-cluster", ["--adapt", "1:4"], ["--adapt", "--cluster"]),
+    Row("adapt-backwards", ["--cluster", "slurm", "--adapt", "4:1"], ["--adapt", "MIN:MAX"]),
+    Row("adapt-not-a-range", ["--cluster", "pbs", "--adapt", "4"], ["--adapt", "MIN:MAX"]),
+    Row("per-process-zero", ["--set", "workers.per_process=0"], ["workers.per_process", "> 0"]),
     Row("seed-type", ["--set", "seed=x"], ["seed", "integer"]),
     Row("pendulum", ["--set", "env.env_id=Pendulum-v1"], ["Pendulum-v1", "Discrete"]),
     Row(

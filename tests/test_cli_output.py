@@ -82,3 +82,34 @@ def test_placement_watcher_announces_rebuilt_shards_and_learner(tmp_path, capsys
     assert not any("replay shard 1" in line for line in out)
     assert watcher.replaced == 2
     assert json.loads((tmp_path / "placement.json").read_text())["learner"]["name"] == "3"
+
+
+def test_placement_watcher_prints_each_elastic_change_once_and_no_lost_worker(tmp_path, capsys):
+    from apex_dask.cli.watch import PlacementWatcher
+
+    def worker(addr: str) -> dict:
+        return {"address": addr, "name": addr[-1], "host": "h", "resources": {}}
+
+    class Run:  # an elastic run: a slot filled, a shard moved, each with its line
+        placement = {
+            "learner": worker("tcp://a:1"),
+            "shards": [worker("tcp://b:2")],
+            "env_workers": [worker("tcp://b:2"), None],
+            "evaluator": worker("tcp://b:2"),
+        }
+        changes: list[str] = []
+
+    run = Run()
+    watcher = PlacementWatcher(run, tmp_path)
+    run.placement = {**Run.placement, "env_workers": [worker("tcp://b:2"), worker("tcp://c:3")]}
+    run.changes = ["env worker 1 (epsilon 0.4) added on Dask worker 3"]
+    watcher.poll(force=True)
+    run.placement = {**run.placement, "shards": [worker("tcp://c:3")]}
+    run.changes = [*run.changes, "replay shard 0 moved off leaving Dask worker 2 to 3"]
+    watcher.poll(force=True)
+    watcher.poll(force=True)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 1)[1] for line in out] == run.changes
+    assert watcher.replaced == 0
+    written = json.loads((tmp_path / "placement.json").read_text())
+    assert written["shards"][0]["name"] == "3" and written["env_workers"][1]["name"] == "3"

@@ -73,8 +73,28 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
         )
     if getattr(args, "jobs", 1) < 1:
         raise UsageError(f"--jobs {args.jobs} must be >= 1")
+    adapt = getattr(args, "adapt", None)
+    if adapt is not None:
+        if not getattr(args, "cluster", None):
+            raise UsageError("--adapt needs --cluster slurm|pbs (jobqueue's adapt scales jobs)")
+        parse_adapt(adapt)
     _seconds("--connect-timeout", args.connect_timeout)
     _seconds("--jobqueue-wait", getattr(args, "jobqueue_wait", None))
+
+
+def parse_adapt(text: str) -> tuple[int, int]:
+    """``--adapt MIN:MAX``: env-worker jobs adapt scales between (0 <= MIN <= MAX, MAX >= 1)."""
+    lo, sep, hi = str(text).partition(":")
+    try:
+        bounds = (int(lo), int(hi)) if sep else None
+    except ValueError:
+        bounds = None
+    if bounds is None or not 0 <= bounds[0] <= bounds[1] or bounds[1] < 1:
+        raise UsageError(
+            f"--adapt {text!r} must be MIN:MAX env-worker jobs with 0 <= MIN <= MAX and "
+            "MAX >= 1, e.g. --adapt 1:8"
+        )
+    return bounds
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
@@ -123,6 +143,8 @@ def resolve_config(args: argparse.Namespace) -> ApexConfig:
         key, value = item.split("=", 1)
         overrides[key.strip()] = value
     overrides.update(stop_flags(args))
+    if getattr(args, "elastic", False) or getattr(args, "adapt", None):
+        overrides["topology.elastic"] = True
     return cfg.override(overrides) if overrides else cfg
 
 

@@ -57,6 +57,13 @@ def add_cluster_flags(parser: argparse.ArgumentParser, *, jobqueue: bool = False
             help="with --cluster: option for the jobqueue cluster, e.g. queue=gpu (repeatable)",
         )
         c.add_argument(
+            "--adapt",
+            metavar="MIN:MAX",
+            help="with --cluster: let dask-jobqueue's adapt keep MIN to MAX env-worker jobs "
+            "(beside the learner job) as the load asks; implies --elastic (with "
+            "--jobqueue-opt lifetime=50m, worker jobs retire and are replaced)",
+        )
+        c.add_argument(
             "--jobqueue-wait",
             type=float,
             default=None,
@@ -112,6 +119,12 @@ def open_cluster(
             print(f"{prefix} submitted {args.cluster} jobs; waiting for their workers ({wait})")
             wait_for_jobqueue_workers(cluster, args.jobqueue_wait)
             client = Client(cluster, direct_to_workers=True)
+            if getattr(args, "adapt", None):  # + the learner job, which adapt also counts
+                from apex_dask.cli.checks import parse_adapt
+
+                lo, hi = parse_adapt(args.adapt)
+                cluster.adapt(minimum_jobs=lo + 1, maximum_jobs=hi + 1)
+                print(f"{prefix} adapt: {lo} to {hi} env-worker jobs")
         except BaseException:
             cluster.close()
             raise

@@ -119,8 +119,11 @@ def _job_kwargs(kind: str, o: JobqueueOptions, learner: bool) -> dict[str, Any]:
                 directives.append(o.gpu_directive or f"--gres=gpu:{o.gpus}")
         if kind == "pbs":
             kw["resource_spec"] = o.learner_resource_spec or _pbs_select(cores, memory, o.gpus)
-    elif kind == "pbs" and o.resource_spec:
-        kw["resource_spec"] = o.resource_spec
+    else:
+        if o.lifetime:
+            worker_args += ["--lifetime", o.lifetime]
+        if kind == "pbs" and o.resource_spec:
+            kw["resource_spec"] = o.resource_spec
     kw["job_extra_directives"] = directives
     kw["worker_extra_args"] = worker_args
     if o.local_directory:

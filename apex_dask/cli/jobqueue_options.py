@@ -90,6 +90,9 @@ class JobqueueOptions:
     """TLS: the certificate of the scheduler, the workers and the driver (PEM)."""
     tls_key: str | None = None
     """TLS: its private key (PEM)."""
+    lifetime: str | None = None
+    """Env-worker jobs' workers retire themselves after this long (``dask worker
+    --lifetime``, e.g. ``50m``); with ``--adapt`` new jobs replace them. None: never."""
     dashboard_address: str = ":8787"
     """Address of the scheduler's dashboard (in the submitting process)."""
     local_directory: str | None = None

@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--list-keys", action="store_true", help="list every config key with its doc and exit"
     )
+    g.add_argument(
+        "--elastic",
+        action="store_true",
+        help="follow the cluster as Dask workers join and retire (topology.elastic; "
+        "workers.per_process env workers per worker, workers.num_workers at most)",
+    )
     add_cluster_flags(p, jobqueue=True)
     s = p.add_argument_group("stopping (first met wins)")
     s.add_argument("--stop-timesteps", type=int, metavar="N", help="env steps sampled")

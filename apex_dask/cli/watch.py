@@ -30,7 +30,8 @@ PREFIX = "apex-dask-submit:"
 
 
 class PlacementWatcher:
-    """Follows ``driver.placement``: a replaced or rebuilt actor gets one console line, and
+    """Follows ``driver.placement``: a replaced or rebuilt actor gets one console line, as
+    does each elastic join, retirement and move (``driver.changes``), and
     ``placement.json`` (under ``out``) is rewritten whenever the placement changes."""
 
     def __init__(self, driver: Any, out: Path | None, every_s: float = 1.0) -> None:
@@ -38,6 +39,7 @@ class PlacementWatcher:
         self._next = 0.0
         self.placement: dict[str, Any] = {}
         self.replaced = 0
+        self._changes = 0  # elastic changes already printed
         self.poll(force=True)
 
     def poll(self, force: bool = False) -> None:
@@ -47,12 +49,16 @@ class PlacementWatcher:
         self._next = now + self.every_s
         try:
             new = self.driver.placement
+            changes = list(getattr(self.driver, "changes", []))
         except Exception:  # the driver is being torn down
             return
+        for line in changes[self._changes :]:  # elastic joins, retirements and moves
+            print(f"{PREFIX} {line}", flush=True)
+        moved, self._changes = len(changes) > self._changes, len(changes)
         if not new or new == self.placement:
             return
         old, self.placement = self.placement, new
-        if old:
+        if old and not moved:  # a change the lines above did not explain: a lost worker
             self._announce(old, new)
         if self.out is not None:
             try:
@@ -61,7 +67,12 @@ class PlacementWatcher:
                 print(f"{PREFIX} {exc}", flush=True)
 
     def _announce(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        pairs = list(zip(old.get("env_workers", []), new.get("env_workers", []), strict=False))
+        pairs = [
+            (was or {}, now or {})
+            for was, now in zip(
+                old.get("env_workers", []), new.get("env_workers", []), strict=False
+            )
+        ]
         names = [f"env worker {i}" for i in range(len(pairs))]
         if old.get("evaluator") and new.get("evaluator"):
             pairs.append((old["evaluator"], new["evaluator"]))
@@ -70,6 +81,8 @@ class PlacementWatcher:
         pairs += [*rebuilt, (old.get("learner") or {}, new.get("learner") or {})]
         names += [f"replay shard {k}" for k in range(len(rebuilt))] + ["the learner"]
         for name, (was, now) in zip(names, pairs, strict=True):
+            if not was.get("address") or not now.get("address"):
+                continue  # a slot filled or emptied (elastic), not a lost worker
             if was.get("address") != now.get("address"):
                 self.replaced += 1
                 how = "replaced" if name.startswith(("env", "the eval")) else "rebuilt"

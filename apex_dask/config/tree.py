@@ -167,7 +167,12 @@ class EnvWorkersConfig:
     """The epsilon-greedy env workers (RLlib rollout workers)."""
 
     num_workers: int = 32
-    """Number of env worker actors."""
+    """Number of env worker actors; with ``topology.elastic``, the most there may be (the
+    epsilon ladder has this many slots, filled lowest index first)."""
+    per_process: int = 1
+    """With ``topology.elastic``: env workers each Dask worker process hosts (the learner's
+    process hosts none unless it is the only one); a worker that joins gets this many,
+    up to ``num_workers`` in all."""
     rollout_fragment_length: int = 50
     """Env steps per rollout each worker returns."""
     max_weight_sync_delay: int = 400
@@ -243,6 +248,12 @@ class TopologyConfig:
     """Worker processes of the embedded LocalCluster; None: one per CPU core."""
     call_timeout_s: float = 60.0
     """Timeout of every actor-to-actor call (a dead peer never answers)."""
+    elastic: bool = False
+    """Follow the cluster as workers come and go: a Dask worker that joins gets
+    ``workers.per_process`` env workers; one retired on purpose (``retire_workers``,
+    ``cluster.scale``, ``adapt``, ``--lifetime``) first hands its replay shards and learner
+    over (a fresh snapshot, restored elsewhere) and its env workers stop; no fault is
+    counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
 
 
 @dataclass(frozen=True)

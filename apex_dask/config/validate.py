@@ -154,6 +154,7 @@ def validate(cfg: Any) -> None:
                 "must be an import path 'package.module:function' (or null for none)",
             )
     positive("workers.num_workers", w.num_workers)
+    positive("workers.per_process", w.per_process)
     positive("workers.rollout_fragment_length", w.rollout_fragment_length)
     nonneg("workers.max_weight_sync_delay", w.max_weight_sync_delay)
     unit("workers.epsilon_base", w.epsilon_base, lo_open=True)

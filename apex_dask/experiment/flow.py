@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 __all__ = [
+    "ElasticCounters",
     "ROLLOUTS_LOST",
     "ROLLOUTS_SENT",
     "FaultCounters",
@@ -125,6 +126,20 @@ class FaultCounters(_Counters):
     env_errors: int = 0
     """Env errors the env workers and the evaluator survived (raised, hung, non-finite);
     each env was closed and made again (``workers.restart_failed_envs``)."""
+
+
+@dataclass
+class ElasticCounters(_Counters):
+    """What an elastic run (``topology.elastic``) did as Dask workers joined and left on
+    purpose; none of it is a fault (all 0 in the in-process runner and without elastic)."""
+
+    prefix = "elastic/"
+    env_workers_added: int = 0
+    env_workers_retired: int = 0
+    shards_moved: int = 0
+    replay_items_moved: int = 0
+    """Items the moved shards held at the move (each new shard held as many)."""
+    learner_moved: int = 0
 
 
 @dataclass

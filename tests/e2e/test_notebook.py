@@ -78,6 +78,10 @@ def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(tmp_p
         iterations, steps = int(done.group(1)), int(done.group(2).replace(",", ""))
         assert (int(lines[-1][0]), int(lines[-1][1].replace(",", ""))) == (iterations, steps)
         assert iterations >= 1 and steps >= 1500
+        grown = re.search(r"Dask workers: (\d+), env workers now: (\d+)", text)
+        cores = os.cpu_count() or 1  # the notebook's LocalCluster: one worker per core
+        assert grown and int(grown.group(1)) == cores + 1, text  # it followed scale(n + 1)
+        assert int(grown.group(2)) == min(4, 2 * cores)
         assert "saved and reloaded weights version" in text
         assert "greedy return over 10 episodes:" in text
         mimes = {

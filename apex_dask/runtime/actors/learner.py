@@ -59,7 +59,7 @@ from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import learner_metrics
-from apex_dask.runtime.actors.calls import Throttled, call_with_timeout, current_worker
+from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout, current_worker
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 
@@ -319,21 +319,31 @@ class LearnerActor:
         """Restore from a checkpoint part (checksum verified); the weights version."""
 
         def load() -> int:
-            state = read_part(directory, entry)
-            try:
-                with self._model_lock:
-                    self._learner.load_state_dict(state)
-            except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                raise CheckpointError(
-                    f"{directory}/{entry['file']}: does not fit this learner (another "
-                    f"network or env?): {type(exc).__name__}: {first}"
-                ) from None
-            self._blob = None
-            self._prefetcher.trained_before = int(self._learner.steps_trained)
-            return int(self._learner.version)
+            return self._load(read_part(directory, entry), f"{directory}/{entry['file']}")
 
         return await asyncio.get_running_loop().run_in_executor(self._snap_pool, load)
+
+    async def take_over(self, old_ref: Any) -> int:
+        """Continue from the (stopped) learner ``old_ref``, whose worker is leaving: its
+        state is pulled straight from it, a fresh snapshot. The weights version."""
+        old = as_handle(old_ref)
+        state = await call_with_timeout(old.state_dict(), max(self._timeout, 120.0))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._snap_pool, self._load, state, "the old learner")
+
+    def _load(self, state: dict[str, Any], source: str) -> int:
+        try:
+            with self._model_lock:
+                self._learner.load_state_dict(state)
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise CheckpointError(
+                f"{source}: does not fit this learner (another network or env?): "
+                f"{type(exc).__name__}: {first}"
+            ) from None
+        self._blob = None
+        self._prefetcher.trained_before = int(self._learner.steps_trained)
+        return int(self._learner.version)
 
     # ------------------------------------------------------------------- stats
     async def thread_error(self) -> str | None:

@@ -10,6 +10,7 @@ of numpy at most). ``sample()`` answers with the shard's own
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +20,7 @@ from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.algo.replay_sample import ReplaySample
 from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
-from apex_dask.runtime.actors.calls import Throttled
+from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 
 __all__ = ["ReplayShardActor"]
 
@@ -55,6 +56,7 @@ class ReplayShardActor:
         batch_size: int = 32,
         seed: int | None = None,
         run: str = "",
+        call_timeout_s: float = 60.0,
         **storage: Any,
     ) -> None:
         from apex_dask.algo.replay import ReplayShard
@@ -67,10 +69,24 @@ class ReplayShardActor:
         self.flow = ShardFlow()
         self._pub = Throttled(f"replay/{self.shard_id}", run)
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"apex-shard-{shard_id}-io")
+        self._timeout = float(call_timeout_s)
+        # a shard handed over to another (its worker is leaving) forwards every call there;
+        # a shard taking over holds calls until the snapshot is in
+        self._moved_to: Any = None
+        self._taking_over: asyncio.Event | None = None
+        self._last_call = time.monotonic()
+
+    async def _wait_ready(self) -> None:
+        self._last_call = time.monotonic()
+        if self._taking_over is not None:
+            await self._taking_over.wait()
 
     async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
         """Store one rollout (dict of arrays) with its initial priorities; return the items
         stored now (the shard's ``size``, not ``added``)."""
+        await self._wait_ready()
+        if self._moved_to is not None:
+            return await call_with_timeout(self._moved_to.add(batch, priorities), self._timeout)
         self._shard.add(batch, priorities)
         self.flow.rollouts_stored += 1
         self._pub.maybe(self._metrics)
@@ -78,6 +94,9 @@ class ReplayShardActor:
 
     async def sample(self, batch_size: int | None = None) -> ReplaySample | None:
         """A prioritized batch, or None while fewer than ``learning_starts`` items are held."""
+        await self._wait_ready()
+        if self._moved_to is not None:
+            return await call_with_timeout(self._moved_to.sample(batch_size), self._timeout)
         if len(self._shard) < self._learning_starts:
             return None
         s = self._shard.sample(batch_size or self._batch_size, self._beta)
@@ -86,6 +105,10 @@ class ReplayShardActor:
 
     async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
+        await self._wait_ready()
+        if self._moved_to is not None:
+            update = self._moved_to.update_priorities(indices, priorities)
+            return await call_with_timeout(update, self._timeout)
         self._shard.update_priorities(indices, priorities)
         self.flow.priority_updates_applied += 1
         self._pub.maybe(self._metrics)
@@ -125,6 +148,33 @@ class ReplayShardActor:
                 f"(another capacity or env?): {exc}"
             ) from None
         return len(self._shard)
+
+    async def hand_over(self, new_ref: Any) -> dict[str, Any]:
+        """Give this shard to ``new_ref`` (its worker is leaving): every later call is
+        forwarded there. Returns the snapshot (contents, priorities, flow counters) and
+        the items held, taken at once with the forwarding switched on: nothing is lost."""
+        self._moved_to = as_handle(new_ref)
+        flow = {k: int(v) for k, v in vars(self.flow).items()}
+        return {"state": self._shard.state_dict(), "flow": flow, "size": len(self._shard)}
+
+    async def take_over(self, old_ref: Any, self_ref: Any) -> tuple[int, int]:
+        """Become shard ``old_ref`` (on a worker that is leaving): its snapshot and flow
+        counters are pulled straight from it; calls wait meanwhile. ``(items it held at
+        the hand-over, items held here now)``."""
+        self._taking_over = asyncio.Event()
+        try:
+            old = as_handle(old_ref)
+            got = await call_with_timeout(old.hand_over(self_ref), max(self._timeout, 120.0))
+            self._shard.load_state_dict(got["state"])
+            self.flow = ShardFlow(**got["flow"])
+        finally:
+            self._taking_over.set()
+            self._taking_over = None
+        return int(got["size"]), len(self._shard)
+
+    async def idle_s(self) -> float:
+        """Seconds since the last add, sample or priority update reached this shard."""
+        return time.monotonic() - self._last_call
 
     async def close(self) -> None:
         """Flush pending metrics."""

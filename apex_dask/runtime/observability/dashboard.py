@@ -335,8 +335,19 @@ class ApexDashboard(DashboardComponent):
             x_range=x,
             **kw,
         )
+        self.workers = TimeSeriesFigure(
+            store,
+            "Workers (elastic runs follow joins and retirements)",
+            [
+                Line("workers/env_workers", "env workers", c[2]),
+                Line("workers/dask_workers", "Dask workers", c[5]),
+            ],
+            "count",
+            x_range=x,
+            **kw,
+        )
         names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
-        names += ("sync", "blocked")
+        names += ("sync", "blocked", "workers")
         self.figures = [getattr(self, name) for name in names]
         self.animation = EvalAnimation(store)
         beside = {id(self.returns): row(self.returns.root, self.animation.root)}

@@ -43,8 +43,8 @@ from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
+from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
-from apex_dask.runtime.orchestration.placement import plan_placement
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
 from apex_dask.runtime.orchestration.state import RunState
 
@@ -135,13 +135,9 @@ class ApexDriver:
         self._client = client
         try:
             workers = wait_for_workers(client, 1, worker_wait_s)
-            placement = plan_placement(
-                workers,
-                num_shards=config.replay.num_shards,
-                num_env_workers=config.workers.num_workers,
-                learner_worker=config.topology.learner_worker,
-                replay_placement=config.replay.placement,
-            )
+            placement = start_placement(workers, config)
+            if config.topology.elastic:
+                install_handover(client)
             self.dashboard_link: str | None = self._dashboard()
             self._announce(out=self._out_dir)
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
@@ -154,6 +150,17 @@ class ApexDriver:
         except BaseException:
             self._release()
             raise
+
+    @property
+    def cluster(self) -> Any:
+        """The embedded ``LocalCluster`` (None on a cluster given by a client): e.g.
+        ``driver.cluster.scale(4)`` mid-run, which an elastic run follows."""
+        return self._cluster
+
+    @property
+    def changes(self) -> list[str]:
+        """Elastic runs: one line per env worker added or retired and per actor moved."""
+        return [] if self._state is None else list(self._state.changes)
 
     def _open_tensorboard(self, log_dir: str | os.PathLike[str] | None) -> TensorBoardSink | None:
         if log_dir is None:

@@ -124,7 +124,9 @@ class ActorSet:
 
     def _shard(self, k: int, where: str) -> Any:
         kwargs = shard_actor_kwargs(self.config, k)
-        fut = self._submit(ReplayShardActor, k, **kwargs, run=self.run_id, where=where)
+        fut = self._submit(
+            ReplayShardActor, k, **kwargs, run=self.run_id, call_timeout_s=self.timeout, where=where
+        )
         ref = self._refs[fut.key]
         if k < len(self.shard_refs):
             self.shard_refs[k] = ref
@@ -156,7 +158,7 @@ class ActorSet:
         """Create every actor and wait for them; the run state holding their handles
         (one-line :class:`ApexRuntimeError` if one fails)."""
         cfg, p = self.config, self.placement
-        n_shards, n_env = cfg.replay.num_shards, cfg.workers.num_workers
+        n_shards, n_env = cfg.replay.num_shards, len(p.env_workers)
         create_timeout = max(self.timeout, 120.0)
         probe = self.client.submit(
             _probe_on_worker,
@@ -190,7 +192,7 @@ class ActorSet:
         shard_futs = [self._shard(k, p.shards[k].address) for k in range(n_shards)]
         handles = wait([f"replay shard {k}" for k in range(n_shards)], shard_futs)
         handles += wait(["learner"], [self._learner(p.learner.address)])
-        epsilons = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
+        epsilons = self.ladder()[:n_env]  # elastic runs may start below num_workers
         env_futs = [
             self._env_worker(i, epsilons[i], derive_seed(cfg.seed, "worker", i), a.address)
             for i, a in enumerate(p.env_workers[:n_env])
@@ -232,7 +234,7 @@ class ActorSet:
             raise ApexRuntimeError(f"env worker {slot.index} was lost and no worker is left")
         load = {w.address: 0 for w in alive}
         for w in self.placement.env_workers:
-            if w.address in load:
+            if w is not None and w.address in load:
                 load[w.address] += 1
         where = min(alive, key=lambda w: load[w.address])
         self.replaced += 1
@@ -242,6 +244,50 @@ class ActorSet:
         await self.client.gather(fut, asynchronous=True)
         self.placement = self.placement.moved(slot.index, where)
         return fut, self._handle(fut), where.address
+
+    def ladder(self) -> list[float]:
+        """The fixed epsilon ladder: one epsilon per slot of ``workers.num_workers``."""
+        w = self.config.workers
+        return [float(e) for e in apex_epsilons(w.num_workers, w.epsilon_base, w.epsilon_alpha)]
+
+    async def add_env_worker(self, index: int, where: WorkerInfo) -> EnvSlot:
+        """A new env worker in slot ``index`` (its ladder epsilon) on ``where`` (a worker
+        that joined); its slot. It has no weights: the plan syncs it before it acts."""
+        self.replaced += 1
+        seed = derive_seed(self.config.seed, "worker", index) + 7919 * self.replaced
+        epsilon = self.ladder()[index]
+        fut = self._env_worker(index, epsilon, seed & 0x7FFFFFFF, where.address)
+        handle = await self._created(fut)
+        self.placement = self.placement.moved(index, where)
+        return EnvSlot(index, fut, handle, where.address, epsilon)
+
+    async def move_shard(self, k: int, where: WorkerInfo) -> tuple[ShardHandle, Any, Any]:
+        """A new, empty replay shard ``k`` on ``where`` beside the old one, which lives on
+        until :meth:`retire`; ``(new handle, its ref, the old one's Future)``."""
+        old = next(f for f in self.futures if f.key == self.shard_refs[k][2])
+        handle = await self._created(self._shard(k, where.address))
+        self.placement = self.placement.shard_moved(k, where)
+        return handle, self.shard_refs[k], old
+
+    async def move_learner(self, where: WorkerInfo) -> tuple[LearnerHandle, Any]:
+        """A new learner on ``where`` (not started) beside the old one, which lives on
+        until :meth:`retire`; ``(new handle, the old one's Future)``."""
+        old = next(f for f in self.futures if f.key == self.learner_ref[2])
+        handle = await self._created(self._learner(where.address))
+        self.placement = self.placement.learner_moved(where)
+        return handle, old
+
+    def ref(self, fut: Any) -> ActorRef:
+        """The ref of the actor of ``fut`` (what other actors are given)."""
+        return self._refs[fut.key]
+
+    async def retire(self, fut: Any) -> None:
+        """Delete the actor of ``fut`` (handed over, or its env worker retired)."""
+        self._drop(fut.key)
+        try:
+            await self.client.cancel([fut], force=True, asynchronous=True)
+        except Exception:
+            pass
 
     async def _created(self, fut: Any) -> Any:
         await asyncio.wait_for(self.client.gather(fut, asynchronous=True), max(self.timeout, 120.0))

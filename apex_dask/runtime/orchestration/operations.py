@@ -53,7 +53,14 @@ class StoreRollouts:
         self.on_failure = on_failure
         self.hold: Callable[[EnvSlot], bool] = lambda slot: False
         self.window = IterationWindow()  # this iteration's steps and episodes
-        self.lowest = set(lowest_epsilon_workers(len(state.slots)))
+        self.lowest: set[int] = set()
+        self.envs_changed()
+
+    def envs_changed(self) -> None:
+        """Env workers joined or are leaving: episode stats come from the lowest-epsilon
+        third of those that stay (the highest ladder slots in use)."""
+        idx = sorted(s.index for s in self.state.slots if not s.retiring)
+        self.lowest = {idx[j] for j in lowest_epsilon_workers(len(idx))} if idx else set()
 
     def start(self, slot: EnvSlot) -> None:
         """Keep ``rollouts_in_flight`` rollouts going; a worker without weights syncs first
@@ -64,11 +71,13 @@ class StoreRollouts:
             self.fill(slot)
 
     def fill(self, slot: EnvSlot) -> None:
-        while slot.in_flight < self.w.rollouts_in_flight:
+        while not slot.retiring and slot.in_flight < self.w.rollouts_in_flight:
             self.launch(slot)
 
     def launch(self, slot: EnvSlot) -> None:
         """One call of ``rollouts_per_call`` rollouts, each to a uniformly random shard."""
+        if slot.retiring:  # its Dask worker is leaving (elastic runs)
+            return
         n = self.w.rollouts_per_call
         shards = self.state.live_shards()
         ks = [shards[int(i)] for i in self.state.rng.integers(len(shards), size=n)]
@@ -100,7 +109,7 @@ class StoreRollouts:
         if slot.index in self.lowest:
             self.window.episode_returns += s.episode_returns
             self.window.episode_lengths += s.episode_lengths
-        if self.state.halting:
+        if self.state.halting or slot.retiring:
             return
         if not self.hold(slot):
             self.launch(slot)

@@ -67,7 +67,7 @@ class Placement:
 
     learner: WorkerInfo
     shards: list[WorkerInfo]
-    env_workers: list[WorkerInfo]
+    env_workers: list[WorkerInfo | None]  # by slot index; None: an empty slot (elastic)
     evaluator: WorkerInfo
 
     def as_dict(self) -> dict[str, Any]:
@@ -76,19 +76,24 @@ class Placement:
         return {
             "learner": self.learner.as_dict(),
             "shards": [w.as_dict() for w in self.shards],
-            "env_workers": [w.as_dict() for w in self.env_workers],
+            "env_workers": [None if w is None else w.as_dict() for w in self.env_workers],
             "evaluator": self.evaluator.as_dict(),
         }
 
     def env_worker(self, env_index: int) -> WorkerInfo:
         """Where env worker ``env_index`` (-1: the evaluator) is."""
-        return self.evaluator if env_index < 0 else self.env_workers[env_index]
+        where = self.evaluator if env_index < 0 else self.env_workers[env_index]
+        assert where is not None, f"env worker slot {env_index} is empty"
+        return where
 
-    def moved(self, env_index: int, where: WorkerInfo) -> Placement:
-        """This placement with env worker ``env_index`` (-1: the evaluator) on ``where``."""
+    def moved(self, env_index: int, where: WorkerInfo | None) -> Placement:
+        """This placement with env worker ``env_index`` (-1: the evaluator) on ``where``
+        (None: the slot is emptied, its env worker retired)."""
         if env_index < 0:
+            assert where is not None
             return replace(self, evaluator=where)
         env_workers = list(self.env_workers)
+        env_workers += [None] * (env_index + 1 - len(env_workers))
         env_workers[env_index] = where
         return replace(self, env_workers=env_workers)
 

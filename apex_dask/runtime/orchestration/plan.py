@@ -19,8 +19,9 @@ each operation is one named piece (:mod:`.operations`, :mod:`.report`)::
 
 and the upkeep jobs beside them: the learner's health (:mod:`.health`),
 periodic checkpoints (:mod:`.checkpointing`), rebuilding a lost learner or
-shard (:mod:`.recovery`) and the optional ``min_replay_ratio`` pacing of env
-workers (:mod:`.pacing`); lost env workers are handled by :mod:`.faults`.
+shard (:mod:`.recovery`), the optional ``min_replay_ratio`` pacing of env
+workers (:mod:`.pacing`) and, in elastic runs, following the workers as they
+join and retire (:mod:`.elastic`); lost env workers are handled by :mod:`.faults`.
 
 Every piece is given the run's state (:mod:`.state`) and the collaborators
 it calls, never the plan. Every call is an asyncio task awaited with
@@ -37,6 +38,7 @@ from typing import Any
 
 from apex_dask.config import ApexConfig
 from apex_dask.runtime.orchestration.checkpointing import Checkpointer
+from apex_dask.runtime.orchestration.elastic import Elasticity
 from apex_dask.runtime.orchestration.evaluation import Evaluation
 from apex_dask.runtime.orchestration.faults import FaultHandler
 from apex_dask.runtime.orchestration.health import LearnerHealth
@@ -125,6 +127,23 @@ class ExecutionPlan:
             self.recovery,
             self.pacer,
         ]
+        if actors is not None and config.topology.elastic:
+            self.jobs.append(
+                Elasticity(
+                    state,
+                    tasks,
+                    actors,
+                    client=client,
+                    run_id=run_id,
+                    per_process=config.workers.per_process,
+                    timeout_s=t,
+                    start_env=self.store.start,
+                    envs_changed=self.store.envs_changed,
+                    stop_learner=self.replay_and_update.stop,
+                    start_learner=self.replay_and_update.start,
+                    evaluating=lambda: self.evaluation.pending,
+                )
+            )
 
     async def run(self) -> None:
         """One session: start the operations, tick the jobs until ``state.halting``, drain."""

@@ -87,6 +87,7 @@ class Recovery(Job):
             except (OSError, TimeoutError):  # the scheduler itself: the client's to report
                 return False
             alive = workers_from_scheduler_info(info)
+            self.state.dask_workers = len(alive)
             uids = {w.address: w.uid for w in alive}
 
             def gone(w: WorkerInfo) -> bool:  # not there, or restarted since (same address)

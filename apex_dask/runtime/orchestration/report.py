@@ -142,7 +142,7 @@ class Report(Job):
             acting_versions=[slot.version for slot in s.slots],
             weight_syncs=c.weight_syncs,
             eval_result=eval_result,
-            extra=c.driver_metrics(),
+            extra={**c.driver_metrics(), **s.worker_counts()},
             retired=c.retired,
         )
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from apex_dask.algo.results import derive_seed
-from apex_dask.experiment.flow import ROLLOUTS_SENT, FaultCounters, RetiredFlow
+from apex_dask.experiment.flow import ROLLOUTS_SENT, ElasticCounters, FaultCounters, RetiredFlow
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
 
 __all__ = ["EnvSlot", "RunCounters", "RunState"]
@@ -50,6 +50,7 @@ class EnvSlot:
     retry_sync_at: float = 0.0
     in_flight: int = 0
     replacing: bool = False
+    retiring: bool = False  # its Dask worker is leaving: no new rollouts, then it is closed
 
     def rebind(self, future: Any, handle: EnvWorkerHandle, address: str) -> None:
         """A new actor for this slot (it has no weights yet: it syncs before acting)."""
@@ -66,13 +67,14 @@ class RunCounters:
     weight_syncs: int = 0
     iteration: int = 0
     faults: FaultCounters = field(default_factory=FaultCounters)
+    elastic: ElasticCounters = field(default_factory=ElasticCounters)
     retired: RetiredFlow = field(default_factory=RetiredFlow.empty)  # lost actors' last flow
 
     def driver_metrics(self) -> dict[str, float]:
         """The fault counters and ``flow/rollouts_sent``: rollout calls that finished, a
         lost env worker's included (its own counter died with it)."""
         sent = self.rollouts_returned + self.faults.rollouts_failed
-        return {**self.faults.metrics(), ROLLOUTS_SENT: float(sent)}
+        return {**self.faults.metrics(), **self.elastic.metrics(), ROLLOUTS_SENT: float(sent)}
 
 
 class RunState:
@@ -95,6 +97,8 @@ class RunState:
         self.slots = slots
         self.evaluator = evaluator
         self.missing_shards: set[int] = set()  # lost, being rebuilt: no rollouts go there
+        self.dask_workers = 0  # Dask workers alive, as the newest check saw them
+        self.changes: list[str] = []  # elastic joins, retirements and moves, one line each
         # counters and run-wide values
         self.counters = RunCounters()
         self.rng = np.random.default_rng(derive_seed(seed, "driver"))
@@ -132,6 +136,25 @@ class RunState:
         """Rates of the next result count from a learner that has made ``updates``."""
         self.rate_base = {"learner/updates": float(updates), "learner/grad_total_s": 0.0}
 
+    def add_slot(self, slot: EnvSlot) -> None:
+        """A new env worker (an elastic join); slots stay ordered by index."""
+        self.slots = sorted([*self.slots, slot], key=lambda x: x.index)
+
+    def remove_slot(self, slot: EnvSlot) -> None:
+        """An env worker that was retired with its Dask worker."""
+        self.slots = [x for x in self.slots if x is not slot]
+
+    def worker_counts(self) -> dict[str, float]:
+        """``workers/env_workers`` (live env worker actors) and ``workers/dask_workers``."""
+        return {
+            "workers/env_workers": float(len(self.slots)),
+            "workers/dask_workers": float(self.dask_workers),
+        }
+
+    def change(self, line: str) -> None:
+        """Record one elastic join, retirement or move (the CLI prints each once)."""
+        self.changes.append(line)
+
     def env_slots(self) -> list[EnvSlot]:
         """Every env worker's slot, the evaluator's last."""
         return [*self.slots, *([self.evaluator] if self.evaluator is not None else [])]
@@ -158,6 +181,7 @@ class RunState:
             "time_s": self.elapsed_s(),
             "eval_history": list(self.eval_history),
             "faults": c.faults.metrics(),
+            "elastic": c.elastic.metrics(),
             "retired": c.retired.state_dict(),
             "rng": self.rng.bit_generator.state,
         }
@@ -169,6 +193,7 @@ class RunState:
         c.weight_syncs = int(state["weight_syncs"])
         c.iteration = int(state["iteration"])
         c.faults = FaultCounters.from_metrics(state["faults"])
+        c.elastic = ElasticCounters.from_metrics(state.get("elastic", {}))
         c.retired = RetiredFlow.from_state_dict(state.get("retired", {}))
         self.eval_history = list(state["eval_history"])
         self.t_start = time.monotonic() - float(state["time_s"])
