@@ -49,6 +49,7 @@ import torch
 __all__ = [
     "AMP_MODES",
     "MEMORY_FORMATS",
+    "DEVICE_METRICS",
     "BatchStager",
     "FinishedUpdate",
     "ResultPipe",
@@ -92,6 +93,14 @@ def check_device_options(device: str, *, amp: str, compile: bool, memory_format:
                 "learner.compile: true needs a C compiler on a CPU learner; set learner.compile: false"
             )
 
+
+DEVICE_METRICS = (
+    "learner/device_busy",
+    "learner/h2d_s",
+    "learner/device_mem_bytes",
+    "learner/device_mem_peak_bytes",
+)
+"""The learner's device metrics: present on a CUDA learner only (absent, not zero, on CPU)."""
 
 # cast on the device after the copy; other keys keep their stored dtype
 _DEVICE_DTYPES = {

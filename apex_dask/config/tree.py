@@ -156,6 +156,15 @@ class LearnerConfig:
     """``auto`` (cuda if torch sees one, else cpu), ``cpu`` or ``cuda[:N]``."""
     num_threads: int = 1
     """torch threads in the learner process (>= 1)."""
+    amp: str = "off"
+    """``off`` or ``bf16``: autocast the learner's forward passes to bfloat16 (checked on
+    the learner's device when it is made: a CUDA device without bfloat16 is refused)."""
+    compile: bool = False
+    """``torch.compile`` the online and target networks (needs triton on CUDA, a C
+    compiler on CPU; checked when the learner is made). The first updates compile."""
+    memory_format: str = "contiguous"
+    """``contiguous`` or ``channels_last``: the memory layout of the CNN's weights and image
+    inputs (channels-last often runs convolutions faster on recent GPUs)."""
     before_learn_on_batch: str | None = None
     """Import path ``pkg.module:function`` of a hook ``f(batch, shard_id) -> batch`` run on
     every replayed batch before the update (``batch``: ``indices``, ``weights``,

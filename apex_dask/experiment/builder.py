@@ -47,6 +47,9 @@ def learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "device": lc.device,
         "num_threads": lc.num_threads,
         "seed": derive_seed(cfg.seed, "learner"),
+        "amp": lc.amp,
+        "compile": lc.compile,
+        "memory_format": lc.memory_format,
     }
 
 

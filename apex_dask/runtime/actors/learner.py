@@ -212,21 +212,37 @@ class LearnerActor:
                     batch = batch.with_hook_batch(self._hook(batch.as_hook_batch(), batch.shard_id))
                     self.hook_calls += 1
                 t2, c2 = time.perf_counter(), time.thread_time()
-                with self._model_lock:
-                    td, m = self._learner.update(batch.data, batch.weights)
+                done = self._train(batch)
                 t3, c3 = time.perf_counter(), time.thread_time()
-                self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
+                self._hand_back(done)
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
                     self._grad_cpu.push(c3 - c2)
                     self._qsize.push(qsize)
-                    self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
                     self.batches_trained += 1
                     self._overall.push(time.perf_counter() - t0)
                 self._pub.maybe(self._metrics)
+            with self._model_lock:  # the pipelined path's last update
+                self._hand_back([(d.tag, d.td_abs, d.metrics()) for d in self._learner.drain()])
         except BaseException as exc:  # surfaced through stats() to the driver
             self._thread_error = f"{type(exc).__name__}: {exc}"
+
+    def _train(self, batch: ReplaySample) -> list[tuple[ReplaySample, Any, dict[str, float]]]:
+        """One update; the batches whose results are in, with their |TD| and metrics (this
+        one on CPU; the one before on the pipelined path, read one update later)."""
+        with self._model_lock:
+            if self._learner.pipeline:
+                done = self._learner.submit(batch.data, batch.weights, tag=batch)
+                return [(d.tag, d.td_abs, d.metrics()) for d in done]
+            td, m = self._learner.update(batch.data, batch.weights)
+        return [(batch, td, m)]
+
+    def _hand_back(self, done: list[tuple[ReplaySample, Any, dict[str, float]]]) -> None:
+        for batch, td, m in done:
+            self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
+            with self._stats_lock:
+                self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
 
     # -------------------------------------------------------------- priorities
     async def _send_priorities(self) -> None:
