@@ -223,3 +223,35 @@ def test_a_shard_sample_is_the_replayed_batch_message_with_its_shard_id():
     batch = asyncio.run(scenario())
     assert ReplayedBatch is ReplaySample and type(batch) is ReplaySample
     assert batch.shard_id == 4 and batch.added == 30 and len(batch.indices) == 8
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_learner_actor_hands_every_batchs_priorities_back_to_its_shard(pipeline):
+    """The pipelined path (the one a CUDA learner takes) reads each update's results one
+    update later; after ``stop()`` every trained batch's priorities reached its shard."""
+    from apex_dask.runtime.actors import LearnerActor
+
+    shards = [shard(0), shard(1)]
+    spaces = probe_spaces(make_env_factory("CartPole-v1"))
+    kwargs = {"hiddens": HIDDENS, "device": "cpu", "pipeline": pipeline}
+
+    async def scenario():
+        for k, s in enumerate(shards):
+            await s.add(transitions(64, k))
+        learner = LearnerActor(*spaces, shards, learner_kwargs=kwargs, batch_size=8)
+        await learner.start()
+        await until(lambda: learner.batches_trained >= 12)
+        final = await learner.stop()
+        version, _ = await learner.get_weights()
+        applied = [
+            (await s.stats())["replay/" + str(k) + "/priority_updates_applied"]
+            for k, s in enumerate(shards)
+        ]
+        return final, version, applied
+
+    final, version, applied = asyncio.run(scenario())
+    trained = final["flow/batches_trained"]
+    assert final["flow/batches_received"] == trained + final["flow/batches_in_queue"]
+    assert final["flow/priority_updates_sent"] == trained == sum(applied) == version
+    assert np.isfinite(final["learner/loss"])
+    assert not any(k.startswith("learner/device") for k in final)  # CPU: absent, not zero
