@@ -100,6 +100,9 @@ class ReplayConfig:
     calls, one event loop and GIL), ``learner_host`` (the other worker processes on the
     learner's host, as RLlib placed them) or ``spread`` (round-robin over all workers).
     Replaces ``colocate_with_learner`` (true: learner_process, false: spread)."""
+    shared_memory: bool = True
+    """Shards in other processes on the learner's host send batches through /dev/shm (a
+    small reference over TCP, read in place; ``prefetch_per_shard + 4`` batches each)."""
 
     @property
     def colocate_with_learner(self) -> bool:
@@ -157,14 +160,11 @@ class LearnerConfig:
     num_threads: int = 1
     """torch threads in the learner process (>= 1)."""
     amp: str = "off"
-    """``off`` or ``bf16``: autocast the learner's forward passes to bfloat16 (checked on
-    the learner's device when it is made: a CUDA device without bfloat16 is refused)."""
+    """``off`` or ``bf16`` (autocast of the forward passes; refused on a GPU without bf16)."""
     compile: bool = False
-    """``torch.compile`` the online and target networks (needs triton on CUDA, a C
-    compiler on CPU; checked when the learner is made). The first updates compile."""
+    """``torch.compile`` both networks (needs triton on CUDA, a C compiler on CPU)."""
     memory_format: str = "contiguous"
-    """``contiguous`` or ``channels_last``: the memory layout of the CNN's weights and image
-    inputs (channels-last often runs convolutions faster on recent GPUs)."""
+    """``contiguous`` or ``channels_last``: layout of the CNN's weights and image inputs."""
     before_learn_on_batch: str | None = None
     """Import path ``pkg.module:function`` of a hook ``f(batch, shard_id) -> batch`` run on
     every replayed batch before the update (``batch``: ``indices``, ``weights``,

@@ -104,6 +104,8 @@ def shard_actor_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
         "beta": cfg.replay.beta,
         "learning_starts": cfg.replay.shard_learning_starts,
         "batch_size": cfg.learner.batch_size,
+        # every sample request in flight, plus the batches queued and in training
+        "shared_slots": cfg.learner.prefetch_per_shard + 4,
     }
 
 

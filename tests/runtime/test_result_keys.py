@@ -91,6 +91,15 @@ def test_in_process_results_have_exactly_the_documented_keys(config):
 
 @pytest.mark.slow
 def test_dask_results_have_exactly_the_documented_keys(config, client):
-    results = train(config, client, stop={"iterations": ITERATIONS})
+    """Shards in the other worker process (``learner_host``): their batches reach the
+    learner through shared memory, and the blocks are gone once the run ends."""
+    shm = pathlib.Path("/dev/shm")
+    before = set(shm.glob("apex*_*_*"))
+    cfg = config.override({"replay.placement": "learner_host"})
+    results = train(cfg, client, stop={"iterations": ITERATIONS})
     assert len(results) >= ITERATIONS
     assert folded(results) == documented()["dask"]
+    last = results[-1]
+    assert 0 < last["learner/shared_batches"] <= last["flow/batches_received"]
+    assert last["learner/local_shards"] == 0
+    assert set(shm.glob("apex*_*_*")) <= before  # each shard unlinked its block

@@ -15,10 +15,11 @@
   the prefetcher share one :class:`~apex_dask.runtime.actors.prefetch.ShardLinks`.
 - The **learner thread** takes :class:`~apex_dask.algo.replay_sample.ReplaySample` s (``learner/dequeue_s``
   times that wait: high means starved), runs the user's
-  ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update``
-  (``learner/grad_s``, CPU ``learner/grad_cpu_s``; denormals flushed, heap kept:
-  :mod:`.heap`), and hands a :class:`PriorityUpdate` to the outqueue. ``learner/overall_s``
-  times the whole step; ``learner/queue_size`` is a window of inqueue sizes.
+  ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update`` (on CUDA
+  ``Learner.submit``: results one update later, no blocking sync) (``learner/grad_s``,
+  CPU ``learner/grad_cpu_s``; denormals flushed, heap kept: :mod:`.heap`), releases a
+  shared-memory batch and hands a :class:`PriorityUpdate` to the outqueue.
+  ``learner/overall_s`` times the whole step; ``learner/queue_size`` a window of sizes.
 - The **priority sender** (an asyncio task) drains the outqueue every 4 ms,
   sending each update to its source shard (inline for a local shard, a task
   with a timeout for a remote one). The learner thread never wakes the loop
@@ -33,8 +34,7 @@ Flow counters: ``flow/batches_received`` (batches taken from shards),
 ``flow/batches_in_queue``, ``flow/batches_trained``, ``flow/priority_updates_sent``,
 ``flow/batches_lost`` (sample requests that failed or timed out: their batch,
 if any, never arrived; and batches held by the prefetcher when a stop found the
-learner thread dead). At any quiescent point
-``batches_received == batches_trained + batches_in_queue``.
+learner thread dead). Quiescent: ``batches_received == batches_trained + batches_in_queue``.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class LearnerActor:
         before_learn_on_batch: Hook | None = None,
         idle_poll_s: float = 0.02,
         run: str = "",
+        shared_memory: bool = False,
     ) -> None:
         from apex_dask.algo.learner import Learner
 
@@ -109,6 +110,7 @@ class LearnerActor:
             max_replay_ratio=max_replay_ratio,
             call_timeout_s=call_timeout_s,
             idle_poll_s=idle_poll_s,
+            shared_memory=shared_memory,
         )
         # outqueue: the learner thread appends PriorityUpdates; the sender drains it
         self._outbox: deque[PriorityUpdate] = deque()
@@ -182,6 +184,7 @@ class LearnerActor:
     async def close(self) -> None:
         """Stop everything and publish the last metrics."""
         await self.stop()
+        self._prefetcher.close()
         self._snap_pool.shutdown(wait=False)
         self._pub.now(self._metrics)
 
@@ -213,6 +216,7 @@ class LearnerActor:
                     self.hook_calls += 1
                 t2, c2 = time.perf_counter(), time.thread_time()
                 done = self._train(batch)
+                item.release()  # a shared-memory slot: read (or staged) by now
                 t3, c3 = time.perf_counter(), time.thread_time()
                 self._hand_back(done)
                 with self._stats_lock:
@@ -229,9 +233,7 @@ class LearnerActor:
             self._thread_error = f"{type(exc).__name__}: {exc}"
 
     def _train(self, batch: ReplaySample) -> list[tuple[ReplaySample, Any, dict[str, float]]]:
-        """One update; the batches whose results are in, with their |TD| and metrics (this
-        one on CPU; the one before on the pipelined path, read one update later)."""
-        with self._model_lock:
+        with self._model_lock:  # the batches whose |TD| and metrics are in (pipelined: 1 later)
             if self._learner.pipeline:
                 done = self._learner.submit(batch.data, batch.weights, tag=batch)
                 return [(d.tag, d.td_abs, d.metrics()) for d in done]
@@ -239,10 +241,9 @@ class LearnerActor:
         return [(batch, td, m)]
 
     def _hand_back(self, done: list[tuple[ReplaySample, Any, dict[str, float]]]) -> None:
-        for batch, td, m in done:
+        for batch, td, m in done:  # the outqueue, and the loss window
             self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
-            with self._stats_lock:
-                self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
+            self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
 
     # -------------------------------------------------------------- priorities
     async def _send_priorities(self) -> None:
@@ -385,6 +386,7 @@ class LearnerActor:
                     "learner/ratio_wait_s": pf.ratio_wait_s,
                     "learner/hook_calls": self.hook_calls,
                     "learner/local_shards": pf.local_shards,
+                    "learner/shared_batches": pf.shared_batches,
                     "learner/weight_snapshots": self.weight_snapshots,
                 },
                 flow=LearnerFlow(

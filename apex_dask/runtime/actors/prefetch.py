@@ -19,13 +19,19 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
 - A shard living on the learner's worker is called as the local object
   (:class:`ShardLinks`; its async methods run on this loop anyway), and its
   slot waits for queue space *before* sampling, so it never holds a stale batch.
+- ``shared_memory``: a shard in another process is asked for ``sample_shared``;
+  its batch comes as a reference to a shared-memory slot, read in place
+  (:mod:`apex_dask.algo.shared_batches`; the learner releases the slot after
+  the update). A shard whose block cannot be mapped here (another host) is
+  asked for whole batches from then on.
 - ``max_replay_ratio`` (rho): a slot waits before requesting while
   (transitions trained before a resume + (batches received + requests in
   flight + 1) * batch_size) > rho * (items
   added to all shards), refreshing the shards' ``added`` counts every 50 ms
   while it waits (``ratio_wait_s``).
 
-Counters: ``batches_received``, ``batches_lost`` (requests that failed or timed
+Counters: ``batches_received``, ``shared_batches`` (of them, read from shared memory),
+``batches_lost`` (requests that failed or timed
 out, and batches held when a stop found the learner thread dead),
 ``enqueue_blocked_s``, ``ratio_wait_s``; ``errors`` keeps the last 10 messages.
 """
@@ -40,6 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.algo.shared_batches import SharedBatch, SharedBatchReader
 from apex_dask.runtime.actors.calls import as_handle, call_with_timeout, local_actor
 
 __all__ = ["ReplayPrefetcher", "ShardLinks"]
@@ -123,8 +130,11 @@ class ReplayPrefetcher:
         max_replay_ratio: float | None = None,
         call_timeout_s: float = 60.0,
         idle_poll_s: float = 0.02,
+        shared_memory: bool = False,
     ) -> None:
         self._links = links
+        self._reader = SharedBatchReader() if shared_memory else None
+        self._by_value: set[int] = set()  # shards whose blocks this process cannot map
         self._inq = inqueue
         self._batch_size = int(batch_size)
         self._per_shard = int(prefetch_per_shard)
@@ -144,6 +154,7 @@ class ReplayPrefetcher:
         self._added = [0] * len(links)
         self._added_checked = [0.0] * len(links)
         self.batches_received = 0
+        self.shared_batches = 0
         self.batches_lost = 0
         self.enqueue_blocked_s = 0.0
         self.ratio_wait_s = 0.0
@@ -191,6 +202,7 @@ class ReplayPrefetcher:
         is read afresh, so items lost with the old shard no longer allow training."""
         self._added[shard_id] = 0
         self._added_checked[shard_id] = 0.0
+        self._by_value.discard(shard_id)
 
     async def _slot(self, shard_id: int) -> None:
         while not self._stopping:
@@ -206,7 +218,7 @@ class ReplayPrefetcher:
                         break
                     sample = await shard.sample()
                 else:
-                    sample = await call_with_timeout(shard.sample(), self._timeout)
+                    sample = await self._remote_sample(shard_id, shard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # dead or slow shard: count and back off
@@ -224,6 +236,31 @@ class ReplayPrefetcher:
             await self._enqueue(sample)
             if local:  # a local sample never suspends: let the other slots take turns
                 await asyncio.sleep(0)
+
+    async def _remote_sample(self, shard_id: int, shard: Any) -> ReplaySample | None:
+        """A batch from a shard in another process: through shared memory when it can."""
+        reader = self._reader
+        if reader is None or shard_id in self._by_value:
+            return await call_with_timeout(shard.sample(), self._timeout)
+        reply = await call_with_timeout(shard.sample_shared(reader.id), self._timeout)
+        if not isinstance(reply, SharedBatch):
+            return reply
+        try:
+            sample = reader.open(reply)
+        except OSError as exc:  # not on this host (or no /dev/shm): whole batches from now on
+            self._by_value.add(shard_id)
+            self.errors.append(
+                f"shard {shard_id} sends whole batches (its shared memory is not on this "
+                f"host: {type(exc).__name__}: {exc})"
+            )
+            return await call_with_timeout(shard.sample(), self._timeout)
+        self.shared_batches += 1
+        return sample
+
+    def close(self) -> None:
+        """Unmap the shards' shared-memory blocks (batches read from them must be done)."""
+        if self._reader is not None:
+            self._reader.close()
 
     async def _ratio_allows(self, shard_id: int) -> bool:
         """True if one more batch keeps the replay ratio; else waits a little and says False."""
