@@ -99,6 +99,8 @@ DEVICE_METRICS = (
     "learner/h2d_s",
     "learner/device_mem_bytes",
     "learner/device_mem_peak_bytes",
+    "learner/stage_s",
+    "learner/d2h_wait_s",
 )
 """The learner's device metrics: present on a CUDA learner only (absent, not zero, on CPU)."""
 
@@ -232,6 +234,7 @@ class _InFlight:
     done: Any  # event on CUDA
     compute: tuple[Any, Any] | None
     h2d: tuple[Any, Any] | None
+    stage_s: float
 
 
 class ResultPipe:
@@ -246,7 +249,8 @@ class ResultPipe:
     def __init__(self, device: str, window: int = 50) -> None:
         self.cuda = _is_cuda(device)
         self._queue: deque[_InFlight] = deque()
-        self._times: deque[tuple[float, float, float]] = deque(maxlen=window)  # wall, busy, h2d
+        # per update read: wall time, compute s, h2d s, host staging s, host wait for results s
+        self._times: deque[tuple[float, ...]] = deque(maxlen=window)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -259,8 +263,10 @@ class ResultPipe:
         td_abs: torch.Tensor,
         compute: tuple[Any, Any] | None = None,
         h2d: tuple[Any, Any] | None = None,
+        stage_s: float = float("nan"),
     ) -> None:
-        """Queue the copies of ``scalars`` (loss, mean_q, grad_norm, finite) and ``td_abs``."""
+        """Queue the copies of ``scalars`` (loss, mean_q, grad_norm, finite) and ``td_abs``;
+        ``stage_s``: the host time its batch took to stage."""
         host_s = torch.empty(scalars.shape, dtype=torch.float32, pin_memory=self.cuda)
         host_td = torch.empty(td_abs.shape, dtype=torch.float32, pin_memory=self.cuda)
         host_s.copy_(scalars.detach(), non_blocking=self.cuda)
@@ -269,7 +275,7 @@ class ResultPipe:
         if self.cuda:
             done = torch.cuda.Event()
             done.record()
-        self._queue.append(_InFlight(tag, number, host_s, host_td, done, compute, h2d))
+        self._queue.append(_InFlight(tag, number, host_s, host_td, done, compute, h2d, stage_s))
 
     def check(self) -> int | None:
         """Wait for every queued update; the number of the first non-finite one, or None."""
@@ -283,8 +289,10 @@ class ResultPipe:
     def pop(self) -> FinishedUpdate:
         """The oldest queued update's results (waits for its copies)."""
         item = self._queue.popleft()
+        t0 = time.perf_counter()
         if item.done is not None:
             item.done.synchronize()
+        wait_s = time.perf_counter() - t0
         loss, mean_q, norm, finite = (float(x) for x in item.scalars.tolist())
         compute_s = h2d_s = float("nan")
         if item.compute is not None:
@@ -292,7 +300,7 @@ class ResultPipe:
         if item.h2d is not None:
             h2d_s = item.h2d[0].elapsed_time(item.h2d[1]) / 1e3
         if self.cuda:
-            self._times.append((time.perf_counter(), compute_s, h2d_s))
+            self._times.append((time.perf_counter(), compute_s, h2d_s, item.stage_s, wait_s))
         return FinishedUpdate(
             item.tag,
             item.number,
@@ -306,16 +314,16 @@ class ResultPipe:
         )
 
     def device_stats(self) -> dict[str, float]:
-        """``learner/device_busy`` and ``learner/h2d_s`` over the window (CUDA only, else {})."""
+        """``learner/device_busy``, ``learner/h2d_s``, ``learner/stage_s`` and
+        ``learner/d2h_wait_s`` over the window (CUDA only, else {})."""
         if not self.cuda or len(self._times) < 2:
             return {}
         times = list(self._times)
         wall = times[-1][0] - times[0][0]
         busy = sum(t[1] for t in times[1:])
-        h2d = [t[2] for t in times if not np.isnan(t[2])]
         out = {"learner/device_busy": min(1.0, busy / wall) if wall > 0 else float("nan")}
-        if h2d:
-            out["learner/h2d_s"] = float(np.mean(h2d))
+        for i, name in ((2, "learner/h2d_s"), (3, "learner/stage_s"), (4, "learner/d2h_wait_s")):
+            out[name] = float(np.nanmean([t[i] for t in times]))
         return out
 
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -272,7 +273,9 @@ class Learner:
         if self._stager is None or self._results is None:
             raise RuntimeError("submit() needs the pipelined path (Learner(pipeline=True))")
         cuda = self._stager.cuda
+        t0 = time.perf_counter()
         staged = self._stager.stage(data, weights)
+        stage_s = time.perf_counter() - t0
         staged.wait()
         batch = self._inputs(dict(staged.tensors))
         w = batch.pop("weights")
@@ -296,7 +299,7 @@ class Learner:
         scalars = torch.stack([loss, out.mean_q.float(), norm.detach().float(), finite.float()])
         self._count(int(w.shape[0]))
         self._results.push(
-            tag, self.num_updates, scalars, out.td_abs.float(), compute, staged.h2d_events
+            tag, self.num_updates, scalars, out.td_abs.float(), compute, staged.h2d_events, stage_s
         )
         done = []
         while len(self._results) > 1:
