@@ -7,9 +7,9 @@ process holds a sink actor, the two others one ``ReplayShardActor`` each
 (``frame_stack=4``, uint8 4x84x84 stacks, Atari-like fragments from
 ``replay_frames.AtariLikeEpisodes``); a third shard lives in the learner's
 process. The sink runs the learner's real ``ReplayPrefetcher`` (4 requests in
-flight per shard, a queue of 16) and a consumer thread that takes each batch,
-copies its arrays once (as the CUDA path copies into its pinned staging
-buffers; ``--no-copy`` skips it), and releases it (a shared-memory slot).
+flight per shard, a queue of 16) and a consumer thread that takes each batch
+and releases it (a shared-memory slot); ``--copy`` makes it copy the arrays
+once first, as the CUDA path copies into its pinned staging buffers.
 
 Configurations, measured in interleaved windows of ``--seconds`` (the machine
 may be shared: ratios of neighbouring windows, and the load average, say more
@@ -21,7 +21,15 @@ than absolute rates):
   Dask's TCP (``replay.shared_memory: false``);
 - ``shm x1``, ``shm x2``: the same shards handing batches over shared memory.
 
-Prints a table (median batches/s per configuration, x2/x1 ratios) and writes
+Each window also reads the CPU time of the learner's process and of the shard
+processes (``client.run``), minus what each process uses idle (a window of
+doing nothing per round: heartbeats, monitors), so the CPU cost of a batch on
+each side is known however loaded the machine is. From them, the batches/s a quiet 2-core machine
+allows: ``x1 = 1 / shard``, ``x2 = min(2 / shard, 2 / (shard + learner),
+1 / learner)`` (seconds of CPU per batch), hence ``x2 / x1``.
+
+Prints a table (median batches/s per configuration, x2/x1 ratios of
+neighbouring windows, CPU per batch, the projection) and writes
 ``benchmarks/results/sampling_scaling.json``. Target: ``shm x2 / shm x1 >= 1.8``
 on 2 cores.
 """
@@ -58,14 +66,24 @@ class BatchSink:
         self._local = [local_shard]
         self._remote = list(remote_shards)
 
-    async def measure(self, kind: str, n: int, seconds: float, batch: int, copy: bool) -> dict:
+    async def measure(
+        self, kind: str, n: int, seconds: float, batch: int, copy: bool, per_call: int
+    ) -> dict:
         from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 
+        if kind == "idle":  # what the processes use doing nothing (heartbeats, monitors)
+            await __import__("asyncio").sleep(seconds)
+            return {"batches_per_s": 0.0, "batches_total": 0, "shared_batches": 0, "errors": []}
         shards = self._local if kind == "local" else self._remote[:n]
         links = ShardLinks.on_worker(shards, self._worker)
         inq: queue.Queue = queue.Queue(maxsize=16)
         pf = ReplayPrefetcher(
-            links, inq, batch_size=batch, prefetch_per_shard=4, shared_memory=kind == "shm"
+            links,
+            inq,
+            batch_size=batch,
+            prefetch_per_shard=4,
+            shared_memory=kind == "shm",
+            shared_per_call=per_call,
         )
         loop = self._worker.loop.asyncio_loop
         stop, counts = threading.Event(), {"taken": 0, "warm": 0}
@@ -92,7 +110,6 @@ class BatchSink:
                     counts["t0"] = time.perf_counter()
 
         thread = threading.Thread(target=consume, daemon=True)
-        cpu0 = time.process_time()
         pf.start(thread_alive=thread.is_alive)
         thread.start()
         t_start = time.perf_counter()
@@ -109,10 +126,18 @@ class BatchSink:
         t0 = counts.get("t0", t_start)
         return {
             "batches_per_s": (taken - counts["warm"]) / max(t_end - t0, 1e-9),
-            "learner_process_cpu_s_per_batch": (time.process_time() - cpu0) / max(taken, 1),
+            "batches_total": taken,
             "shared_batches": pf.shared_batches,
             "errors": list(pf.errors),
         }
+
+
+def quiet_2_cores(cpu: dict[str, float]) -> float:
+    """x2 / x1 batches/s on 2 idle cores, from the CPU seconds per batch of each side."""
+    shard, learner = cpu["shard"], cpu["learner"]
+    x1 = min(1 / shard, 2 / (shard + learner), 1 / max(learner, 1e-9))
+    x2 = min(2 / shard, 2 / (shard + learner), 1 / max(learner, 1e-9))
+    return x2 / x1
 
 
 def fill(client, shards, items: int, seed: int) -> None:
@@ -138,7 +163,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of all configs")
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--items", type=int, default=5000, help="items per shard")
-    ap.add_argument("--no-copy", action="store_true", help="the consumer does not copy")
+    ap.add_argument("--copy", action="store_true", help="the consumer copies each batch")
+    ap.add_argument("--per-call", type=int, default=2, help="shm batches per sample call")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
 
@@ -165,16 +191,32 @@ def main() -> None:
                 BatchSink, local, remote, actor=True, workers=[workers[0]], pure=False
             ).result()
             runs: dict[str, list[dict]] = {f"{k} x{n}": [] for k, n in CONFIGS}
+            idle: list[dict[str, float]] = []  # CPU s per wall s of each process, idle
             for r in range(args.rounds):
+                t0, cpu0 = time.perf_counter(), client.run(time.process_time)
+                sink.measure("idle", 0, min(args.seconds, 2.0), 0, False, 0).result()
+                t1, cpu1 = time.perf_counter(), client.run(time.process_time)
+                idle.append({w: (cpu1[w] - cpu0[w]) / (t1 - t0) for w in workers})
                 for kind, n in CONFIGS:
-                    res = sink.measure(kind, n, args.seconds, args.batch, not args.no_copy)
-                    res = res.result()
+                    t0, cpu0 = time.perf_counter(), client.run(time.process_time)
+                    res = sink.measure(
+                        kind, n, args.seconds, args.batch, args.copy, args.per_call
+                    ).result()
+                    t1, cpu1 = time.perf_counter(), client.run(time.process_time)
+                    # minus what the process uses idle in that time (heartbeats, monitors)
+                    used = {w: cpu1[w] - cpu0[w] - idle[-1][w] * (t1 - t0) for w in workers}
+                    got = max(res["batches_total"], 1)
+                    res["learner_cpu_s_per_batch"] = used[workers[0]] / got
+                    res["shard_cpu_s_per_batch"] = (
+                        0.0 if kind == "local" else sum(used[w] for w in workers[1 : 1 + n]) / got
+                    )
                     res["load_avg_1min"] = os.getloadavg()[0]
                     runs[f"{kind} x{n}"].append(res)
                     print(
                         f"round {r + 1} {kind} x{n}: {res['batches_per_s']:.1f} batches/s, "
-                        f"learner process {1e3 * res['learner_process_cpu_s_per_batch']:.1f} ms "
-                        f"CPU/batch, load {res['load_avg_1min']:.1f}",
+                        f"CPU/batch: learner process {1e3 * res['learner_cpu_s_per_batch']:.1f} "
+                        f"ms, shards {1e3 * res['shard_cpu_s_per_batch']:.1f} ms, "
+                        f"load {res['load_avg_1min']:.1f}",
                         flush=True,
                     )
     med = {k: statistics.median(r["batches_per_s"] for r in v) for k, v in runs.items()}
@@ -186,21 +228,40 @@ def main() -> None:
         )
         for kind in ("tcp", "shm")
     }
-    print(f"\n{'config':<9} {'batches/s':>10} {'learner CPU ms/batch':>21}")
-    for k, v in runs.items():
-        cpu = statistics.median(r["learner_process_cpu_s_per_batch"] for r in v)
-        print(f"{k:<9} {med[k]:>10.1f} {1e3 * cpu:>21.1f}")
-    print(f"x2/x1: tcp {ratio['tcp']:.2f}, shm {ratio['shm']:.2f} (target shm >= 1.8)")
+    cpu = {
+        k: {
+            side: statistics.median(r[f"{side}_cpu_s_per_batch"] for r in v)
+            for side in ("learner", "shard")
+        }
+        for k, v in runs.items()
+    }
+    quiet = {kind: quiet_2_cores(cpu[f"{kind} x2"]) for kind in ("tcp", "shm")}
+    print(f"\n{'config':<9} {'batches/s':>10} {'learner CPU ms/b':>17} {'shard CPU ms/b':>15}")
+    for k in runs:
+        c = cpu[k]
+        print(f"{k:<9} {med[k]:>10.1f} {1e3 * c['learner']:>17.2f} {1e3 * c['shard']:>15.2f}")
+    print(
+        f"x2/x1 measured (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): "
+        f"tcp {ratio['tcp']:.2f}, shm {ratio['shm']:.2f}"
+    )
+    print(
+        f"x2/x1 a quiet 2-core machine allows (from CPU per batch): "
+        f"tcp {quiet['tcp']:.2f}, shm {quiet['shm']:.2f} (target shm >= 1.8)"
+    )
     out = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "batch": args.batch,
         "seconds": args.seconds,
         "rounds": args.rounds,
-        "copy": not args.no_copy,
+        "copy": args.copy,
+        "per_call": args.per_call,
         "load_avg_before": load_before,
         "load_avg_after": os.getloadavg(),
         "median_batches_per_s": med,
         "x2_over_x1": ratio,
+        "cpu_s_per_batch": cpu,
+        "idle_cpu_s_per_s": idle,
+        "x2_over_x1_quiet_2_cores": quiet,
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

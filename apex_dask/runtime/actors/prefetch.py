@@ -19,8 +19,9 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
 - A shard living on the learner's worker is called as the local object
   (:class:`ShardLinks`; its async methods run on this loop anyway), and its
   slot waits for queue space *before* sampling, so it never holds a stale batch.
-- ``shared_memory``: a shard in another process is asked for ``sample_shared``;
-  its batch comes as a reference to a shared-memory slot, read in place
+- ``shared_memory``: a shard in another process is asked for ``sample_shared``
+  (``shared_per_call`` batches a call: half the calls' cost on this loop);
+  each batch comes as a reference to a shared-memory slot, read in place
   (:mod:`apex_dask.algo.shared_batches`; the learner releases the slot after
   the update). A shard whose block cannot be mapped here (another host) is
   asked for whole batches from then on.
@@ -131,10 +132,12 @@ class ReplayPrefetcher:
         call_timeout_s: float = 60.0,
         idle_poll_s: float = 0.02,
         shared_memory: bool = False,
+        shared_per_call: int = 2,
     ) -> None:
         self._links = links
         self._reader = SharedBatchReader() if shared_memory else None
         self._by_value: set[int] = set()  # shards whose blocks this process cannot map
+        self._shared_per_call = int(shared_per_call)
         self._inq = inqueue
         self._batch_size = int(batch_size)
         self._per_shard = int(prefetch_per_shard)
@@ -217,8 +220,9 @@ class ReplayPrefetcher:
                     if self._stopping:
                         break
                     sample = await shard.sample()
+                    samples = None if sample is None else [sample]
                 else:
-                    sample = await self._remote_sample(shard_id, shard)
+                    samples = await self._remote_samples(shard_id, shard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # dead or slow shard: count and back off
@@ -228,34 +232,43 @@ class ReplayPrefetcher:
                 continue
             finally:
                 self._in_flight -= 1
-            if sample is None:
+            if samples is None:
                 await asyncio.sleep(self._idle_poll_s)
                 continue
-            self.batches_received += 1
-            self._added[shard_id] = max(self._added[shard_id], int(sample.added))
-            await self._enqueue(sample)
+            for sample in samples:
+                self.batches_received += 1
+                self._added[shard_id] = max(self._added[shard_id], int(sample.added))
+                await self._enqueue(sample)
             if local:  # a local sample never suspends: let the other slots take turns
                 await asyncio.sleep(0)
 
-    async def _remote_sample(self, shard_id: int, shard: Any) -> ReplaySample | None:
-        """A batch from a shard in another process: through shared memory when it can."""
+    async def _remote_samples(self, shard_id: int, shard: Any) -> list[ReplaySample] | None:
+        """Batches from a shard in another process: through shared memory when it can
+        (``shared_per_call`` a call, fewer when its slots are short), else one, whole."""
         reader = self._reader
         if reader is None or shard_id in self._by_value:
-            return await call_with_timeout(shard.sample(), self._timeout)
-        reply = await call_with_timeout(shard.sample_shared(reader.id), self._timeout)
-        if not isinstance(reply, SharedBatch):
-            return reply
-        try:
-            sample = reader.open(reply)
-        except OSError as exc:  # not on this host (or no /dev/shm): whole batches from now on
-            self._by_value.add(shard_id)
-            self.errors.append(
-                f"shard {shard_id} sends whole batches (its shared memory is not on this "
-                f"host: {type(exc).__name__}: {exc})"
-            )
-            return await call_with_timeout(shard.sample(), self._timeout)
-        self.shared_batches += 1
-        return sample
+            sample = await call_with_timeout(shard.sample(), self._timeout)
+            return None if sample is None else [sample]
+        call = shard.sample_shared(reader.id, None, self._shared_per_call)
+        replies = await call_with_timeout(call, self._timeout)
+        if replies is None:
+            return None
+        out = []
+        for reply in replies:
+            if not isinstance(reply, SharedBatch):
+                out.append(reply)
+                continue
+            try:
+                out.append(reader.open(reply))
+            except OSError as exc:  # not on this host (or no /dev/shm): whole batches from now on
+                self._by_value.add(shard_id)
+                self.errors.append(
+                    f"shard {shard_id} sends whole batches (its shared memory is not on this "
+                    f"host: {type(exc).__name__}: {exc})"
+                )
+                return out or None
+            self.shared_batches += 1
+        return out
 
     def close(self) -> None:
         """Unmap the shards' shared-memory blocks (batches read from them must be done)."""

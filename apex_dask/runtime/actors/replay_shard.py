@@ -98,11 +98,12 @@ class ReplayShardActor:
         return s.with_shard_id(self.shard_id)
 
     async def sample_shared(
-        self, reader: str, batch_size: int | None = None
-    ) -> SharedBatch | ReplaySample | None:
-        """As :meth:`sample`, the batch in a shared-memory slot for ``reader`` (the
-        learner's :class:`~apex_dask.algo.shared_batches.SharedBatchReader` id); the
-        batch itself when no slot frees within ``shared_wait_s`` or shared memory is short."""
+        self, reader: str, batch_size: int | None = None, count: int = 1
+    ) -> list[SharedBatch | ReplaySample] | None:
+        """As :meth:`sample`, up to ``count`` batches (as many as there are free slots, at
+        least one) in shared-memory slots for ``reader`` (the learner's
+        :class:`~apex_dask.algo.shared_batches.SharedBatchReader` id); a batch travels
+        itself when no slot frees within ``shared_wait_s`` or shared memory is short."""
         if self._writer is None:
             self._writer = SharedBatchWriter(self._shared_slots, prefix=f"apex{self.shard_id}")
         writer = self._writer
@@ -110,11 +111,14 @@ class ReplayShardActor:
         deadline = time.monotonic() + self._shared_wait_s
         while writer.free_slots() == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.002)  # the learner frees a slot after each update
-        sample = await self.sample(batch_size)
-        if sample is None:
-            return None
-        ref = writer.write(sample)
-        return sample if ref is None else ref
+        out: list[SharedBatch | ReplaySample] = []
+        for _ in range(max(1, min(count, writer.free_slots()))):
+            sample = await self.sample(batch_size)
+            if sample is None:
+                return None
+            ref = writer.write(sample)
+            out.append(sample if ref is None else ref)
+        return out
 
     async def shared_stats(self) -> dict[str, Any]:
         """Shared-memory hand-off counts: ``written``, ``no_slot``, ``error``, ``block``."""
