@@ -235,8 +235,8 @@ class ReplayPrefetcher:
             if samples is None:
                 await asyncio.sleep(self._idle_poll_s)
                 continue
+            self.batches_received += len(samples)  # all held now, queued one by one
             for sample in samples:
-                self.batches_received += 1
                 self._added[shard_id] = max(self._added[shard_id], int(sample.added))
                 await self._enqueue(sample)
             if local:  # a local sample never suspends: let the other slots take turns
