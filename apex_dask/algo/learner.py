@@ -387,6 +387,10 @@ class Learner:
         for group in self.optimizer.param_groups:  # the saved groups carry the saver's choice
             group["fused"] = True if self.pipeline else None
             group["foreach"] = None
+            for p in group["params"]:  # fused Adam keeps its step count on the device
+                if "step" in (st := self.optimizer.state.get(p, {})):
+                    where = p.device if self.pipeline else torch.device("cpu")
+                    st["step"] = st["step"].to(where, torch.float32)
         c = state["counters"]
         self.steps_trained = int(c["steps_trained"])
         self.num_updates = int(c["num_updates"])

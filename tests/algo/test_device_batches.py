@@ -124,6 +124,8 @@ def test_a_plain_checkpoint_loads_into_a_pipelined_learner_and_back():
     piped = learner(pipeline=True)
     piped.load_state_dict(plain.state_dict())
     assert all(g["fused"] for g in piped.optimizer.param_groups)
+    steps = [st["step"] for st in piped.optimizer.state.values()]
+    assert steps and all(t.dtype == torch.float32 for t in steps)  # as fused Adam keeps them
     piped.update(*frames_batch(rng))
     again = learner(pipeline=False)
     again.load_state_dict(piped.state_dict())
