@@ -6,9 +6,8 @@
         --> inqueue (bounded, learner.inqueue_size) --> learner thread: update()
         --> outqueue --> priority sender --> update_priorities on the source shard
 
-- The **prefetcher** (:class:`~apex_dask.runtime.actors.prefetch.ReplayPrefetcher`,
-  asyncio tasks on the learner's Dask worker loop) keeps
-  ``prefetch_per_shard`` sample requests per shard and fills the inqueue;
+- The **prefetcher** (:class:`~apex_dask.runtime.actors.prefetch.ReplayPrefetcher`, asyncio
+  tasks on the worker loop) keeps ``prefetch_per_shard`` requests per shard, fills the inqueue;
   a full inqueue makes it wait (``learner/enqueue_blocked_s``), never drop.
   Shards on the learner's own worker (the default placement) are called as
   local objects: no serialization, no loopback round trip. The learner and
@@ -228,13 +227,14 @@ class LearnerActor:
                     self._overall.push(time.perf_counter() - t0)
                 self._pub.maybe(self._metrics)
             with self._model_lock:  # the pipelined path's last update
-                self._hand_back([(d.tag, d.td_abs, d.metrics()) for d in self._learner.drain()])
+                drained = getattr(self._learner, "drain", list)()
+                self._hand_back([(d.tag, d.td_abs, d.metrics()) for d in drained])
         except BaseException as exc:  # surfaced through stats() to the driver
             self._thread_error = f"{type(exc).__name__}: {exc}"
 
     def _train(self, batch: ReplaySample) -> list[tuple[ReplaySample, Any, dict[str, float]]]:
         with self._model_lock:  # the batches whose |TD| and metrics are in (pipelined: 1 later)
-            if self._learner.pipeline:
+            if getattr(self._learner, "pipeline", False):  # another learner may lack it
                 done = self._learner.submit(batch.data, batch.weights, tag=batch)
                 return [(d.tag, d.td_abs, d.metrics()) for d in done]
             td, m = self._learner.update(batch.data, batch.weights)
