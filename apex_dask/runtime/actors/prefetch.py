@@ -23,8 +23,8 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
   (``shared_per_call`` batches a call: half the calls' cost on this loop);
   each batch comes as a reference to a shared-memory slot, read in place
   (:mod:`apex_dask.algo.shared_batches`; the learner releases the slot after
-  the update). A shard whose block cannot be mapped here (another host) is
-  asked for whole batches from then on.
+  the update). A shard on another host, or whose block cannot be mapped here
+  (the batch is then counted lost), is asked for whole batches.
 - ``max_replay_ratio`` (rho): a slot waits before requesting while
   (transitions trained before a resume + (batches received + requests in
   flight + 1) * batch_size) > rho * (items
@@ -48,7 +48,12 @@ from typing import Any
 
 from apex_dask.algo.replay_sample import ReplaySample
 from apex_dask.algo.shared_batches import SharedBatch, SharedBatchReader
-from apex_dask.runtime.actors.calls import as_handle, call_with_timeout, local_actor
+from apex_dask.runtime.actors.calls import (
+    as_handle,
+    call_with_timeout,
+    local_actor,
+    same_host,
+)
 
 __all__ = ["ReplayPrefetcher", "ShardLinks"]
 
@@ -73,8 +78,10 @@ class ShardLinks:
         targets: Sequence[Any],
         handles: Sequence[Any],
         resolve: Callable[[Any], Any] | None = None,
+        near: Callable[[Any], bool] | None = None,
     ) -> None:
         self._targets = list(targets)
+        self._near = near if near is not None else (lambda handle: True)
         self._handles = list(handles)
         if len(self._targets) != len(self._handles):
             raise ValueError(f"{len(self._targets)} targets for {len(self._handles)} handles")
@@ -89,7 +96,7 @@ class ShardLinks:
             return handle if local is None else local
 
         handles = [as_handle(s) for s in shards]
-        return cls([resolve(h) for h in handles], handles, resolve)
+        return cls([resolve(h) for h in handles], handles, resolve, lambda h: same_host(h, worker))
 
     def __len__(self) -> int:
         return len(self._handles)
@@ -101,6 +108,10 @@ class ShardLinks:
     def handle(self, shard_id: int) -> Any:
         """The actor handle of shard ``shard_id``."""
         return self._handles[shard_id]
+
+    def same_host(self, shard_id: int) -> bool:
+        """Whether shard ``shard_id`` lives on this host (shared memory can reach it)."""
+        return self._near(self._handles[shard_id])
 
     def is_local(self, shard_id: int) -> bool:
         """Whether shard ``shard_id`` is called as a local object."""
@@ -246,7 +257,7 @@ class ReplayPrefetcher:
         """Batches from a shard in another process: through shared memory when it can
         (``shared_per_call`` a call, fewer when its slots are short), else one, whole."""
         reader = self._reader
-        if reader is None or shard_id in self._by_value:
+        if reader is None or shard_id in self._by_value or not self._links.same_host(shard_id):
             sample = await call_with_timeout(shard.sample(), self._timeout)
             return None if sample is None else [sample]
         call = shard.sample_shared(reader.id, None, self._shared_per_call)
@@ -260,8 +271,9 @@ class ReplayPrefetcher:
                 continue
             try:
                 out.append(reader.open(reply))
-            except OSError as exc:  # not on this host (or no /dev/shm): whole batches from now on
+            except OSError as exc:  # no /dev/shm here: whole batches from now on
                 self._by_value.add(shard_id)
+                self.batches_lost += 1  # that one stays in the shard's slot
                 self.errors.append(
                     f"shard {shard_id} sends whole batches (its shared memory is not on this "
                     f"host: {type(exc).__name__}: {exc})"
