@@ -247,6 +247,13 @@ def advice(rows: list[dict]) -> list[str]:
                     else "host overhead per update: check learner/stage_s and grad_s"
                 )
                 out.append(f"{r['phase']} {key}: {ratio:.2f}x the plain loop (< 0.9): {hint}")
+        per_update_ms = 1e3 / max(r["updates_per_s"], 1e-9)
+        if r.get("transfer_ms", 0.0) > 0.3 * per_update_ms:
+            out.append(
+                f"{r['phase']} {key}: transfer takes {r['transfer_ms']:.1f} of "
+                f"{per_update_ms:.1f} ms per update: the host copy into the pinned buffers "
+                "(learner/stage_s) bounds it; copy straight from page-locked shared memory"
+            )
         busy = r.get("device_busy", math.nan)
         if math.isfinite(busy) and busy < TARGETS["device_busy"]:
             out.append(

@@ -219,6 +219,8 @@ def main() -> None:
                         f"load {res['load_avg_1min']:.1f}",
                         flush=True,
                     )
+            for s in (local, *remote):  # unlink their shared-memory blocks
+                s.close().result()
     med = {k: statistics.median(r["batches_per_s"] for r in v) for k, v in runs.items()}
     # per round: x2 over x1 of the neighbouring windows, then the median of those
     ratio = {
