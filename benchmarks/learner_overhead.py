@@ -29,6 +29,12 @@ The ratio dask / plain is the runtime's overhead on the update itself
     python benchmarks/learner_overhead.py --preset minatar --seconds 120
     python benchmarks/learner_overhead.py --preset minatar --placement spread
     python benchmarks/learner_overhead.py --preset atari --seconds 300 --skip-dask
+    git show REV:apex_dask/algo/learner.py > /tmp/learner_rev.py
+    python benchmarks/learner_overhead.py --preset minatar --baseline-learner /tmp/learner_rev.py
+
+``--baseline-learner`` times another version's ``Learner.update`` against this
+tree's in one process, in interleaved 0.5 s windows of thread CPU time, for
+``--plain-seconds``, and prints the ratio (current / baseline).
 
 Prints a table and writes ``benchmarks/results/learner_overhead.json``
 (runs append by preset and placement).
@@ -117,6 +123,60 @@ def plain_update_s(cfg: ApexConfig, seconds: float) -> dict[str, float]:
     return {"update_s": statistics.median(windows), "min_update_s": min(windows)}
 
 
+def load_learner_class(path: Path) -> type:
+    """``Learner`` from another version's ``algo/learner.py`` (its imports resolve to this tree)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_learner", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Learner
+
+
+def against_baseline(cfg: ApexConfig, path: Path, seconds: float) -> dict[str, float]:
+    """CPU seconds per ``update`` of this tree's ``Learner`` and of the one in ``path``, in
+    interleaved windows of 0.5 s on the same batch, in this process (thread CPU time:
+    what other load on the machine does to wall time cancels out of the ratio)."""
+    torch.set_num_threads(1)
+    obs_space, act_space = probe_spaces(env_factory(cfg))
+    kw = learner_kwargs(cfg)
+    learners = {
+        "baseline": load_learner_class(path)(
+            obs_space, act_space, **{k: v for k, v in kw.items() if k in BASELINE_KWARGS}
+        ),
+        "current": Learner(obs_space, act_space, **kw),
+    }
+    batch = random_batch(obs_space, cfg.learner.batch_size, np.random.default_rng(0))
+    weights = np.ones(cfg.learner.batch_size, np.float32)
+    per: dict[str, list[float]] = {k: [] for k in learners}
+    for lr in learners.values():
+        for _ in range(3):
+            lr.update(batch, weights)
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        for name, lr in learners.items():
+            c0, k = time.thread_time(), 0
+            while k < 3 or time.thread_time() - c0 < 0.5:
+                lr.update(batch, weights)
+                k += 1
+            per[name].append((time.thread_time() - c0) / k)
+    ratios = [c / b for b, c in zip(per["baseline"], per["current"], strict=True)]
+    return {
+        "baseline_cpu_s": statistics.median(per["baseline"]),
+        "current_cpu_s": statistics.median(per["current"]),
+        "ratio_current_over_baseline": statistics.median(ratios),
+        "windows": len(ratios),
+    }
+
+
+# the keyword arguments every version's Learner takes
+BASELINE_KWARGS = (
+    "hiddens", "dueling", "double_q", "lr", "adam_eps", "grad_clip", "target_update_freq",
+    "device", "num_threads", "seed",
+)  # fmt: skip
+
+
 def plain_beside_a_busy_core(cfg: ApexConfig, seconds: float) -> dict[str, float]:
     """The plain loop again while a CPU-bound process (``while True: pass``) runs:
     what sharing the machine costs the update with no Dask in the process."""
@@ -177,12 +237,33 @@ def main() -> None:
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--label", default="", help="appended to this run's key in the JSON file")
+    ap.add_argument(
+        "--baseline-learner",
+        type=Path,
+        default=None,
+        help="another version's algo/learner.py (e.g. from git show REV:...): its update's "
+        "CPU time against this tree's, interleaved, then exit",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     cfg = ApexConfig.preset(args.preset).override(
         {**DASK_OVERRIDES[args.preset], "replay.placement": args.placement, **extra}
     )
+    if args.baseline_learner is not None:
+        res = against_baseline(cfg, args.baseline_learner, args.plain_seconds)
+        print(f"{'preset':<8} {'batch':>5} {'baseline CPU ms':>16} {'current CPU ms':>15} "
+              f"{'ratio':>6} {'windows':>7}")  # fmt: skip
+        print(f"{args.preset:<8} {cfg.learner.batch_size:>5} {1e3 * res['baseline_cpu_s']:>16.2f} "
+              f"{1e3 * res['current_cpu_s']:>15.2f} {res['ratio_current_over_baseline']:>6.3f} "
+              f"{res['windows']:>7}")  # fmt: skip
+        runs = json.loads(args.out.read_text()) if args.out.exists() else {}
+        res["load_avg"] = os.getloadavg()[0]
+        runs[f"{args.preset}/against-baseline{args.label}"] = res
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(runs, indent=2) + "\n")
+        print(f"wrote {args.out}")
+        return
     row: dict[str, object] = {
         "preset": args.preset,
         "placement": args.placement,

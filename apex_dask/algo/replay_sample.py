@@ -7,8 +7,8 @@ Both runners hand it from the shard to the learner as it is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,10 @@ class ReplaySample:
     whoever knows it (:meth:`with_shard_id`; 0 for a lone shard). This one
     type goes from the shard to the learner in both runners
     (``experiment.messages.ReplayedBatch`` is it).
+
+    ``lease`` is set on a sample read in place from shared memory
+    (:mod:`apex_dask.algo.shared_batches`): its arrays are views into a slot
+    the shard may rewrite once :meth:`release` was called.
     """
 
     indices: np.ndarray  # int64 [B]
@@ -34,10 +38,18 @@ class ReplaySample:
     data: dict[str, np.ndarray]
     shard_id: int = 0
     added: int = 0
+    lease: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+
+    def release(self) -> None:
+        """Done reading the arrays: hand a shared-memory slot back (a no-op otherwise)."""
+        if self.lease is not None:
+            self.lease()
 
     def with_shard_id(self, shard_id: int) -> ReplaySample:
         """This sample, from shard ``shard_id``."""
-        return ReplaySample(self.indices, self.weights, self.data, int(shard_id), self.added)
+        return ReplaySample(
+            self.indices, self.weights, self.data, int(shard_id), self.added, self.lease
+        )
 
     def as_hook_batch(self) -> dict[str, Any]:
         """The ``{"indices", "weights", "data"}`` dict a ``before_learn_on_batch`` hook gets."""
@@ -51,4 +63,5 @@ class ReplaySample:
             batch.get("data", self.data),
             self.shard_id,
             self.added,
+            self.lease,
         )

@@ -174,14 +174,17 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     return value
 
 
-def collect_docs(module: Any, root_name: str) -> dict[str, str]:
-    """Dotted field name -> its attribute docstring, read from ``module``'s source."""
+def collect_docs(modules: Any, root_name: str) -> dict[str, str]:
+    """Dotted field name -> its attribute docstring, read from the source of ``modules`` (one
+    module or several: the config classes may be spread over them)."""
     import ast
     import inspect
 
     docs: dict[str, str] = {}
-    tree = ast.parse(inspect.getsource(module))
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    classes: dict[str, ast.ClassDef] = {}
+    for module in modules if isinstance(modules, list | tuple) else [modules]:
+        tree = ast.parse(inspect.getsource(module))
+        classes.update({node.name: node for node in tree.body if isinstance(node, ast.ClassDef)})
 
     def walk(cls_name: str, prefix: str) -> None:
         node = classes[cls_name]

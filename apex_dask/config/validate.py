@@ -19,6 +19,9 @@ from apex_dask.config.plumbing import ConfigError
 __all__ = ["check_types", "validate"]
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+# the learner's own checks (apex_dask.algo.device_batches) hold the same values
+LEARNER_AMP = ("off", "bf16")
+LEARNER_MEMORY_FORMATS = ("contiguous", "channels_last")
 
 
 def _type_error(name: str, value: Any, tp: Any) -> str | None:
@@ -144,6 +147,14 @@ def validate(cfg: Any) -> None:
     if not _DEVICE.match(lr.device):
         raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     positive("learner.num_threads", lr.num_threads)
+    if lr.amp not in LEARNER_AMP:
+        raise bad("learner.amp", lr.amp, f"must be one of {', '.join(LEARNER_AMP)}")
+    if lr.memory_format not in LEARNER_MEMORY_FORMATS:
+        raise bad(
+            "learner.memory_format",
+            lr.memory_format,
+            f"must be one of {', '.join(LEARNER_MEMORY_FORMATS)}",
+        )
     hook = lr.before_learn_on_batch
     if hook is not None:
         module, _, attr = hook.partition(":")

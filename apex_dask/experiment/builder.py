@@ -47,6 +47,9 @@ def learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "device": lc.device,
         "num_threads": lc.num_threads,
         "seed": derive_seed(cfg.seed, "learner"),
+        "amp": lc.amp,
+        "compile": lc.compile,
+        "memory_format": lc.memory_format,
     }
 
 
@@ -101,6 +104,8 @@ def shard_actor_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
         "beta": cfg.replay.beta,
         "learning_starts": cfg.replay.shard_learning_starts,
         "batch_size": cfg.learner.batch_size,
+        # every sample request in flight, plus the batches queued and in training
+        "shared_slots": cfg.learner.prefetch_per_shard + 4,
     }
 
 

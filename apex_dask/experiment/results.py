@@ -116,6 +116,8 @@ def learner_metrics(
         "learner/overall_s": overall.mean,
         "learner/grad_total_s": grad.total_s,
         **window_stat_metrics("learner/queue_size", queue_size.stats()),
+        # learner/device_* and h2d_s on a CUDA learner; absent (not zero) elsewhere
+        **getattr(learner, "device_stats", dict)(),
         **{name: float(v) for name, v in counters.items()},
         **flow.metrics(),
     }

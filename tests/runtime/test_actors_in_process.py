@@ -223,3 +223,72 @@ def test_a_shard_sample_is_the_replayed_batch_message_with_its_shard_id():
     batch = asyncio.run(scenario())
     assert ReplayedBatch is ReplaySample and type(batch) is ReplaySample
     assert batch.shard_id == 4 and batch.added == 30 and len(batch.indices) == 8
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_learner_actor_hands_every_batchs_priorities_back_to_its_shard(pipeline):
+    """The pipelined path (the one a CUDA learner takes) reads each update's results one
+    update later; after ``stop()`` every trained batch's priorities reached its shard."""
+    from apex_dask.runtime.actors import LearnerActor
+
+    shards = [shard(0), shard(1)]
+    spaces = probe_spaces(make_env_factory("CartPole-v1"))
+    kwargs = {"hiddens": HIDDENS, "device": "cpu", "pipeline": pipeline}
+
+    async def scenario():
+        for k, s in enumerate(shards):
+            await s.add(transitions(64, k))
+        learner = LearnerActor(*spaces, shards, learner_kwargs=kwargs, batch_size=8)
+        await learner.start()
+        await until(lambda: learner.batches_trained >= 12)
+        final = await learner.stop()
+        version, _ = await learner.get_weights()
+        applied = [
+            (await s.stats())["replay/" + str(k) + "/priority_updates_applied"]
+            for k, s in enumerate(shards)
+        ]
+        return final, version, applied
+
+    final, version, applied = asyncio.run(scenario())
+    trained = final["flow/batches_trained"]
+    assert final["flow/batches_received"] == trained + final["flow/batches_in_queue"]
+    assert final["flow/priority_updates_sent"] == trained == sum(applied) == version
+    assert np.isfinite(final["learner/loss"])
+    assert not any(k.startswith("learner/device") for k in final)  # CPU: absent, not zero
+
+
+def test_prefetcher_reads_a_remote_shards_batches_from_shared_memory():
+    """Shards called as remote actors (targets are the handles) answer ``sample_shared``;
+    the batches are views into their slots, freed by ``release``."""
+    shards = [shard(k, shared_slots=3, shared_wait_s=0.05) for k in range(2)]
+    inq: queue.Queue = queue.Queue(maxsize=4)
+
+    async def scenario():
+        for k, s in enumerate(shards):
+            await s.add(transitions(64, k))
+        links = ShardLinks(shards, shards)  # not local: the shared-memory path
+        pf = ReplayPrefetcher(links, inq, batch_size=8, prefetch_per_shard=2, shared_memory=True)
+        pf.start(lambda: True)
+        await until(inq.full)
+        taken = [inq.get_nowait() for _ in range(4)]
+        for b in taken:
+            b.release()
+            pf.taken(asyncio.get_running_loop())
+        await until(inq.full)
+        await pf.stop(timeout_s=0.5)  # the slots waiting on the full queue are cancelled
+        stats = [await s.shared_stats() for s in shards]
+        for s in shards:
+            await s.close()
+        pf.close()
+        return pf, taken, stats
+
+    pf, taken, stats = asyncio.run(scenario())
+    # 3 slots a shard: past them, a shard waits shared_wait_s, then sends the batch whole
+    whole = sum(s["no_slot"] for s in stats)
+    assert pf.batches_received == pf.shared_batches + whole and pf.batches_lost == 0
+    assert pf.shared_batches >= 6
+    assert all(b.data["obs"].shape == (8, 4) for b in taken)
+    assert sum(b.lease is not None for b in taken) >= 3
+    assert {b.shard_id for b in taken} == {0, 1}
+    assert sum(s["written"] for s in stats) == pf.shared_batches
+    assert not pf.errors

@@ -181,3 +181,25 @@ def test_the_animation_box_shows_the_shown_runs_newest_gif():
     page.selector.root.value = "a"
     page.update()
     assert "R0lGODlhLTE=" in page.animation.root.text
+
+
+def test_device_plot_shows_a_cuda_learners_metrics_and_stays_empty_without_them():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, **{"learner/grad_s": 0.005})  # a CPU learner: no device metrics
+    page.update()
+    assert all(s.data["value"] == [] for s in page.device.sources.values())
+    assert "device busy" not in page.status.root.text
+    device = {
+        "learner/device_busy": 0.85,
+        "learner/h2d_s": 0.0012,
+        "learner/device_mem_bytes": 2.0 * 2**30,
+        "learner/device_mem_peak_bytes": 3.0 * 2**30,
+    }
+    ingest(store, 2.0, **device)
+    page.update()
+    src = page.device.sources
+    assert src["learner/device_busy"].data["value"] == [pytest.approx(0.85)]
+    assert src["learner/h2d_s"].data["value"] == [pytest.approx(1.2)]  # ms
+    assert src["learner/device_mem_peak_bytes"].data["value"] == [pytest.approx(3.0)]  # GiB
+    assert "85%" in page.status.root.text and "device busy" in page.status.root.text

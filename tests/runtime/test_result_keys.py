@@ -23,7 +23,7 @@ ITERATIONS = 3
 
 def documented() -> dict[str, set[str]]:
     """``{"dask": names, "local": names}`` from the table of ``docs/metrics.md``."""
-    out: dict[str, set[str]] = {"dask": set(), "local": set()}
+    out: dict[str, set[str]] = {"dask": set(), "local": set(), "cuda": set()}
     in_table = False
     for line in DOC.read_text().splitlines():
         if line.startswith("| name | meaning | in results |"):
@@ -36,7 +36,10 @@ def documented() -> dict[str, set[str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         names = set(re.findall(r"`([^`]+)`", cells[0]))
         where = cells[-1]
-        assert where in ("both", "dask", "local"), f"bad runner column in: {line}"
+        assert where in ("both", "dask", "local", "cuda"), f"bad runner column in: {line}"
+        if where == "cuda":  # both runners, a CUDA learner only: absent on this CPU
+            out["cuda"] |= names
+            continue
         for runner in ("dask", "local"):
             if where in ("both", runner):
                 out[runner] |= names
@@ -74,6 +77,12 @@ def test_the_table_parses_into_names():
     assert len(docs["local"]) > 50
 
 
+def test_the_cuda_only_rows_are_the_learners_device_metrics():
+    from apex_dask.algo.device_batches import DEVICE_METRICS
+
+    assert documented()["cuda"] == set(DEVICE_METRICS)
+
+
 def test_in_process_results_have_exactly_the_documented_keys(config):
     results = list(run_local(config, stop={"iterations": ITERATIONS}))
     assert len(results) == ITERATIONS
@@ -82,6 +91,15 @@ def test_in_process_results_have_exactly_the_documented_keys(config):
 
 @pytest.mark.slow
 def test_dask_results_have_exactly_the_documented_keys(config, client):
-    results = train(config, client, stop={"iterations": ITERATIONS})
+    """Shards in the other worker process (``learner_host``): their batches reach the
+    learner through shared memory, and the blocks are gone once the run ends."""
+    shm = pathlib.Path("/dev/shm")
+    before = set(shm.glob("apex*_*_*"))
+    cfg = config.override({"replay.placement": "learner_host"})
+    results = train(cfg, client, stop={"iterations": ITERATIONS})
     assert len(results) >= ITERATIONS
     assert folded(results) == documented()["dask"]
+    last = results[-1]
+    assert 0 < last["learner/shared_batches"] <= last["flow/batches_received"]
+    assert last["learner/local_shards"] == 0
+    assert set(shm.glob("apex*_*_*")) <= before  # each shard unlinked its block

@@ -58,12 +58,20 @@ def current_worker() -> Any | None:
 def local_actor(handle: Any, worker: Any) -> Any | None:
     """The actor object ``handle`` names if it lives on ``worker`` (else None).
 
-    The one place that reads a handle's private ``_address`` (Dask offers no
-    public way to ask where an actor lives).
+    With :func:`same_host`, the one place that reads a handle's private ``_address``
+    (Dask offers no public way to ask where an actor lives).
     """
     if getattr(handle, "_address", None) != worker.address:
         return None
     return worker.state.actors.get(handle.key)
+
+
+def same_host(handle: Any, worker: Any) -> bool:
+    """Whether the actor ``handle`` names lives on ``worker``'s host (by address)."""
+    from distributed.comm import get_address_host
+
+    address = getattr(handle, "_address", None)
+    return address is not None and get_address_host(address) == get_address_host(worker.address)
 
 
 # Dask's text when a handle's worker is gone: a plain RuntimeError, the one untyped case

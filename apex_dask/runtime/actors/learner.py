@@ -6,35 +6,31 @@
         --> inqueue (bounded, learner.inqueue_size) --> learner thread: update()
         --> outqueue --> priority sender --> update_priorities on the source shard
 
-- The **prefetcher** (:class:`~apex_dask.runtime.actors.prefetch.ReplayPrefetcher`,
-  asyncio tasks on the learner's Dask worker loop) keeps
-  ``prefetch_per_shard`` sample requests per shard and fills the inqueue;
+- The **prefetcher** (:class:`~apex_dask.runtime.actors.prefetch.ReplayPrefetcher`, asyncio
+  tasks on the worker loop) keeps ``prefetch_per_shard`` requests per shard, fills the inqueue;
   a full inqueue makes it wait (``learner/enqueue_blocked_s``), never drop.
   Shards on the learner's own worker (the default placement) are called as
   local objects: no serialization, no loopback round trip. The learner and
   the prefetcher share one :class:`~apex_dask.runtime.actors.prefetch.ShardLinks`.
 - The **learner thread** takes :class:`~apex_dask.algo.replay_sample.ReplaySample` s (``learner/dequeue_s``
   times that wait: high means starved), runs the user's
-  ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update``
-  (``learner/grad_s``, CPU ``learner/grad_cpu_s``; denormals flushed, heap kept:
-  :mod:`.heap`), and hands a :class:`PriorityUpdate` to the outqueue. ``learner/overall_s``
-  times the whole step; ``learner/queue_size`` is a window of inqueue sizes.
-- The **priority sender** (an asyncio task) drains the outqueue every 4 ms,
-  sending each update to its source shard (inline for a local shard, a task
-  with a timeout for a remote one). The learner thread never wakes the loop
-  per update: each cross-thread wake-up hands the GIL to the loop thread.
-- With ``max_replay_ratio`` set, the prefetcher waits before requesting while
+  ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update`` (on CUDA
+  ``Learner.submit``: results one update later, no blocking sync) (``learner/grad_s``,
+  CPU ``learner/grad_cpu_s``; denormals flushed, heap kept: :mod:`.heap`), releases a
+  shared-memory batch and hands a :class:`PriorityUpdate` to the outqueue.
+  ``learner/overall_s`` times the whole step; ``learner/queue_size`` a window of sizes.
+- The **priority sender** (an asyncio task) drains the outqueue every 4 ms to each
+  update's source shard (inline if local, a task with a timeout if remote); the learner
+  thread never wakes the loop per update (each wake-up hands the GIL to the loop thread).
+- With ``max_replay_ratio``, the prefetcher waits while
   (batches requested + 1) * batch_size > ratio * (items added to all shards).
-- Weights: ``weights_if_newer(v)`` returns one pickled ``(version, weights)``
-  blob, made at most once per version under the model lock (the learner thread
-  holds it during each update, so tensors are never read mid-update).
+- ``weights_if_newer(v)``: one pickled ``(version, weights)`` blob per version, made under
+  the model lock (held by the learner thread during each update).
 
-Flow counters: ``flow/batches_received`` (batches taken from shards),
-``flow/batches_in_queue``, ``flow/batches_trained``, ``flow/priority_updates_sent``,
-``flow/batches_lost`` (sample requests that failed or timed out: their batch,
-if any, never arrived; and batches held by the prefetcher when a stop found the
-learner thread dead). At any quiescent point
-``batches_received == batches_trained + batches_in_queue``.
+Flow counters: ``flow/batches_received``, ``flow/batches_in_queue``,
+``flow/batches_trained``, ``flow/priority_updates_sent``, ``flow/batches_lost`` (failed or
+timed-out sample requests, and batches held by the prefetcher when a stop found the learner
+thread dead). Quiescent: ``batches_received == batches_trained + batches_in_queue``.
 """
 
 from __future__ import annotations
@@ -89,6 +85,7 @@ class LearnerActor:
         before_learn_on_batch: Hook | None = None,
         idle_poll_s: float = 0.02,
         run: str = "",
+        shared_memory: bool = False,
     ) -> None:
         from apex_dask.algo.learner import Learner
 
@@ -109,6 +106,7 @@ class LearnerActor:
             max_replay_ratio=max_replay_ratio,
             call_timeout_s=call_timeout_s,
             idle_poll_s=idle_poll_s,
+            shared_memory=shared_memory,
         )
         # outqueue: the learner thread appends PriorityUpdates; the sender drains it
         self._outbox: deque[PriorityUpdate] = deque()
@@ -118,8 +116,7 @@ class LearnerActor:
         self._pending: set[asyncio.Task] = set()
         self._timeout = float(call_timeout_s)
         self._hook = before_learn_on_batch
-        self._model_lock = threading.Lock()
-        self._stats_lock = threading.Lock()
+        self._model_lock, self._stats_lock = threading.Lock(), threading.Lock()
         self._snap_pool = ThreadPoolExecutor(1, thread_name_prefix="apex-weights")
         self._snap_lock: asyncio.Lock | None = None
         self._blob: tuple[int, bytes] | None = None
@@ -128,16 +125,11 @@ class LearnerActor:
         self._thread: threading.Thread | None = None
         self._thread_error: str | None = None
         self._stop_thread = False
-        self._dequeue = Timer(100)
-        self._grad = Timer(100)
-        self._grad_cpu = Timer(100)
-        self._overall = Timer(100)
+        self._dequeue, self._grad, self._grad_cpu, self._overall = (Timer(100) for _ in range(4))
         self._qsize = WindowStat("learner/queue_size", 50)
         self._window: deque[tuple[float, float, float]] = deque(maxlen=50)
-        self.batches_trained = 0
-        self.hook_calls = 0
-        self.priority_updates_sent = 0
-        self.priority_updates_failed = 0
+        self.batches_trained = self.hook_calls = 0
+        self.priority_updates_sent = self.priority_updates_failed = 0
         self.errors: deque[str] = deque(maxlen=10)
         self._pub = Throttled("learner", run)
 
@@ -182,6 +174,7 @@ class LearnerActor:
     async def close(self) -> None:
         """Stop everything and publish the last metrics."""
         await self.stop()
+        self._prefetcher.close()
         self._snap_pool.shutdown(wait=False)
         self._pub.now(self._metrics)
 
@@ -212,21 +205,36 @@ class LearnerActor:
                     batch = batch.with_hook_batch(self._hook(batch.as_hook_batch(), batch.shard_id))
                     self.hook_calls += 1
                 t2, c2 = time.perf_counter(), time.thread_time()
-                with self._model_lock:
-                    td, m = self._learner.update(batch.data, batch.weights)
+                done = self._train(batch)
+                item.release()  # a shared-memory slot: read (or staged) by now
                 t3, c3 = time.perf_counter(), time.thread_time()
-                self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
+                self._hand_back(done)
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
                     self._grad_cpu.push(c3 - c2)
                     self._qsize.push(qsize)
-                    self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
                     self.batches_trained += 1
                     self._overall.push(time.perf_counter() - t0)
                 self._pub.maybe(self._metrics)
+            with self._model_lock:  # the pipelined path's last update
+                drained = getattr(self._learner, "drain", list)()
+                self._hand_back([(d.tag, d.td_abs, d.metrics()) for d in drained])
         except BaseException as exc:  # surfaced through stats() to the driver
             self._thread_error = f"{type(exc).__name__}: {exc}"
+
+    def _train(self, batch: ReplaySample) -> list[tuple[ReplaySample, Any, dict[str, float]]]:
+        with self._model_lock:  # the batches whose |TD| and metrics are in (pipelined: 1 later)
+            if getattr(self._learner, "pipeline", False):  # another learner may lack it
+                done = self._learner.submit(batch.data, batch.weights, tag=batch)
+                return [(d.tag, d.td_abs, d.metrics()) for d in done]
+            td, m = self._learner.update(batch.data, batch.weights)
+        return [(batch, td, m)]
+
+    def _hand_back(self, done: list[tuple[ReplaySample, Any, dict[str, float]]]) -> None:
+        for batch, td, m in done:  # the outqueue, and the loss window
+            self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
+            self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
 
     # -------------------------------------------------------------- priorities
     async def _send_priorities(self) -> None:
@@ -270,10 +278,8 @@ class LearnerActor:
         return version, pickle.dumps((version, weights), protocol=pickle.HIGHEST_PROTOCOL)
 
     async def weights_if_newer(self, version: int) -> bytes | None:
-        """A pickled ``(version, {name: array})`` if the learner is past ``version``, else None.
-
-        Serialized at most once per version, however many env workers ask.
-        """
+        """A pickled ``(version, {name: array})`` if the learner is past ``version``, else None
+        (serialized at most once per version, however many env workers ask)."""
         if self._learner.version <= version:
             return None
         if self._snap_lock is None:
@@ -289,8 +295,7 @@ class LearnerActor:
     async def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
         """``(version, {name: CPU array})`` of the online net, read between updates."""
         loop = asyncio.get_running_loop()
-        version, blob = await loop.run_in_executor(self._snap_pool, self._snapshot)
-        return pickle.loads(blob)
+        return pickle.loads((await loop.run_in_executor(self._snap_pool, self._snapshot))[1])
 
     async def state_dict(self) -> dict[str, Any]:
         """The learner's checkpoint state (nets, optimizer, counters), read between updates."""
@@ -302,11 +307,8 @@ class LearnerActor:
         return await asyncio.get_running_loop().run_in_executor(self._snap_pool, read)
 
     async def save_part(self, directory: str, name: str) -> dict[str, Any]:
-        """Write the learner's state into checkpoint ``directory`` as part ``name``.
-
-        The training thread pauses only while the state is copied (under the
-        model lock); the file is written after the lock is released.
-        """
+        """Write the learner's state into checkpoint ``directory`` as part ``name`` (training
+        pauses only while the state is copied under the model lock, not while it is written)."""
 
         def save() -> dict[str, Any]:
             with self._model_lock:
@@ -379,6 +381,7 @@ class LearnerActor:
                     "learner/ratio_wait_s": pf.ratio_wait_s,
                     "learner/hook_calls": self.hook_calls,
                     "learner/local_shards": pf.local_shards,
+                    "learner/shared_batches": pf.shared_batches,
                     "learner/weight_snapshots": self.weight_snapshots,
                 },
                 flow=LearnerFlow(

@@ -19,13 +19,20 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
 - A shard living on the learner's worker is called as the local object
   (:class:`ShardLinks`; its async methods run on this loop anyway), and its
   slot waits for queue space *before* sampling, so it never holds a stale batch.
+- ``shared_memory``: a shard in another process is asked for ``sample_shared``
+  (``shared_per_call`` batches a call: half the calls' cost on this loop);
+  each batch comes as a reference to a shared-memory slot, read in place
+  (:mod:`apex_dask.algo.shared_batches`; the learner releases the slot after
+  the update). A shard on another host, or whose block cannot be mapped here
+  (the batch is then counted lost), is asked for whole batches.
 - ``max_replay_ratio`` (rho): a slot waits before requesting while
   (transitions trained before a resume + (batches received + requests in
   flight + 1) * batch_size) > rho * (items
   added to all shards), refreshing the shards' ``added`` counts every 50 ms
   while it waits (``ratio_wait_s``).
 
-Counters: ``batches_received``, ``batches_lost`` (requests that failed or timed
+Counters: ``batches_received``, ``shared_batches`` (of them, read from shared memory),
+``batches_lost`` (requests that failed or timed
 out, and batches held when a stop found the learner thread dead),
 ``enqueue_blocked_s``, ``ratio_wait_s``; ``errors`` keeps the last 10 messages.
 """
@@ -40,7 +47,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from apex_dask.algo.replay_sample import ReplaySample
-from apex_dask.runtime.actors.calls import as_handle, call_with_timeout, local_actor
+from apex_dask.algo.shared_batches import SharedBatch, SharedBatchReader
+from apex_dask.runtime.actors.calls import (
+    as_handle,
+    call_with_timeout,
+    local_actor,
+    same_host,
+)
 
 __all__ = ["ReplayPrefetcher", "ShardLinks"]
 
@@ -65,8 +78,10 @@ class ShardLinks:
         targets: Sequence[Any],
         handles: Sequence[Any],
         resolve: Callable[[Any], Any] | None = None,
+        near: Callable[[Any], bool] | None = None,
     ) -> None:
         self._targets = list(targets)
+        self._near = near if near is not None else (lambda handle: True)
         self._handles = list(handles)
         if len(self._targets) != len(self._handles):
             raise ValueError(f"{len(self._targets)} targets for {len(self._handles)} handles")
@@ -81,7 +96,7 @@ class ShardLinks:
             return handle if local is None else local
 
         handles = [as_handle(s) for s in shards]
-        return cls([resolve(h) for h in handles], handles, resolve)
+        return cls([resolve(h) for h in handles], handles, resolve, lambda h: same_host(h, worker))
 
     def __len__(self) -> int:
         return len(self._handles)
@@ -93,6 +108,10 @@ class ShardLinks:
     def handle(self, shard_id: int) -> Any:
         """The actor handle of shard ``shard_id``."""
         return self._handles[shard_id]
+
+    def same_host(self, shard_id: int) -> bool:
+        """Whether shard ``shard_id`` lives on this host (shared memory can reach it)."""
+        return self._near(self._handles[shard_id])
 
     def is_local(self, shard_id: int) -> bool:
         """Whether shard ``shard_id`` is called as a local object."""
@@ -123,8 +142,13 @@ class ReplayPrefetcher:
         max_replay_ratio: float | None = None,
         call_timeout_s: float = 60.0,
         idle_poll_s: float = 0.02,
+        shared_memory: bool = False,
+        shared_per_call: int = 2,
     ) -> None:
         self._links = links
+        self._reader = SharedBatchReader() if shared_memory else None
+        self._by_value: set[int] = set()  # shards whose blocks this process cannot map
+        self._shared_per_call = int(shared_per_call)
         self._inq = inqueue
         self._batch_size = int(batch_size)
         self._per_shard = int(prefetch_per_shard)
@@ -144,6 +168,7 @@ class ReplayPrefetcher:
         self._added = [0] * len(links)
         self._added_checked = [0.0] * len(links)
         self.batches_received = 0
+        self.shared_batches = 0
         self.batches_lost = 0
         self.enqueue_blocked_s = 0.0
         self.ratio_wait_s = 0.0
@@ -191,6 +216,7 @@ class ReplayPrefetcher:
         is read afresh, so items lost with the old shard no longer allow training."""
         self._added[shard_id] = 0
         self._added_checked[shard_id] = 0.0
+        self._by_value.discard(shard_id)
 
     async def _slot(self, shard_id: int) -> None:
         while not self._stopping:
@@ -205,8 +231,9 @@ class ReplayPrefetcher:
                     if self._stopping:
                         break
                     sample = await shard.sample()
+                    samples = None if sample is None else [sample]
                 else:
-                    sample = await call_with_timeout(shard.sample(), self._timeout)
+                    samples = await self._remote_samples(shard_id, shard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # dead or slow shard: count and back off
@@ -216,14 +243,49 @@ class ReplayPrefetcher:
                 continue
             finally:
                 self._in_flight -= 1
-            if sample is None:
+            if samples is None:
                 await asyncio.sleep(self._idle_poll_s)
                 continue
-            self.batches_received += 1
-            self._added[shard_id] = max(self._added[shard_id], int(sample.added))
-            await self._enqueue(sample)
+            self.batches_received += len(samples)  # all held now, queued one by one
+            for sample in samples:
+                self._added[shard_id] = max(self._added[shard_id], int(sample.added))
+                await self._enqueue(sample)
             if local:  # a local sample never suspends: let the other slots take turns
                 await asyncio.sleep(0)
+
+    async def _remote_samples(self, shard_id: int, shard: Any) -> list[ReplaySample] | None:
+        """Batches from a shard in another process: through shared memory when it can
+        (``shared_per_call`` a call, fewer when its slots are short), else one, whole."""
+        reader = self._reader
+        if reader is None or shard_id in self._by_value or not self._links.same_host(shard_id):
+            sample = await call_with_timeout(shard.sample(), self._timeout)
+            return None if sample is None else [sample]
+        call = shard.sample_shared(reader.id, None, self._shared_per_call)
+        replies = await call_with_timeout(call, self._timeout)
+        if replies is None:
+            return None
+        out = []
+        for reply in replies:
+            if not isinstance(reply, SharedBatch):
+                out.append(reply)
+                continue
+            try:
+                out.append(reader.open(reply))
+            except OSError as exc:  # no /dev/shm here: whole batches from now on
+                self._by_value.add(shard_id)
+                self.batches_lost += 1  # that one stays in the shard's slot
+                self.errors.append(
+                    f"shard {shard_id} sends whole batches (its shared memory is not on this "
+                    f"host: {type(exc).__name__}: {exc})"
+                )
+                return out or None
+            self.shared_batches += 1
+        return out
+
+    def close(self) -> None:
+        """Unmap the shards' shared-memory blocks (batches read from them must be done)."""
+        if self._reader is not None:
+            self._reader.close()
 
     async def _ratio_allows(self, shard_id: int) -> bool:
         """True if one more batch keeps the replay ratio; else waits a little and says False."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.algo.shared_batches import SharedBatch, SharedBatchWriter
 from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
@@ -35,6 +36,12 @@ class ReplayShardActor:
     w_i = (N P(i))^-beta / max_j w_j (``beta`` constant), this shard's
     ``shard_id`` and ``added``: the items ever added to it (the learner's
     replay-ratio gate reads it; ``added()`` answers the same count).
+
+    ``sample_shared(reader)`` answers the same batch written into a slot of the
+    shard's shared-memory block (:mod:`apex_dask.algo.shared_batches`, ``shared_slots``
+    slots): only a small reference crosses the wire to a learner on the same host.
+    With every slot held by the reader it waits for one up to ``shared_wait_s``,
+    then answers the batch itself.
 
     Other keyword arguments (``storage``) go to
     :class:`~apex_dask.algo.replay.ReplayShard` unchanged.
@@ -57,6 +64,8 @@ class ReplayShardActor:
         seed: int | None = None,
         run: str = "",
         call_timeout_s: float = 60.0,
+        shared_slots: int = 8,
+        shared_wait_s: float = 1.0,
         **storage: Any,
     ) -> None:
         from apex_dask.algo.replay import ReplayShard
@@ -75,6 +84,9 @@ class ReplayShardActor:
         self._moved_to: Any = None
         self._taking_over: asyncio.Event | None = None
         self._last_call = time.monotonic()
+        self._shared_slots = int(shared_slots)
+        self._shared_wait_s = float(shared_wait_s)
+        self._writer: SharedBatchWriter | None = None
 
     async def _wait_ready(self) -> None:
         self._last_call = time.monotonic()
@@ -102,6 +114,36 @@ class ReplayShardActor:
         s = self._shard.sample(batch_size or self._batch_size, self._beta)
         self.flow.batches_sampled += 1
         return s.with_shard_id(self.shard_id)
+
+    async def sample_shared(
+        self, reader: str, batch_size: int | None = None, count: int = 1
+    ) -> list[SharedBatch | ReplaySample] | None:
+        """As :meth:`sample`, up to ``count`` batches (as many as there are free slots, at
+        least one) in shared-memory slots for ``reader`` (the learner's
+        :class:`~apex_dask.algo.shared_batches.SharedBatchReader` id); a batch travels
+        itself when no slot frees within ``shared_wait_s`` or shared memory is short."""
+        if self._writer is None:
+            self._writer = SharedBatchWriter(self._shared_slots, prefix=f"apex{self.shard_id}")
+        writer = self._writer
+        writer.reader_is(reader)
+        deadline = time.monotonic() + self._shared_wait_s
+        while writer.free_slots() == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)  # the learner frees a slot after each update
+        out: list[SharedBatch | ReplaySample] = []
+        for _ in range(max(1, min(count, writer.free_slots()))):
+            sample = await self.sample(batch_size)
+            if sample is None:
+                return None
+            ref = writer.write(sample)
+            out.append(sample if ref is None else ref)
+        return out
+
+    async def shared_stats(self) -> dict[str, Any]:
+        """Shared-memory hand-off counts: ``written``, ``no_slot``, ``error``, ``block``."""
+        w = self._writer
+        if w is None:
+            return {"written": 0, "no_slot": 0, "error": None, "block": None}
+        return {"written": w.written, "no_slot": w.no_slot, "error": w.error, "block": w.block}
 
     async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
@@ -180,6 +222,8 @@ class ReplayShardActor:
         """Flush pending metrics."""
         self._pub.now(self._metrics)
         self._io.shutdown(wait=False)
+        if self._writer is not None:
+            self._writer.close()
 
     def _metrics(self) -> dict[str, float]:
         return shard_metrics(self.shard_id, self._shard.stats(), self.flow)

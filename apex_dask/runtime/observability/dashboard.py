@@ -346,8 +346,22 @@ class ApexDashboard(DashboardComponent):
             x_range=x,
             **kw,
         )
+        self.device = TimeSeriesFigure(  # a CUDA learner only: empty on a CPU learner
+            store,
+            "Learner device (CUDA)",
+            [
+                Line("learner/device_busy", "busy fraction", c[0]),
+                Line("learner/h2d_s", "copy to device, ms", c[1], 1e3),
+                Line("learner/device_mem_bytes", "memory GiB", c[2], 2**-30, right=True),
+                Line("learner/device_mem_peak_bytes", "peak GiB", c[3], 2**-30, right=True),
+            ],
+            "busy / ms",
+            right_label="GiB",
+            x_range=x,
+            **kw,
+        )
         names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
-        names += ("sync", "blocked", "workers")
+        names += ("sync", "blocked", "workers", "device")
         self.figures = [getattr(self, name) for name in names]
         self.animation = EvalAnimation(store)
         beside = {id(self.returns): row(self.returns.root, self.animation.root)}

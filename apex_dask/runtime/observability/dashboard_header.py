@@ -25,6 +25,7 @@ _KEY_FIGURES = [
     ("env/episode_return_mean", "return (low-eps third)", "{:,.2f}"),
     ("eval/return_mean", "greedy eval return", "{:,.2f}"),
     ("sync/policy_lag", "policy lag", "{:,.2f}"),
+    ("learner/device_busy", "device busy", "{:.0%}"),  # a CUDA learner only
 ]
 
 

@@ -149,6 +149,7 @@ class ActorSet:
             call_timeout_s=self.timeout,
             before_learn_on_batch=self._hook,
             run=self.run_id,
+            shared_memory=self.config.replay.shared_memory,
             where=where,
         )
         self.learner_ref = self._refs[fut.key]

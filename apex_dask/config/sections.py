@@ -1,0 +1,89 @@
+"""The config tree's run-level sections: evaluation, reporting, topology, checkpoints, stop.
+
+Part of :mod:`apex_dask.config.tree` (which re-exports every class); kept apart so each
+module stays short. Every field's docstring is its ``--list-keys`` text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CheckpointConfig", "EvalConfig", "ReportConfig", "StopConfig", "TopologyConfig"]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Greedy (epsilon 0) evaluation on a separate env."""
+
+    interval_s: float = 60.0
+    """Evaluate at most once per this many seconds of wall time (0: every iteration)."""
+    episodes: int = 10
+    """Episodes per evaluation (0 disables evaluation)."""
+    max_episode_steps: int | None = 27_000
+    """An evaluation episode is cut after this many agent steps (27,000 = 108,000 Atari
+    frames, as in the literature); a policy that never loses cannot stall it. None: no cap."""
+    timeout_s: float = 300.0
+    """Wall-time bound of one evaluation: the episode in progress is then dropped and the
+    result reported with ``eval/timed_out`` = 1 (the finished episodes' returns, if any)."""
+    animation: bool = False
+    """Show the first episode of an evaluation, at most every 30 s, as a small animation on
+    the ``/apex`` page (frames from the evaluator's env, ``render_mode="rgb_array"``).
+    On in the ``cartpole`` and ``minatar`` presets; off by default (``atari``), where
+    rendering costs more."""
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """When one result dict is emitted (RLlib ``min_iter_time_s`` / ``timesteps_per_iteration``)."""
+
+    min_iter_time_s: float = 30.0
+    """An iteration lasts at least this many seconds."""
+    timesteps_per_iteration: int = 25_000
+    """...and at least this many env steps."""
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """Where actors go on the Dask cluster."""
+
+    learner_worker: str | None = None
+    """Name or address of the worker for the learner; None: a worker with a ``GPU``
+    resource if any, else the first worker."""
+    local_workers: int | None = None
+    """Worker processes of the embedded LocalCluster; None: one per CPU core."""
+    call_timeout_s: float = 60.0
+    """Timeout of every actor-to-actor call (a dead peer never answers)."""
+    elastic: bool = False
+    """Follow the cluster as workers come and go: a Dask worker that joins gets
+    ``workers.per_process`` env workers; one retired on purpose (``retire_workers``,
+    ``cluster.scale``, ``adapt``, ``--lifetime``) first hands its replay shards and learner
+    over (a fresh snapshot, restored elsewhere) and its env workers stop; no fault is
+    counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints of a run with an output folder (``--out DIR``: ``DIR/checkpoints/``)."""
+
+    interval_s: float = 1800.0
+    """Write a checkpoint every this many seconds of wall time (also at the end, on
+    Ctrl-C and on SIGTERM/SIGUSR1). 0 disables the periodic ones."""
+    keep: int = 2
+    """Keep the newest this many complete checkpoints (>= 1)."""
+    grace_s: float = 120.0
+    """Seconds a preemption signal (SIGTERM/SIGUSR1) leaves to write the last checkpoint;
+    the SLURM script asks for the signal this long before the time limit."""
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """When training stops; the first condition met wins. None disables one."""
+
+    timesteps: int | None = None
+    """Stop after this many env steps sampled."""
+    reward: float | None = None
+    """Stop when the greedy eval return (or, without eval, the episode return) reaches this."""
+    time_s: float | None = None
+    """Stop after this many seconds of wall time."""
+    iterations: int | None = None
+    """Stop after this many result dicts."""

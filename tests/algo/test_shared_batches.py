@@ -1,0 +1,108 @@
+"""Sampled batches through shared memory: a writer's slots, a reader's views, releases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.algo.shared_batches import SharedBatchReader, SharedBatchWriter
+
+
+def sample(rng: np.random.Generator, n: int = 16, shard_id: int = 2) -> ReplaySample:
+    data = {
+        "obs": rng.integers(0, 256, (n, 4, 10, 10), dtype=np.uint8),
+        "next_obs": rng.integers(0, 256, (n, 4, 10, 10), dtype=np.uint8),
+        "action": rng.integers(0, 6, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "discount": np.full(n, 0.97, np.float32),
+    }
+    return ReplaySample(
+        rng.integers(0, 1000, n), rng.random(n).astype(np.float32), data, shard_id, 77
+    )
+
+
+@pytest.fixture
+def pair():
+    writer, reader = SharedBatchWriter(slots=3, prefix="apextest"), SharedBatchReader()
+    yield writer, reader
+    reader.close()
+    writer.close()
+
+
+def same(a: ReplaySample, b: ReplaySample) -> bool:
+    return (
+        np.array_equal(a.indices, b.indices)
+        and np.array_equal(a.weights, b.weights)
+        and a.data.keys() == b.data.keys()
+        and all(
+            np.array_equal(a.data[k], b.data[k]) and a.data[k].dtype == b.data[k].dtype
+            for k in a.data
+        )
+        and (a.shard_id, a.added) == (b.shard_id, b.added)
+    )
+
+
+def test_a_batch_reads_back_in_place_identical_to_what_was_written(pair):
+    writer, reader = pair
+    s = sample(np.random.default_rng(0))
+    ref = writer.write(s)
+    assert ref is not None and ref.block == writer.block
+    got = reader.open(ref)
+    assert same(got, s)
+    assert not got.data["obs"].flags.owndata  # a view into the slot, not a copy
+    assert got.data["obs"].ctypes.data % 64 == 0
+
+
+def test_slots_are_held_until_released_then_reused(pair):
+    writer, reader = pair
+    rng = np.random.default_rng(1)
+    batches = [sample(rng) for _ in range(4)]
+    refs = [writer.write(b) for b in batches[:3]]
+    assert writer.free_slots() == 0
+    assert writer.write(batches[3]) is None and writer.no_slot == 1  # send it whole instead
+    opened = [reader.open(r) for r in refs]
+    assert all(same(o, b) for o, b in zip(opened, batches[:3], strict=True))
+    opened[1].release()
+    opened[1].release()  # twice is once
+    assert writer.free_slots() == 1 and reader.released == 1
+    ref = writer.write(batches[3])
+    assert ref is not None and ref.slot == refs[1].slot
+    assert same(reader.open(ref), batches[3]) and same(opened[0], batches[0])  # others intact
+
+
+def test_a_new_reader_frees_the_slots_a_lost_one_held(pair):
+    writer, reader = pair
+    rng = np.random.default_rng(2)
+    writer.reader_is(reader.id)
+    for _ in range(3):
+        writer.write(sample(rng))
+    assert writer.free_slots() == 0
+    writer.reader_is("another learner")
+    assert writer.free_slots() == 3
+
+
+def test_another_batch_shape_gets_a_new_block_and_the_old_one_is_unlinked(pair):
+    writer, reader = pair
+    rng = np.random.default_rng(3)
+    first = writer.write(sample(rng, n=16))
+    second = writer.write(sample(rng, n=8))
+    assert first.block != second.block
+    with pytest.raises(FileNotFoundError):
+        reader.open(first)
+    assert reader.open(second).indices.shape == (8,)
+
+
+def test_no_room_in_shared_memory_means_the_batch_travels_whole():
+    writer = SharedBatchWriter(slots=2, min_free_bytes=1 << 62)
+    try:
+        assert writer.write(sample(np.random.default_rng(4))) is None
+        assert "shared memory" in writer.error
+    finally:
+        writer.close()
+
+
+def test_a_plain_sample_release_is_a_no_op():
+    s = sample(np.random.default_rng(5))
+    s.release()
+    assert s.with_shard_id(1).lease is None
