@@ -14,9 +14,9 @@ import torch
 from apex_dask.algo.agents import make_env_worker, make_learner
 from apex_dask.algo.env_worker import probe_spaces
 from apex_dask.algo.exploration import lowest_epsilon_workers
-from apex_dask.algo.worker_base import ActingWorker
 from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
+from apex_dask.algo.worker_base import ActingWorker
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
     Hook,

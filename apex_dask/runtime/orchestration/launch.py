@@ -26,12 +26,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.exploration import apex_epsilons
 from apex_dask.algo.results import derive_seed
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
     Hook,
     env_worker_kwargs,
+    exploration_ladder,
     learner_kwargs,
     shard_actor_kwargs,
 )
@@ -190,7 +190,7 @@ class ActorSet:
         shard_futs = [self._shard(k, p.shards[k].address) for k in range(n_shards)]
         handles = wait([f"replay shard {k}" for k in range(n_shards)], shard_futs)
         handles += wait(["learner"], [self._learner(p.learner.address)])
-        epsilons = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
+        epsilons = exploration_ladder(cfg, n_env)
         env_futs = [
             self._env_worker(i, epsilons[i], derive_seed(cfg.seed, "worker", i), a.address)
             for i, a in enumerate(p.env_workers[:n_env])
