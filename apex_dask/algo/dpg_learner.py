@@ -203,7 +203,7 @@ class DPGLearner:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU numpy arrays: ``online``, ``target``, ``optimizer``
-        (``actor`` and ``critic``), ``counters``."""
+        (``actor`` and ``critic``), ``counters``, ``noise_rng`` (the smoothing noise's state)."""
         return {
             "online": module_weights(self.online),
             "target": module_weights(self.target),
@@ -212,6 +212,7 @@ class DPGLearner:
                 "critic": to_numpy_tree(self.critic_optimizer.state_dict()),
             },
             "counters": self.counters(),
+            "noise_rng": self._noise_gen.get_state().numpy(),  # the target smoothing draws
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -230,4 +231,6 @@ class DPGLearner:
         self.num_target_updates = int(c["num_target_updates"])
         self._last_target_update = int(c["last_target_update"])
         self._version = int(c["version"])
+        if "noise_rng" in state:
+            self._noise_gen.set_state(torch.as_tensor(np.asarray(state["noise_rng"], np.uint8)))
         self._weights_cache = None

@@ -113,7 +113,7 @@ class DPGEnvWorker(ActingWorker):
         self._requote = False
 
     # -- policy ---------------------------------------------------------
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def mu(self, obs: np.ndarray) -> np.ndarray:
         """mu(s) (B, act_dim) float32 under the synced weights."""
         return self._net.policy(obs)
 

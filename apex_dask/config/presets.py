@@ -53,20 +53,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
         "checkpoint": {"interval_s": 60.0},
     },
-    # Ape-X DPG (TD3's options) on Pendulum-v1, sized for a 2-core machine; gamma 0.98
-    # and batch 256 as rl-zoo's TD3, n-step 3 and prioritized replay as Ape-X.
+    # Ape-X DPG (TD3's options) on Pendulum-v1, sized for a 2-core machine: gamma 0.98 as
+    # rl-zoo's TD3, 5-step returns, 64x64 nets and batch 128 (about 2x faster to -200 here
+    # than 256x256 and batch 256, fewer updates per second being the limit).
     "pendulum": {
         "algo": "dpg",
         "env": {"env_id": "Pendulum-v1"},
         "replay": {"capacity": 100_000, "num_shards": 2, "learning_starts": 1_000},
         "learner": {
-            "batch_size": 256,
+            "batch_size": 128,
             "gamma": 0.98,
-            "n_step": 3,
+            "n_step": 5,
             "max_replay_ratio": 64.0,
             "min_replay_ratio": 64.0,
         },
-        "dpg": {"noise_base": 0.3, "noise_alpha": 2.0},
+        "dpg": {
+            "actor_hiddens": (64, 64),
+            "critic_hiddens": (64, 64),
+            "noise_base": 0.3,
+            "noise_alpha": 2.0,
+        },
         "workers": {
             "num_workers": 2,
             "envs_per_worker": 2,
