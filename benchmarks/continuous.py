@@ -232,7 +232,7 @@ def print_table(task: str, summary: dict[str, dict[str, Any]]) -> None:
     print(f"\n{'runner':6s} {key:>24s} {'vs sb3':>7s}  per seed               median steps")
     for runner, s in summary.items():
         med = s[key]
-        ratio = f"{med / base:6.2f}x" if med is not None and base else "     -"
+        ratio = f"{med / base:6.2f}x" if med is not None and base and base > 0 else "     -"
         per = s.get("times_s", s.get("final_evals"))
         seeds = " / ".join("-" if v is None else f"{v:.1f}" for v in per)
         shown = "-" if med is None else f"{med:.1f}"

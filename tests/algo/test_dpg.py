@@ -220,3 +220,17 @@ def test_worker_actions_are_clipped_to_the_bounds_and_greedy_has_no_noise(pendul
     np.testing.assert_array_equal(worker.mu(obs), worker.mu(obs))
     out = worker.evaluate(1, seed=0)
     assert out["lengths"] == [200] and math.isfinite(out["return_mean"])
+
+
+def test_halfcheetah_rollouts_train_the_learner():
+    pytest.importorskip("mujoco", reason="HalfCheetah-v5 needs apex_dask[mujoco]")
+    worker = DPGEnvWorker(make_env_factory("HalfCheetah-v5"), sigma=0.3, seed=0, num_envs=2)
+    learner = DPGLearner(worker.observation_space, worker.action_space, device="cpu")
+    worker.set_weights(*learner.get_weights())
+    out = worker.sample()
+    batch = out["batch"]
+    assert batch["action"].shape[1:] == (6,) and np.all(np.abs(batch["action"]) <= 1.0)
+    np.testing.assert_allclose(out["priorities"], worker.td_errors(batch), rtol=1e-4, atol=1e-3)
+    n = len(batch["action"])
+    td, metrics = learner.update(batch, np.ones(n, np.float32))
+    assert td.shape == (n,) and math.isfinite(metrics["loss"])
