@@ -37,6 +37,7 @@ from gymnasium import spaces
 from apex_dask.algo.dpg_loss import actor_loss, critic_loss, dpg_targets
 from apex_dask.algo.dpg_networks import build_dpg_model
 from apex_dask.algo.learner import (
+    Learner,
     NonFiniteLossError,
     module_weights,
     resolve_device,
@@ -107,10 +108,10 @@ class DPGLearner:
         self._version = 0
         self._weights_cache: tuple[int, dict[str, np.ndarray]] | None = None
 
-    @property
-    def version(self) -> int:
-        """Weights version: the number of updates applied."""
-        return self._version
+    # the same as the DQN learner's (they read only the attributes both keep)
+    version = Learner.version
+    get_weights = Learner.get_weights
+    counters = Learner.counters
 
     def _tensor(self, arr: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(np.asarray(arr)).to(self.device, dtype=dtype, non_blocking=True)
@@ -185,22 +186,6 @@ class DPGLearner:
         self.num_target_updates += 1
         self._last_target_update = self.steps_trained if at is None else at
 
-    def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
-        """``(version, {name: CPU numpy array})`` of actor and critic; one copy per version."""
-        if self._weights_cache is None or self._weights_cache[0] != self._version:
-            self._weights_cache = (self._version, module_weights(self.online))
-        return self._weights_cache
-
-    def counters(self) -> dict[str, int]:
-        """``steps_trained``, ``num_updates``, ``num_target_updates``, ``version``."""
-        return {
-            "steps_trained": self.steps_trained,
-            "num_updates": self.num_updates,
-            "num_target_updates": self.num_target_updates,
-            "last_target_update": self._last_target_update,
-            "version": self._version,
-        }
-
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU numpy arrays: ``online``, ``target``, ``optimizer``
         (``actor`` and ``critic``), ``counters``, ``noise_rng`` (the smoothing noise's state)."""
@@ -225,12 +210,10 @@ class DPGLearner:
         self.target.load_state_dict(tensors(state["target"]))
         self.actor_optimizer.load_state_dict(to_torch_tree(state["optimizer"]["actor"]))
         self.critic_optimizer.load_state_dict(to_torch_tree(state["optimizer"]["critic"]))
-        c = state["counters"]
-        self.steps_trained = int(c["steps_trained"])
-        self.num_updates = int(c["num_updates"])
-        self.num_target_updates = int(c["num_target_updates"])
-        self._last_target_update = int(c["last_target_update"])
-        self._version = int(c["version"])
+        c = {k: int(v) for k, v in state["counters"].items()}
+        self.steps_trained, self.num_updates = c["steps_trained"], c["num_updates"]
+        self.num_target_updates, self._version = c["num_target_updates"], c["version"]
+        self._last_target_update = c["last_target_update"]
         if "noise_rng" in state:
             self._noise_gen.set_state(torch.as_tensor(np.asarray(state["noise_rng"], np.uint8)))
         self._weights_cache = None

@@ -32,6 +32,7 @@ actions. :meth:`td_errors` recomputes the same from a batch (for tests).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -69,23 +70,19 @@ class DPGEnvWorker(ActingWorker):
         noise: str = "gaussian",
         ou_theta: float = 0.15,
         num_envs: int = 1,
-        make_timeout_s: float = 60.0,
-        step_timeout_s: float | None = None,
-        restart_failed_envs: bool = True,
-        max_env_errors_per_min: int = 10,
-        where: str = "",
+        **envs: Any,
     ) -> None:
+        """``envs``: :class:`ActingWorker`'s ``make_timeout_s``, ``step_timeout_s``,
+        ``restart_failed_envs``, ``max_env_errors_per_min`` and ``where``."""
+        defaults = {"make_timeout_s": 60.0, "step_timeout_s": None, "where": ""}
+        defaults |= {"restart_failed_envs": True, "max_env_errors_per_min": 10}
         super().__init__(
             env_factory,
             seed=seed,
             fragment_length=fragment_length,
             num_envs=num_envs,
-            make_timeout_s=make_timeout_s,
-            step_timeout_s=step_timeout_s,
-            restart_failed_envs=restart_failed_envs,
-            max_env_errors_per_min=max_env_errors_per_min,
             vector_mode="sync",
-            where=where,
+            **{**defaults, **envs},
         )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
