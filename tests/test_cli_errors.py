@@ -44,6 +44,8 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", "x"], ["exclude each other"]),
         (["--set", "env.env_id=NoSuchEnv-v9"], ["NoSuchEnv-v9"]),
         (["--config", "/nonexistent/run.yaml"], ["cannot read config file"]),
+        (["--preset", "cartpole", "--set", "algo=dpg"], ["Discrete(2)", "dpg", "algo=dqn"]),
+        (["--preset", "pendulum", "--set", "algo=dqn"], ["Box(", "dqn", "algo=dpg"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles):
@@ -132,3 +134,25 @@ def test_replay_too_large_for_the_learners_worker_is_refused_naming_that_worker(
     assert "\n" not in message
     assert "replay.capacity=100,000,000" in message and "lower it" in message
     assert "the learner's worker tcp://h:2, which has 2.0 GiB" in message
+
+
+def test_action_spaces_each_agent_refuses_name_the_other_agent():
+    import numpy as np
+    from gymnasium import spaces
+
+    from apex_dask.cli.checks import action_space_problem
+
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    unbounded = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    assert action_space_problem("dpg", box) is None
+    assert action_space_problem("dqn", spaces.Discrete(3)) is None
+    for algo, space, needles in (
+        ("dpg", unbounded, ["finite action bounds", "dqn"]),
+        ("dpg", spaces.Discrete(3), ["bounded Box", "algo=dqn"]),
+        ("dqn", box, ["Discrete", "algo=dpg"]),
+        ("dpg", spaces.MultiBinary(3), ["bounded Box", "dqn"]),
+    ):
+        problem = action_space_problem(algo, space)
+        assert problem is not None and "\n" not in problem
+        for needle in needles:
+            assert needle in problem, (needle, problem)

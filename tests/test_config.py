@@ -60,6 +60,14 @@ def test_cartpole_preset_is_small():
     assert cfg.workers.num_workers <= 4
 
 
+def test_dpg_presets_choose_the_dpg_agent_with_td3_options():
+    for name, env_id in (("pendulum", "Pendulum-v1"), ("halfcheetah", "HalfCheetah-v5")):
+        cfg = ApexConfig.preset(name)
+        assert cfg.algo == "dpg" and cfg.env.env_id == env_id
+        assert cfg.dpg.twin_q and cfg.dpg.smooth_target_policy and cfg.dpg.policy_delay == 2
+    assert ApexConfig().algo == "dqn" and ApexConfig.preset("cartpole").algo == "dqn"
+
+
 def test_config_is_frozen():
     cfg = ApexConfig()
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -116,6 +124,12 @@ def test_from_yaml_with_preset_and_sections(tmp_path):
         ({"env.step_timeout_s": -1}, ["env.step_timeout_s", "> 0"]),
         ({"workers.max_env_errors_per_min": 0}, ["workers.max_env_errors_per_min", "> 0"]),
         ({"workers.restart_failed_envs": "sometimes"}, ["restart_failed_envs", "true or false"]),
+        ({"algo": "sac"}, ["algo", "sac", "dqn", "dpg"]),
+        ({"dpg.tau": 0}, ["dpg.tau", "(0, 1]"]),
+        ({"dpg.noise": "pink"}, ["dpg.noise", "gaussian or ou"]),
+        ({"dpg.policy_delay": 0}, ["dpg.policy_delay", "> 0"]),
+        ({"dpg.critic_hiddens": []}, ["dpg.critic_hiddens", "positive layer sizes"]),
+        ({"algo": "dpg", "replay.frame_stack": 4}, ["replay.frame_stack", "algo=dpg"]),
     ],
 )
 def test_bad_values_raise_one_config_error_naming_field_value_and_rule(overrides, names):

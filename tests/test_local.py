@@ -215,3 +215,33 @@ def test_a_bad_hook_path_is_one_config_error(path, needle):
 
     with pytest.raises(ConfigError, match=needle):
         LocalApex(tiny(**{"learner.before_learn_on_batch": path}))
+
+
+def test_run_local_runs_dpg_and_its_checkpoint_restores(tmp_path):
+    """The in-process oracle runs the dpg agent on Pendulum-v1: float actions in replay,
+    the noise ladder as the workers' exploration, checkpoints through the same runner."""
+    cfg = ApexConfig.preset("pendulum").override(
+        {
+            **{k: v for k, v in TINY.items() if not k.startswith("learner.")},
+            "learner.batch_size": 32,
+            "learner.max_replay_ratio": 2.0,
+            "learner.min_replay_ratio": 2.0,
+        }
+    )
+    assert cfg.algo == "dpg"
+    results = list(run_local(cfg, stop={"iterations": 2}))
+    assert results[-1]["learner/updates"] > 0 and math.isfinite(results[-1]["learner/loss"])
+    assert math.isfinite(results[-1]["eval/return_mean"])
+    assert [results[-1][f"env/epsilon/{i}"] for i in range(3)] == pytest.approx(
+        [0.3, 0.3**2, 0.3**3]
+    )
+    apex = LocalApex(cfg.override({"eval.episodes": 0}))
+    for _ in range(20):
+        apex.step()
+    assert apex.shards[0].sample(4, 0.4).data["action"].dtype == np.float32
+    back = LocalApex.restore(apex.save(tmp_path / "ckpt"))
+    assert back.learner.counters() == apex.learner.counters()
+    assert back.train_once() and apex.train_once()
+    wa, wb = apex.learner.get_weights()[1], back.learner.get_weights()[1]
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k])

@@ -9,7 +9,7 @@ gives the same interface over a native vector env. Both return one
 
     envs = GuardedEnvs(factory, num_envs=8, seed=0, guard=guard, policy=policy)
     obs = envs.reset()                      # (N, *obs_shape)
-    step = envs.step(actions)               # actions: int64 (N,), index into Discrete
+    step = envs.step(actions)               # int64 (N,) into Discrete, or (N, d) in a Box
     step.next_obs[j]                        # s_{t+1}: the final observation at an episode end
     step.obs[j]                             # what env j acts on next (the reset one after an end)
 
@@ -95,7 +95,8 @@ class GuardedEnvs:
         self.envs = [self._first_env()]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
-        self._offset = int(self.action_space.start)
+        self._offset = int(getattr(self.action_space, "start", 0))  # Box: actions as they are
+        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._dtype = self.observation_space.dtype
         self._float = self._dtype.kind == "f"
         self._on = np.ones(self.num_envs, bool)  # every step made (read-only)
@@ -143,7 +144,7 @@ class GuardedEnvs:
         """Step every env once (see the module docstring)."""
         n, envs, off, call = self.num_envs, self.envs, self._offset, self.guard.call
         steps, out, faults = self._steps, [], {}
-        for j, action in enumerate(actions.tolist()):
+        for j, action in enumerate(actions.tolist() if self._discrete else actions):
             steps[j] += 1
             try:
                 out.append(call("step", partial(envs[j].step, action + off), steps[j]))

@@ -63,29 +63,21 @@ envs always raise it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.env_guard import EnvErrorPolicy, EnvGuard, env_name
-from apex_dask.algo.env_set import REMAKE_TRIES, GuardedEnvs, VectorStep
-from apex_dask.algo.frame_codec import encode_batch
+from apex_dask.algo.env_guard import EnvGuard, env_name
+from apex_dask.algo.env_set import REMAKE_TRIES
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
-from apex_dask.algo.native_envs import NativeAtariEnvs, native_game
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
-from apex_dask.algo.nstep import TRANSITION_KEYS
 from apex_dask.algo.vector_nstep import VectorNStepAdder
+from apex_dask.algo.worker_base import VECTOR_MODES, ActingWorker
 
 __all__ = ["REMAKE_TRIES", "VECTOR_MODES", "EnvWorker", "probe_spaces"]
-
-VECTOR_MODES = ("native", "sync")
-"""How a worker steps its envs: ``native`` (ALE games: ale-py's ``AtariVectorEnv``,
-:mod:`apex_dask.algo.native_envs`; other envs as ``sync``) or ``sync`` (gymnasium envs
-stepped in turn, :class:`~apex_dask.algo.env_set.GuardedEnvs`)."""
 
 
 def probe_spaces(
@@ -102,7 +94,7 @@ def probe_spaces(
         guard.close()
 
 
-class EnvWorker:
+class EnvWorker(ActingWorker):
     """Envs plus an epsilon-greedy policy; see the module docstring.
 
     Before the first :meth:`set_weights` the worker acts with its own random
@@ -132,38 +124,18 @@ class EnvWorker:
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
-        if fragment_length < 1:
-            raise ValueError(f"fragment_length must be >= 1, got {fragment_length}")
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.num_envs = int(num_envs)
-        self.env_factory = env_factory
-        self.env_id = env_name(env_factory)
-        self.where = where
-        self._guard = EnvGuard(
-            self.env_id, make_timeout_s=make_timeout_s, step_timeout_s=step_timeout_s
-        )
-        self.policy = EnvErrorPolicy(
-            self.env_id, restart=restart_failed_envs, max_per_min=max_env_errors_per_min
-        )
-        self.seed = int(seed)
-        self.rng = np.random.default_rng(seed)
-        if vector_mode not in VECTOR_MODES:
-            raise ValueError(f"vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
-        native = vector_mode == "native" and native_game(env_factory) is not None
-        self.vector_mode = "native" if native else "sync"
-        # env j resets first with seed + j, then continues its own generator
-        self._envs = (NativeAtariEnvs if native else GuardedEnvs)(
+        super().__init__(
             env_factory,
-            num_envs=self.num_envs,
-            seed=self.seed,
-            guard=self._guard,
-            policy=self.policy,
-            rng=self.rng,
+            seed=seed,
+            fragment_length=fragment_length,
+            num_envs=num_envs,
+            make_timeout_s=make_timeout_s,
+            step_timeout_s=step_timeout_s,
+            restart_failed_envs=restart_failed_envs,
+            max_env_errors_per_min=max_env_errors_per_min,
+            vector_mode=vector_mode,
             where=where,
         )
-        self.observation_space = self._envs.observation_space
-        self.action_space = self._envs.action_space
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self._net = build_q_network(self.observation_space, self.action_space, hiddens, dueling)
@@ -172,21 +144,15 @@ class EnvWorker:
         if len(self.observation_space.shape) == 1:
             self._numpy_net = NumpyMLPQ(module_weights(self._net))
         self.epsilon = float(epsilon)
-        self.fragment_length = int(fragment_length)
         self.double_q = bool(double_q)
         self.num_actions = int(self.action_space.n)
         self._action_offset = int(self.action_space.start)
-        self._obs_shape = tuple(self.observation_space.shape)
-        self._obs_dtype = self.observation_space.dtype
         if frame_stack is not None and self._obs_shape[:1] != (frame_stack,):
             raise ValueError(
                 f"frame_stack={frame_stack} needs observations [{frame_stack}, ...] "
                 f"(first axis the stack), the env gives {list(self._obs_shape)}"
             )
         self.frame_stack = frame_stack
-        self._eval_rng = np.random.default_rng([seed, 1])
-        self._eval_env: gym.Env | None = None
-        self._eval_steps = 0
         self.adder = VectorNStepAdder(
             self.num_envs,
             n_step,
@@ -196,39 +162,12 @@ class EnvWorker:
             self.fragment_length,
             num_actions=self.num_actions,
         )
-        self.weights_version = -1
-        self.steps_sampled = 0
-        self.episodes = 0
-        self._obs: np.ndarray | None = None  # (N, ...) once every env is made
         self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
         self._requote = False
-        self._episode_return = np.zeros(self.num_envs)
-        self._episode_start = np.zeros(self.num_envs, np.int64)  # the clock when it began
-        self._clock = 0
-
-    @property
-    def envs(self) -> list[gym.Env]:
-        """The worker's envs (only the first before the first :meth:`sample`)."""
-        return self._envs.envs
-
-    @property
-    def env(self) -> gym.Env:  # the first env
-        return self._envs.envs[0]
-
-    @property
-    def env_errors(self) -> int:
-        """Env errors survived or not (raised, hung, non-finite), all envs of this worker."""
-        return self.policy.count
-
-    @property
-    def num_pending(self) -> int:
-        """Steps of all envs whose transition is not emitted yet."""
-        return self.adder.num_pending
+        self._draws: tuple[np.ndarray, np.ndarray] | None = None
+        self._explore_at: list[bool] = []
 
     # -- policy ---------------------------------------------------------
-    def _as_obs(self, obs: Any) -> np.ndarray:
-        return np.array(obs, dtype=self._obs_dtype)
-
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values (B, A) float32 of a batch of observations under the synced weights."""
         if self._numpy_net is not None:
@@ -258,68 +197,22 @@ class EnvWorker:
         self._q_next = None  # acted on with the old weights: computed again
         self._requote = True  # as are the pending steps' Q(s_t)[a_t]
 
-    # -- rollouts -------------------------------------------------------
-    def sample(self) -> dict[str, Any]:
-        """Run ``fragment_length`` steps of every env; return the completed transitions and stats.
+    # -- rollouts (the loop: ActingWorker.sample) --------------------------
+    def _begin_fragment(self) -> None:
+        self._draws = draws = self._explore()
+        n = self.fragment_length
+        self._explore_at = [False] * n if draws is None else draws[0].any(1).tolist()
 
-        Keys: ``batch`` (``obs, action, reward, next_obs, done, discount`` arrays;
-        with ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs,
-        done, discount``), ``priorities`` (float32 |td|), ``steps`` (env steps made:
-        ``fragment_length * num_envs`` less those env errors cut), ``episode_returns``,
-        ``episode_lengths``, ``weights_version``, ``epsilon``.
+    def _actions(self, t: int) -> np.ndarray:
+        """Epsilon-greedy with the fragment's draws, from one forward pass."""
+        actions = self._forward().argmax(axis=1)
+        if self._explore_at[t]:
+            draws = self._draws
+            actions = np.where(draws[0][t], draws[1][t], actions)
+        return actions
 
-        The batch holds env 0's transitions, then env 1's, and so on, each env's
-        oldest first. The adder gets ``info["train_reward"]`` and
-        ``info["train_terminated"]`` when the env gives them (clipped rewards,
-        a life loss: :mod:`apex_dask.algo.atari`); episode returns and lengths
-        count raw rewards over whole episodes (``terminated or truncated``).
-        """
-        if self._obs is None:
-            self._obs = self._envs.reset()
-        adder = self.adder
-        draws = self._explore()
-        explore = [False] * self.fragment_length if draws is None else draws[0].any(1).tolist()
-        returns: list[float] = []
-        lengths: list[int] = []
-        steps = 0
-        for t in range(self.fragment_length):
-            q = self._forward()
-            actions = q.argmax(axis=1)  # epsilon-greedy with the fragment's draws
-            if explore[t]:
-                actions = np.where(draws[0][t], draws[1][t], actions)
-            step = self._envs.step(actions)
-            active = None if step.all_active else step.active
-            adder.add(
-                self._obs,
-                actions,
-                step.train_reward,
-                step.next_obs,
-                step.train_terminated,
-                step.truncated,
-                active,
-                step.any_end,
-            )
-            self._clock += 1  # vector steps: an episode's length is the clock since its start
-            if step.any_end or not step.all_active:
-                steps += self._count_episodes(step, returns, lengths)
-            else:  # most steps
-                self._episode_return += step.reward
-                steps += self.num_envs
-            self._obs = step.obs
+    def _end_fragment(self) -> None:
         self._forward(keep=True)
-        self.steps_sampled += steps
-        batch, priorities = adder.take(self._obs, TRANSITION_KEYS)
-        if self.frame_stack is not None:
-            batch = encode_batch(batch, self.frame_stack)
-        return {
-            "batch": batch,
-            "priorities": priorities,
-            "steps": steps,
-            "episode_returns": returns,
-            "episode_lengths": lengths,
-            "weights_version": self.weights_version,
-            "epsilon": self.epsilon,
-        }
 
     def _forward(self, keep: bool = False) -> np.ndarray:
         """Q-values of the envs' observations (one pass, with the last step's time-limit
@@ -349,19 +242,6 @@ class EnvWorker:
             self._q_next = q_envs
         return q_envs
 
-    def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
-        """Episode stats of a step with episode ends or env errors (the envs whose step
-        failed drop their partial episode); the steps made."""
-        active, ended = step.active, step.terminated | step.truncated
-        self._episode_return[active] += step.reward[active]
-        done = np.flatnonzero(active & ended)
-        returns += self._episode_return[done].tolist()
-        lengths += (self._clock - self._episode_start[done]).tolist()
-        self.episodes += len(done)
-        restart = (active & ended) | ~active
-        self._episode_return[restart], self._episode_start[restart] = 0.0, self._clock
-        return int(active.sum())
-
     def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
         """float32 |td| of a batch under the synced weights (online = target), from two
         new passes: what :meth:`sample`'s priorities equal, made from its acting passes."""
@@ -374,24 +254,3 @@ class EnvWorker:
         return td_errors_numpy(
             q, q_next, q_next, b["action"], b["reward"], b["discount"], self.double_q
         )
-
-    # -- evaluation -----------------------------------------------------
-    def evaluate(
-        self,
-        num_episodes: int,
-        seed: int | None = None,
-        max_steps: int | None = None,
-        timeout_s: float | None = None,
-        frames: Any = None,
-    ) -> dict[str, Any]:
-        """Greedy episodes on a separate env (:func:`.env_eval.greedy_episodes` documents it)."""
-        from apex_dask.algo.env_eval import greedy_episodes
-
-        return greedy_episodes(self, int(num_episodes), seed, max_steps, timeout_s, frames)
-
-    def close(self) -> None:
-        """Close the envs (a hung one once its call returns) and end their threads."""
-        self._envs.close()
-        if self._eval_env is not None:
-            self._guard.discard(self._eval_env)
-        self._guard.close()

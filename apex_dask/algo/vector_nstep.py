@@ -42,6 +42,10 @@ Usage, once per vector step::
 
 and after the fragment's last step, ``set_q`` for the states the envs act
 on next, then ``batch, priorities = adder.take(next_states)``.
+
+Continuous actions (``action_shape=(d,)``, the DPG workers): the adder keeps two
+values per step instead of a row of Q-values, ``[Q(s_t, a_t), V(s_t)]`` with
+``V(s) = Q(s, mu(s))``, and ``|td| = |R + discount * V(s_{t+k}) - Q(s_t, a_t)|``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class VectorNStepAdder:
         obs_dtype: Any,
         fragment_length: int = 64,
         num_actions: int = 1,
+        action_shape: tuple = (),
+        action_dtype: Any = np.int64,
     ) -> None:
         if int(n_step) < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step!r}")
@@ -72,7 +78,9 @@ class VectorNStepAdder:
             raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
         n, m = int(n_step), int(num_envs)
         self.n_step, self.num_envs, self.gamma = n, m, float(gamma)
-        self.num_actions = int(num_actions)
+        self._act_shape, self._act_dtype = tuple(action_shape), action_dtype
+        self.continuous = bool(self._act_shape)  # values [Q(s_t, a_t), V(s_t)] per step
+        self.num_actions = 2 if self.continuous else int(num_actions)
         self._powers = np.array([self.gamma**i for i in range(n + 1)])
         self._shape, self._dtype = tuple(obs_shape), obs_dtype
         self._len = 0  # rows used: steps carried over, then this fragment's
@@ -86,7 +94,7 @@ class VectorNStepAdder:
         fresh = {
             "_obs": np.zeros((rows + 1, m, *shape), dtype),  # + the state after the last step
             "_next": np.zeros((rows, m, *shape), dtype),  # s_{t+1} where step t ended
-            "_action": np.zeros((rows, m), np.int64),
+            "_action": np.zeros((rows, m, *self._act_shape), self._act_dtype),
             "_reward": np.zeros((rows, m), np.float64),
             "_term": np.zeros((rows, m), bool),
             "_trunc": np.zeros((rows, m), bool),
@@ -218,12 +226,12 @@ class VectorNStepAdder:
         if is_end.any():
             next_obs[is_end] = self._next[last[is_end], env[is_end]]
         action = self._action[step, env]
-        boot = self._qs[step + kk, env].max(axis=1)
+        boot = self._boot(self._qs[step + kk, env])
         if is_end.any():
-            boot[is_end] = self._final_q[last[is_end], env[is_end]].max(axis=1)
+            boot[is_end] = self._boot(self._final_q[last[is_end], env[is_end]])
         reward = ret[step, env].astype(np.float32)
         discount = np.where(done, 0.0, self._powers[kk]).astype(np.float32)
-        q_taken = self._qs[step, env, action]
+        q_taken = self._qs[step, env, 0 if self.continuous else action]
         target = reward + discount * np.where(done, np.float32(0.0), boot)
         priorities = np.abs(q_taken - target).astype(np.float32)
         batch = {
@@ -240,6 +248,10 @@ class VectorNStepAdder:
             batch = {key: batch[key] for key in keys}
         self._carry(rows)
         return batch, priorities
+
+    def _boot(self, q: np.ndarray) -> np.ndarray:
+        """Bootstrap values of rows of kept values: V(s) (continuous), else max_b Q(s, b)."""
+        return q[:, 1].copy() if self.continuous else q.max(axis=1)
 
     def _carry(self, rows: int) -> None:
         """Move the last n - 1 steps (the only ones that can be pending) to the front."""

@@ -175,8 +175,9 @@ class EnvSpaces:
 def probe_env(cfg: ApexConfig) -> EnvSpaces:
     """Make one env as the env workers will; check its spaces and ``env_kwargs``.
 
-    The action space must be ``Discrete``; the observation space a ``Box`` of
-    rank 1 (vector) or 2-3 (image), the ones the Q-networks take. Making it may
+    The action space must be ``Discrete`` (``algo: dqn``) or a bounded ``Box`` of
+    rank 1 (``algo: dpg``); the observation space a ``Box`` of rank 1 (vector) or,
+    for ``dqn``, 2-3 (image), the ones the networks take. Making it may
     take ``env.make_timeout_s``; a constructor that does not return is one line.
     """
     from gymnasium import spaces
@@ -227,10 +228,13 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
             env.close()
         except Exception:  # closing a probe env must not fail the run
             pass
-    if not isinstance(act, spaces.Discrete):
+    problem = action_space_problem(cfg.algo, act)
+    if problem is not None:
+        raise UsageError(f"env {env_id!r} has action space {_short(act, 60)}; {problem}")
+    if cfg.algo == "dpg" and not (isinstance(obs, spaces.Box) and len(obs.shape) == 1):
         raise UsageError(
-            f"env {env_id!r} has action space {_short(act, 60)}; Ape-X (DQN) needs a "
-            "Discrete action space (e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5)"
+            f"env {env_id!r} has observation space {_short(obs, 60)}; the dpg agent's networks "
+            "take a Box of rank 1 (a vector): wrap the env (e.g. FlattenObservation)"
         )
     if not isinstance(obs, spaces.Box) or len(obs.shape) not in (1, 2, 3):
         raise UsageError(
@@ -238,6 +242,38 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
             "Box of rank 1 (vector) or 2-3 (image): wrap the env (e.g. FlattenObservation)"
         )
     return EnvSpaces(obs, act)
+
+
+def action_space_problem(algo: str, act: Any) -> str | None:
+    """Why agent ``algo`` cannot act in ``act`` (naming the agent that can), or None."""
+    import numpy as np
+    from gymnasium import spaces
+
+    if algo == "dqn":
+        if isinstance(act, spaces.Discrete):
+            return None
+        if isinstance(act, spaces.Box):
+            return (
+                "the dqn agent needs a Discrete action space; for a continuous Box use the "
+                "dpg agent (--set algo=dpg, or --preset pendulum)"
+            )
+        return (
+            "Ape-X (DQN) needs a Discrete action space (e.g. CartPole-v1, MountainCar-v0, "
+            "ALE/Pong-v5), or the dpg agent a bounded Box"
+        )
+    if isinstance(act, spaces.Discrete):
+        return "the dpg agent needs a bounded Box action space; for Discrete use --set algo=dqn"
+    if not isinstance(act, spaces.Box) or len(act.shape) != 1:
+        return (
+            "the dpg agent needs a bounded Box action space of rank 1 (the dqn agent: "
+            "Discrete); wrap the env (e.g. FlattenAction)"
+        )
+    if not (np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high))):
+        return (
+            "the dpg agent needs finite action bounds: wrap the env in a gymnasium "
+            "ActionWrapper whose action_space is a bounded Box, or discretise it for the dqn agent"
+        )
+    return None
 
 
 def cuda_device_count() -> int:

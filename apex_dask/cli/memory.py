@@ -89,6 +89,20 @@ def q_network_size(
     return params, acts + heads
 
 
+def dpg_network_size(obs_dim: int, act_dim: int, dpg: Any) -> tuple[int, int]:
+    """``(parameters, activations per sample)`` of the DPG actor and critic(s)."""
+    params = acts = 0
+    critics = 2 if dpg.twin_q else 1
+    for sizes, copies in (
+        ([obs_dim, *dpg.actor_hiddens, act_dim], 1),
+        ([obs_dim + act_dim, *dpg.critic_hiddens, 1], critics),
+    ):
+        for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+            params += copies * (a + 1) * b
+            acts += copies * b
+    return params, acts
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
 
@@ -107,7 +121,11 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
 
     shape, elems, itemsize = _shapes(spaces_)
     lc, w, r = cfg.learner, cfg.workers, cfg.replay
-    params, acts = q_network_size(shape, int(spaces_.action_space.n), lc.hiddens, lc.dueling)
+    if cfg.algo == "dpg":
+        act_dim = math.prod(spaces_.action_space.shape)
+        params, acts = dpg_network_size(elems, act_dim, cfg.dpg)
+    else:
+        params, acts = q_network_size(shape, int(spaces_.action_space.n), lc.hiddens, lc.dueling)
     held: dict[str, list[Part]] = {}
 
     def add(address: str, part: Part) -> None:

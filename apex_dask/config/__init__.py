@@ -10,6 +10,7 @@
 
 - :mod:`.tree`: the frozen dataclasses, documented at every field;
 - :mod:`.presets`: ``atari`` (RLlib's Ape-X defaults), ``minatar``, ``cartpole``;
+  ``pendulum`` and ``halfcheetah`` for the DPG agent (:mod:`.dpg`: its section);
 - :mod:`.validate`: the checks run whenever a config is built;
 - :mod:`.plumbing`: dicts, dotted keys, YAML scalars and type coercion.
 """
@@ -19,6 +20,7 @@ from apex_dask.config.presets import PRESETS
 from apex_dask.config.tree import (
     ApexConfig,
     CheckpointConfig,
+    DPGConfig,
     EnvConfig,
     EnvWorkersConfig,
     EvalConfig,
@@ -34,6 +36,7 @@ __all__ = [
     "ApexConfig",
     "CheckpointConfig",
     "ConfigError",
+    "DPGConfig",
     "EnvConfig",
     "EnvWorkersConfig",
     "EvalConfig",

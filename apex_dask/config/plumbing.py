@@ -174,17 +174,19 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     return value
 
 
-def collect_docs(modules: Any, root_name: str) -> dict[str, str]:
-    """Dotted field name -> its attribute docstring, read from the source of ``modules`` (one
-    module or several: the config classes may be spread over them)."""
+def collect_docs(module: Any, root_name: str, *more: Any) -> dict[str, str]:
+    """Dotted field name -> its attribute docstring, read from the source of ``module``
+    (and of ``more`` modules holding sections)."""
     import ast
     import inspect
 
     docs: dict[str, str] = {}
-    classes: dict[str, ast.ClassDef] = {}
-    for module in modules if isinstance(modules, list | tuple) else [modules]:
-        tree = ast.parse(inspect.getsource(module))
-        classes.update({node.name: node for node in tree.body if isinstance(node, ast.ClassDef)})
+    classes = {
+        node.name: node
+        for mod in (module, *more)
+        for node in ast.parse(inspect.getsource(mod)).body
+        if isinstance(node, ast.ClassDef)
+    }
 
     def walk(cls_name: str, prefix: str) -> None:
         node = classes[cls_name]

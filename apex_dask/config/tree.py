@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apex_dask.config import dpg as _dpg
 from apex_dask.config import sections
+from apex_dask.config.dpg import DPGConfig
 from apex_dask.config.plumbing import (
     ConfigError,
     build,
@@ -46,6 +48,7 @@ __all__ = [
     "ApexConfig",
     "CheckpointConfig",
     "ConfigError",
+    "DPGConfig",
     "EnvConfig",
     "EnvWorkersConfig",
     "EvalConfig",
@@ -227,12 +230,17 @@ class EnvWorkersConfig:
 class ApexConfig:
     """Everything an Ape-X run needs."""
 
+    algo: str = "dqn"
+    """The agent: ``dqn`` (Ape-X DQN, Discrete actions) or ``dpg`` (Ape-X DPG, a bounded
+    Box of actions; its settings in the ``dpg`` section)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     """Prioritized replay shards."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """The learner."""
+    dpg: DPGConfig = field(default_factory=DPGConfig)
+    """The DPG agent (``algo: dpg``)."""
     workers: EnvWorkersConfig = field(default_factory=EnvWorkersConfig)
     """The env workers."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -336,4 +344,4 @@ def _renamed(key: Any, value: Any) -> tuple[Any, Any]:
     return key, value
 
 
-_FIELD_DOCS = collect_docs([sys.modules[__name__], sections], "ApexConfig")
+_FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig", sections, _dpg)

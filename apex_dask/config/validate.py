@@ -198,3 +198,27 @@ def validate(cfg: Any) -> None:
         if value is not None:
             positive(f"stop.{name}", value)
     nonneg("seed", cfg.seed)
+    if cfg.algo not in ("dqn", "dpg"):
+        raise bad("algo", cfg.algo, "must be dqn (Discrete actions) or dpg (a bounded Box)")
+    d = cfg.dpg
+    for name in ("actor_hiddens", "critic_hiddens"):
+        sizes = getattr(d, name)
+        if not sizes or any(h <= 0 for h in sizes):
+            raise bad(f"dpg.{name}", sizes, "must be a non-empty list of positive layer sizes")
+    positive("dpg.actor_lr", d.actor_lr)
+    positive("dpg.critic_lr", d.critic_lr)
+    positive("dpg.policy_delay", d.policy_delay)
+    nonneg("dpg.target_noise", d.target_noise)
+    nonneg("dpg.target_noise_clip", d.target_noise_clip)
+    unit("dpg.tau", d.tau, lo_open=True)
+    if d.noise not in ("gaussian", "ou"):
+        raise bad("dpg.noise", d.noise, "must be gaussian or ou")
+    unit("dpg.noise_base", d.noise_base, lo_open=True)
+    nonneg("dpg.noise_alpha", d.noise_alpha)
+    unit("dpg.ou_theta", d.ou_theta, lo_open=True)
+    if cfg.algo == "dpg" and r.frame_stack is not None:
+        raise bad(
+            "replay.frame_stack",
+            r.frame_stack,
+            "must be null with algo=dpg (its networks take vector observations)",
+        )

@@ -14,7 +14,11 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from apex_dask.algo.envs import EnvFactory, make_env_factory
+from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.algo.noise import noise_ladder
 from apex_dask.algo.replay import ReplayShard
 from apex_dask.algo.results import derive_seed
 from apex_dask.config import ApexConfig, ConfigError
@@ -24,6 +28,7 @@ __all__ = [
     "build_shards",
     "env_factory",
     "env_worker_kwargs",
+    "exploration_ladder",
     "learner_kwargs",
     "resolve_hook",
     "shard_actor_kwargs",
@@ -34,8 +39,31 @@ Hook = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
 def learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
-    """Keyword arguments of :class:`apex_dask.algo.learner.Learner` (after the spaces)."""
+    """Keyword arguments of :func:`apex_dask.algo.agents.make_learner` (after the spaces):
+    ``algo`` and those of the agent's learner."""
     lc = cfg.learner
+    if cfg.algo == "dpg":
+        d = cfg.dpg
+        return {
+            "algo": "dpg",
+            "actor_hiddens": d.actor_hiddens,
+            "critic_hiddens": d.critic_hiddens,
+            "actor_lr": d.actor_lr,
+            "critic_lr": d.critic_lr,
+            "adam_eps": lc.adam_eps,
+            "grad_clip": lc.grad_clip,
+            "twin_q": d.twin_q,
+            "policy_delay": d.policy_delay,
+            "smooth_target_policy": d.smooth_target_policy,
+            "target_noise": d.target_noise,
+            "target_noise_clip": d.target_noise_clip,
+            "tau": d.tau,
+            "target_update_freq": lc.target_update_freq,
+            "use_huber": d.use_huber,
+            "device": lc.device,
+            "num_threads": lc.num_threads,
+            "seed": derive_seed(cfg.seed, "learner"),
+        }
     return {
         "hiddens": lc.hiddens,
         "dueling": lc.dueling,
@@ -54,10 +82,19 @@ def learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
 
 
 def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
-    """Keyword arguments every :class:`apex_dask.algo.env_worker.EnvWorker` shares
-    (each adds its own ``epsilon`` and ``seed``)."""
-    lc = cfg.learner
+    """Keyword arguments every env worker of :func:`apex_dask.algo.agents.make_env_worker`
+    shares (each adds its own ``epsilon`` and ``seed``)."""
+    lc, d = cfg.learner, cfg.dpg
+    dpg = {
+        "actor_hiddens": d.actor_hiddens,
+        "critic_hiddens": d.critic_hiddens,
+        "twin_q": d.twin_q,
+        "noise": d.noise,
+        "ou_theta": d.ou_theta,
+    }
     return {
+        "algo": cfg.algo,
+        "dpg": dpg if cfg.algo == "dpg" else None,
         "n_step": lc.n_step,
         "gamma": lc.gamma,
         "fragment_length": cfg.workers.rollout_fragment_length,
@@ -72,6 +109,15 @@ def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "restart_failed_envs": cfg.workers.restart_failed_envs,
         "max_env_errors_per_min": cfg.workers.max_env_errors_per_min,
     }
+
+
+def exploration_ladder(cfg: ApexConfig, num_workers: int | None = None) -> np.ndarray:
+    """Each env worker's exploration: its epsilon (``dqn``) or noise scale sigma (``dpg``),
+    decreasing with the worker's index (metrics follow the last third)."""
+    n = cfg.workers.num_workers if num_workers is None else num_workers
+    if cfg.algo == "dpg":
+        return noise_ladder(n, cfg.dpg.noise_base, cfg.dpg.noise_alpha)
+    return apex_epsilons(n, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
 
 
 def env_factory(cfg: ApexConfig) -> EnvFactory:

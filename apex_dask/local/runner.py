@@ -11,17 +11,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from apex_dask.algo.env_worker import EnvWorker, probe_spaces
-from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
-from apex_dask.algo.learner import Learner
+from apex_dask.algo.agents import make_env_worker, make_learner
+from apex_dask.algo.env_worker import probe_spaces
+from apex_dask.algo.exploration import lowest_epsilon_workers
 from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
+from apex_dask.algo.worker_base import ActingWorker
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
     Hook,
     build_shards,
     env_factory,
     env_worker_kwargs,
+    exploration_ladder,
     learner_kwargs,
     resolve_hook,
 )
@@ -60,11 +62,11 @@ class LocalApex:
         self.hook_calls = 0
         self.env_factory = env_factory(cfg)
         obs_space, act_space = probe_spaces(self.env_factory, cfg.env.make_timeout_s)
-        self.learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
-        self.epsilons = apex_epsilons(wc.num_workers, wc.epsilon_base, wc.epsilon_alpha)
+        self.learner = make_learner(obs_space, act_space, **learner_kwargs(cfg))
+        self.epsilons = exploration_ladder(cfg)
         worker_kwargs = env_worker_kwargs(cfg)
         self.workers = [
-            EnvWorker(
+            make_env_worker(
                 self.env_factory,
                 epsilon=float(eps),
                 seed=derive_seed(cfg.seed, "worker", i),
@@ -74,7 +76,7 @@ class LocalApex:
             for i, eps in enumerate(self.epsilons)
         ]
         self.evaluator = (
-            EnvWorker(
+            make_env_worker(
                 self.env_factory, epsilon=0.0, seed=derive_seed(cfg.seed, "eval"), **worker_kwargs
             )
             if cfg.eval.episodes > 0
@@ -119,7 +121,7 @@ class LocalApex:
             self.weight_snapshots += 1
         return version, weights
 
-    def _sync(self, worker: EnvWorker) -> None:
+    def _sync(self, worker: ActingWorker) -> None:
         worker.set_weights(*self._weights())
         self.weight_syncs += 1
 

@@ -174,6 +174,20 @@ def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
     assert max(evals) >= 100, evals
 
 
+def test_pendulum_preset_dpg_learns_above_random_within_its_budget(gpu_client):
+    """Ape-X DPG on the same plan: float actions through shards, prefetcher and priorities."""
+    cfg = ApexConfig.preset("pendulum").override({"seed": 1})
+    with ApexDriver(cfg, gpu_client) as driver:
+        results = driver.run(stop={"reward": -600, "time_s": 75})
+        final = driver.halt()
+    evals = [r["eval/return_mean"] for r in results if "eval/return_mean" in r]
+    # a uniformly random policy averages about -1200 on Pendulum-v1
+    assert max(evals) >= -600, evals
+    assert final["flow/batches_lost"] == 0 and final["learner/updates"] > 0
+    assert final["flow/priority_updates_applied"] == final["flow/priority_updates_sent"] > 0
+    assert final["env/epsilon/0"] == pytest.approx(0.3)  # the noise ladder's top rung
+
+
 def test_min_replay_ratio_holds_env_workers_to_the_learner(gpu_client):
     cfg = small_config(**{"eval.episodes": 0})  # learner.max_replay_ratio = 8
     with ApexDriver(cfg, gpu_client, min_replay_ratio=8.0) as driver:

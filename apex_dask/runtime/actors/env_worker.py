@@ -90,8 +90,10 @@ class EnvWorkerActor:
         call_timeout_s: float = 60.0,
         run: str = "",
         animation: bool = False,
+        algo: str = "dqn",
+        dpg: dict[str, Any] | None = None,
     ) -> None:
-        from apex_dask.algo.env_worker import EnvWorker
+        from apex_dask.algo.agents import make_env_worker
         from apex_dask.runtime.actors.animation import EvalAnimation, rendering
 
         self._animation = EvalAnimation(run) if animation else None
@@ -102,8 +104,10 @@ class EnvWorkerActor:
         self._learner = as_handle(learner)
         self._timeout = float(call_timeout_s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
-        self._worker = EnvWorker(
+        self._worker = make_env_worker(
             env_factory,
+            algo=algo,
+            dpg=dpg,
             epsilon=epsilon,
             seed=seed,
             n_step=n_step,

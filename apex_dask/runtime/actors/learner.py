@@ -87,11 +87,11 @@ class LearnerActor:
         run: str = "",
         shared_memory: bool = False,
     ) -> None:
-        from apex_dask.algo.learner import Learner
+        from apex_dask.algo.agents import make_learner
 
         worker = current_worker()  # None: the actor runs in this process, without Dask
         self._loop = None if worker is None else worker.loop.asyncio_loop
-        self._learner = Learner(observation_space, action_space, **learner_kwargs)
+        self._learner = make_learner(observation_space, action_space, **learner_kwargs)
         # A shard on this worker is called as a local object (see the module docstring).
         if worker is None:
             self._links = ShardLinks(list(shards), list(shards))

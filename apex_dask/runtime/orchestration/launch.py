@@ -26,12 +26,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.exploration import apex_epsilons
 from apex_dask.algo.results import derive_seed
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
     Hook,
     env_worker_kwargs,
+    exploration_ladder,
     learner_kwargs,
     shard_actor_kwargs,
 )
@@ -247,9 +247,9 @@ class ActorSet:
         return fut, self._handle(fut), where.address
 
     def ladder(self) -> list[float]:
-        """The fixed epsilon ladder: one epsilon per slot of ``workers.num_workers``."""
-        w = self.config.workers
-        return [float(e) for e in apex_epsilons(w.num_workers, w.epsilon_base, w.epsilon_alpha)]
+        """The fixed exploration ladder (epsilons, or noise scales under ``algo: dpg``): one
+        per slot of ``workers.num_workers``."""
+        return [float(e) for e in exploration_ladder(self.config)]
 
     async def add_env_worker(self, index: int, where: WorkerInfo) -> EnvSlot:
         """A new env worker in slot ``index`` (its ladder epsilon) on ``where`` (a worker
