@@ -1,4 +1,11 @@
-"""Fixtures of the bad-input tests (``test_bad_input_sweep.py``, ``e2e/test_bad_input_runs.py``).
+"""Suite-wide hooks, and the fixtures of the bad-input tests.
+
+The README's test command runs the suite on two pytest-xdist workers
+(``-n 2 --dist loadgroup``): most slow tests wait on clusters starting and
+stopping, so two at a time finish sooner on two cores. Tests that build a
+machine-wide site (network namespaces on 198.18.0.0/15, the private SLURM
+site) are put in one ``xdist_group`` (:data:`SITE_FILES`) and so run one
+after the other on one worker; without xdist the marker does nothing.
 
 ``untouched`` is an earlier run's folder that must be byte-identical after the
 test; ``small_disk`` is a 2 MiB tmpfs (skipped where it cannot be mounted).
@@ -13,6 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bad_input import SmallDisk, snapshot
+
+SITE_FILES = ("test_multihost.py", "test_local_sh.py", "test_slurm_site.py", "test_real_slurm.py")
+"""Test files that build network namespaces or a SLURM site: one xdist worker runs them all."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.path.name in SITE_FILES:
+            item.add_marker(pytest.mark.xdist_group("site"))
 
 
 @pytest.fixture(scope="module")
