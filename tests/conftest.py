@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from bad_input import SmallDisk, snapshot
 
-SITE_FILES = ("test_multihost.py", "test_local_sh.py", "test_slurm_site.py", "test_real_slurm.py")
+SITE_FILES = ("test_multihost.py", "test_local_sh.py", "test_slurm.py", "test_jobqueue.py")
 """Test files that build network namespaces or a SLURM site: one xdist worker runs them all."""
 
 
