@@ -122,6 +122,9 @@ for i in "${!NODES[@]}"; do
   ip -n "$ns" link set "${PREFIX}n${i}p" name eth0
   ip -n "$ns" addr add "${ADDRS[i]}/24" dev eth0
   ip -n "$ns" link set eth0 up
+  # A default route, as a real node has (Dask finds its own address through it); it ends
+  # at the controller, which forwards nothing unless this machine already does.
+  ip -n "$ns" route add default via "$CTL_ADDR"
   ip link set "${PREFIX}n$i" master "$BR" up
 done
 
