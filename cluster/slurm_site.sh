@@ -8,7 +8,8 @@
 #     of `apex-dask-submit --cluster slurm`;
 #   - gpu1 (198.19.N.11): partition `gpu`, 2 CPUs, one GRES `gpu` (a placeholder
 #     device file: schedulable, not a GPU);
-#   - cpu1, cpu2 (198.19.N.21-22): partition `cpu`, 2 CPUs each;
+#   - cpu1, cpu2 (198.19.N.21-22): partition `cpu`, 2 CPUs each (both partitions:
+#     4000 MB per node, a 12-hour limit);
 # each node a namespace (network and host name) running its own slurmd. Every
 # node sees this machine's files, so the run folder is shared. Config, key,
 # spool, state, logs and sockets live in the workdir; slurmctld listens on a
@@ -29,7 +30,7 @@
 # site.json (node -> namespace, address), slurm.conf, gres.conf, log/.
 set -euo pipefail
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "slurm_site.sh: $*" >&2; exit 2; }
 
 WORKDIR=""
@@ -69,35 +70,32 @@ free_port() {  # a TCP port nothing listens on, in 20000..39999
   die "no free port found"
 }
 
-pids=()
+pids=()     # munged, slurmctld: stopped last, in reverse order
 made_ns=()
 made_br=0
+in_namespaces() { local ns; for ns in ${made_ns[@]+"${made_ns[@]}"}; do ip netns pids "$ns" 2>/dev/null; done; }
+stop_all() {  # stop_all WHAT: SIGTERM, up to 10 s, then SIGKILL; WHAT lists the pids
+  local what=$1 p i
+  for p in $($what); do kill -TERM "$p" 2>/dev/null || true; done
+  for ((i = 0; i < 50; i++)); do
+    [[ -z "$(for p in $($what); do kill -0 "$p" 2>/dev/null && echo "$p"; done)" ]] && return 0
+    sleep 0.2
+  done
+  for p in $($what); do kill -KILL "$p" 2>/dev/null || true; done
+}
 cleanup() {
-  local status=$? p ns i
+  local status=$? ns i k
   trap - EXIT INT TERM
   if [[ -S "$W/munge/munge.sock" ]] && ((${#pids[@]} > 1)); then  # slurmctld is up: cancel every job
     timeout 10 scancel --full --quiet --user=root 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-      [[ -z "$(timeout 5 squeue -h -t R,CG,S,CF -o %i 2>/dev/null)" ]] && break
+    for ((i = 0; i < 75; i++)); do  # until the nodes have reported every job ended
+      [[ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]] && break
       sleep 0.2
     done
   fi
-  for ns in ${made_ns[@]+"${made_ns[@]}"}; do  # slurmd, slurmstepd and whatever a job left
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$p" 2>/dev/null || true; done
-  done
-  for p in ${pids[@]+"${pids[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
-  for ((i = 0; i < 50; i++)); do  # up to 10 s for slurmd and slurmctld to save and exit
-    local left=""
-    for ns in ${made_ns[@]+"${made_ns[@]}"}; do left+=$(ip netns pids "$ns" 2>/dev/null); done
-    for p in ${pids[@]+"${pids[@]}"}; do kill -0 "$p" 2>/dev/null && left+=$p; done
-    [[ -z "$left" ]] && break
-    sleep 0.2
-  done
-  for ns in ${made_ns[@]+"${made_ns[@]}"}; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  for p in ${pids[@]+"${pids[@]}"}; do kill -KILL "$p" 2>/dev/null || true; done
+  stop_all in_namespaces  # slurmd, slurmstepd, whatever a job left; then the controller, munged
+  for ns in ${made_ns[@]+"${made_ns[@]}"}; do ip netns del "$ns" 2>/dev/null || true; done
+  for ((k = ${#pids[@]} - 1; k >= 0; k--)); do stop_all "echo ${pids[k]}"; done
   ((made_br)) && ip link del "$BR" 2>/dev/null
   if ((${#made_ns[@]} > 0)); then echo "slurm_site.sh: site $PREFIX removed; logs in $W/log" >&2; fi
   exit "$status"
@@ -134,7 +132,9 @@ mkdir -p "$W/munge" "$W/log" "$W/state" "$W/spool" "$W/dev"
 chmod 0700 "$W/munge"
 dd if=/dev/urandom of="$W/munge/munge.key" bs=1024 count=1 status=none
 chmod 0400 "$W/munge/munge.key"
-munged --foreground --force --socket="$W/munge/munge.sock" --key-file="$W/munge/munge.key" \
+# Every daemon in a session of its own: Ctrl-C or a signal to this script's process group
+# reaches the script only, whose cleanup stops them in order (jobs, slurmd, slurmctld, munged).
+setsid munged --foreground --force --socket="$W/munge/munge.sock" --key-file="$W/munge/munge.key" \
   --pid-file="$W/munge/munged.pid" --log-file="$W/log/munged.log" \
   --seed-file="$W/munge/munged.seed" >"$W/log/munged.out" 2>&1 &
 pids+=("$!")
@@ -181,19 +181,19 @@ GresTypes=gpu
 NodeName=gpu1 NodeAddr=${ADDRS[0]} CPUs=2 RealMemory=4000 Gres=gpu:1 State=UNKNOWN
 NodeName=cpu1 NodeAddr=${ADDRS[1]} CPUs=2 RealMemory=4000 State=UNKNOWN
 NodeName=cpu2 NodeAddr=${ADDRS[2]} CPUs=2 RealMemory=4000 State=UNKNOWN
-PartitionName=gpu Nodes=gpu1 Default=YES MaxTime=INFINITE State=UP
-PartitionName=cpu Nodes=cpu1,cpu2 MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=gpu1 Default=YES MaxTime=12:00:00 State=UP
+PartitionName=cpu Nodes=cpu1,cpu2 MaxTime=12:00:00 State=UP
 EOF
 echo "NodeName=gpu1 Name=gpu File=$W/dev/gpu0" >"$W/gres.conf"
 
 # ---- daemons ----------------------------------------------------------------------
-slurmctld -D -i -f "$SLURM_CONF" >"$W/log/slurmctld.out" 2>&1 &
+setsid slurmctld -D -i -f "$SLURM_CONF" >"$W/log/slurmctld.out" 2>&1 &
 pids+=("$!")
 for i in "${!NODES[@]}"; do  # its own host name too (a UTS namespace), so jobs see it
   ns="$PREFIX-${NODES[i]}"
   mkdir -p "$W/spool/${NODES[i]}"
   # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts slurmd reads.
-  nsenter --net="/run/netns/$ns" unshare --uts sh -c \
+  setsid nsenter --net="/run/netns/$ns" unshare --uts sh -c \
     "hostname ${NODES[i]} && exec slurmd -D -N ${NODES[i]} -f '$SLURM_CONF' -L '$W/log/slurmd-${NODES[i]}.log'" \
     >"$W/log/slurmd-${NODES[i]}.out" 2>&1 &
 done

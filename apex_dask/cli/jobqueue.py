@@ -170,11 +170,11 @@ def _sized(kind: str, o: JobqueueOptions, ask_sinfo: bool) -> tuple[JobqueueOpti
         part = (o.learner_queue or o.queue) if role == "learner" else o.queue
         sizes = slurm.node_sizes(part) if ask_sinfo and kind == "slurm" else None
         if sizes is not None:
-            fill[cores] = getattr(o, cores) or sizes[0]
-            fill[memory] = getattr(o, memory) or slurm.memory_for(sizes[1])
+            fill[cores] = getattr(o, cores) or sizes[1]
+            fill[memory] = getattr(o, memory) or slurm.memory_for(sizes[2])
             notes.append(
-                f"{slurm.ROLE_NAMES[role].split(' ', 1)[1]}s: {fill[cores]} cores, "
-                f"{fill[memory]} (a node of partition {part or 'default'}, from sinfo)"
+                f"{slurm.ROLE_NAMES[role]}: {fill[cores]} cores, {fill[memory]} (sinfo: nodes of "
+                f"partition {sizes[0]} have {sizes[1]} CPUs, {sizes[2]} MB)"
             )
         else:
             fill[cores] = getattr(o, cores) or FIXED_SIZES[cores]

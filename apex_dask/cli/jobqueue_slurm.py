@@ -76,15 +76,15 @@ def _run(argv: Sequence[str], timeout_s: float = 30.0) -> subprocess.CompletedPr
         raise JobqueueError(f"{argv[0]} did not answer: {exc}") from None
 
 
-def node_sizes(partition: str | None) -> tuple[int, int] | None:
-    """``(CPUs, memory in MB)`` of the smallest node of ``partition`` (None: the default
-    partition), from ``sinfo``; None when sinfo is missing or lists no such node."""
+def node_sizes(partition: str | None) -> tuple[str, int, int] | None:
+    """``(partition, CPUs, memory in MB)``: the smallest node of ``partition`` (None: the
+    default partition), from ``sinfo``; None when sinfo is missing or lists no such node."""
     if shutil.which("sinfo") is None:
         return None
     proc = _run(["sinfo", "-h", "-N", "-o", "%P %c %m"])
     if proc.returncode != 0:
         return None
-    sizes = []
+    sizes, found = [], partition or ""
     for line in proc.stdout.splitlines():
         parts = line.split()
         if len(parts) != 3:
@@ -92,13 +92,14 @@ def node_sizes(partition: str | None) -> tuple[int, int] | None:
         name, cpus, mem = parts
         default = name.endswith("*")
         if (partition is None and default) or name.rstrip("*") == partition:
+            found = name.rstrip("*")
             try:
                 sizes.append((int(cpus.rstrip("+")), int(mem.rstrip("+"))))
             except ValueError:
                 continue
     if not sizes:
         return None
-    return min(c for c, _ in sizes), min(m for _, m in sizes)
+    return found, min(c for c, _ in sizes), min(m for _, m in sizes)
 
 
 def memory_for(mb: int) -> str:
@@ -124,7 +125,10 @@ def dry_run(script: str, role: str, partition: str | None) -> None:
         if needle in reason.lower():
             options = _options(role, template)
             break
-    where = f" in partition {partition}" if partition else ""
+    sizes = node_sizes(partition)
+    where = (
+        "" if sizes is None else f" (partition {sizes[0]}: nodes of {sizes[1]} CPUs, {sizes[2]} MB)"
+    )
     raise JobqueueError(
         f"SLURM refuses {ROLE_NAMES[role]}{where}: {reason}; change --jobqueue-opt {options}"
     )
