@@ -61,7 +61,9 @@ def scaled_copy(dest: Path, time_limit: str) -> Path:
     text = (ROOT / "cluster" / "slurm" / "apex.sbatch").read_text()
     edits = [
         ("--time=04:00:00", f"--time={time_limit}"),
-        ("--signal=B:USR1@120", "--signal=B:USR1@30"),  # SLURM checks every 30 s
+        # slurmctld checks every 30 s and signals once fewer than 40 + 30 s are left: USR1
+        # comes 50-80 s into the 2 minutes (after start-up), at least 40 s before the end.
+        ("--signal=B:USR1@120", "--signal=B:USR1@40"),
         ("--cpus-per-task=8", "--cpus-per-task=2"),
         ("--cpus-per-task=32", "--cpus-per-task=1"),
         ("--mem=64G", "--mem=3G"),  # the GPU node: scheduler, learner (SLURM's RLIMIT_RSS
@@ -116,18 +118,13 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
         log, run = tmp_path / f"apex-{job}.out", tmp_path / f"apex-{job}"
 
         def preempted_twice_then_resumed(text: str) -> bool:
-            resumed = "[restart 2] apex-dask-submit: resumed from" in text
-            return (
-                text.count("preempted with a checkpoint; requeueing") >= 2
-                and resumed
-                and bool(
-                    [
-                        r
-                        for r in results(run / "results")
-                        if r["timesteps_total"] > checkpointed(text)
-                    ]
-                )
-            )
+            """Two checkpoints written on USR1, and a later instance resumed the second one
+            and trained past it (an instance stopped before training requeues without one)."""
+            paths = re.findall(r"\(SIGUSR1\); checkpoint (\S+)", text)
+            if len(paths) < 2 or f"resumed from {paths[1]}" not in text:
+                return False
+            done = checkpointed(paths[1])
+            return any(r["timesteps_total"] > done for r in results(run / "results"))
 
         text = follow(site, job, log, preempted_twice_then_resumed, 420)
         assert site.run("scancel", job).returncode == 0
@@ -143,9 +140,9 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
             r"\[restart (\d)\] apex-dask-submit: preempted \(SIGUSR1\); checkpoint (\S+)", text
         )
         resumed = re.findall(r"\[restart (\d)\] apex-dask-submit: resumed from (\S+)", text)
-        assert len(written) >= 2 and resumed[: len(written)] == [
-            (str(int(k) + 1), path) for k, path in written
-        ], (written, resumed)  # each instance resumes from the checkpoint the one before wrote
+        assert len(written) >= 2, text[-3000:]
+        for k, path in written:  # a later instance resumed from each checkpoint written
+            assert any(int(j) > int(k) and p == path for j, p in resumed), (written, resumed)
 
         # The same run folder, resubmitted with a longer limit: it resumes and trains to 475.
         again = scaled_copy(tmp_path / "apex-longer.sbatch", "00:10:00")
@@ -175,12 +172,9 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
     assert_private_credentials(run / "tls")
 
 
-def checkpointed(text: str) -> int:
-    """Timesteps of the newest checkpoint a preempted instance reported (0: none)."""
-    paths = re.findall(r"apex-dask-submit: preempted \(SIGUSR1\); checkpoint (\S+)", text)
-    if not paths:
-        return 0
-    manifest = json.loads((Path(paths[-1]) / "manifest.json").read_text())
+def checkpointed(path: str) -> int:
+    """Timesteps counted in a checkpoint (its manifest's metadata)."""
+    manifest = json.loads((Path(path) / "manifest.json").read_text())
     return int(manifest["metadata"]["timesteps_total"])
 
 
