@@ -11,6 +11,13 @@ preloaded, and submits two kinds of batch jobs:
 * ``jobs`` **env-worker jobs**, CPU only, each running ``processes`` Dask
   worker processes with ``cores / processes`` threads each.
 
+On SLURM, jobs with no ``cores``/``memory`` ask for a whole node of their
+partition (``sinfo``), each job script is tried with ``sbatch --test-only``
+before anything is submitted, and the wait for workers ends in one line when
+a job pends for a reason that means it can never start
+(:mod:`.jobqueue_slurm`). Every job submitted is cancelled on every way out
+(``cluster.apex_jobs``, also at interpreter exit).
+
 The learner job is an extra worker-spec entry with its own job options, put
 first so scaling keeps it. Workers exit ``death_timeout_s`` after losing the
 scheduler, so a crashed driver leaves no job holding nodes. TLS is required by
