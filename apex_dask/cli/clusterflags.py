@@ -113,11 +113,15 @@ def open_cluster(
         opts = parse_jobqueue_opts(args.jobqueue_opt)
         if tls_dir is not None:
             opts.setdefault("tls_dir", str(tls_dir))
-        cluster = make_jobqueue_cluster(args.cluster, args.jobs, cfg, **opts)
+
+        def say(line: str) -> None:
+            print(f"{prefix} {line}", flush=True)
+
+        cluster = make_jobqueue_cluster(args.cluster, args.jobs, cfg, say=say, **opts)
         try:
             wait = "no limit" if args.jobqueue_wait is None else f"{args.jobqueue_wait:g} s"
-            print(f"{prefix} submitted {args.cluster} jobs; waiting for their workers ({wait})")
-            wait_for_jobqueue_workers(cluster, args.jobqueue_wait)
+            say(f"submitted {args.cluster} jobs; waiting for their workers ({wait})")
+            wait_for_jobqueue_workers(cluster, args.jobqueue_wait, progress=say)
             client = Client(cluster, direct_to_workers=True)
             if getattr(args, "adapt", None):  # + the learner job, which adapt also counts
                 from apex_dask.cli.checks import parse_adapt
@@ -126,7 +130,7 @@ def open_cluster(
                 cluster.adapt(minimum_jobs=lo + 1, maximum_jobs=hi + 1)
                 print(f"{prefix} adapt: {lo} to {hi} env-worker jobs")
         except BaseException:
-            cluster.close()
+            close_cluster(None, cluster)
             raise
         return client, cluster
     if args.scheduler or args.scheduler_file:
@@ -174,7 +178,8 @@ def _start_embedded(n_workers: int | None, **kwargs: Any) -> tuple[Any, Any]:
 
 
 def close_cluster(client: Any, cluster: Any) -> None:
-    """Close the client, then the cluster if it is ours; errors while closing are ignored."""
+    """Close the client, then the cluster if it is ours (a jobqueue cluster's jobs are
+    cancelled whatever happens while closing); errors while closing are ignored."""
     if client is not None:
         try:
             client.close(timeout=10)
@@ -185,3 +190,7 @@ def close_cluster(client: Any, cluster: Any) -> None:
             cluster.close(timeout=30)
         except Exception:
             pass
+        finally:
+            jobs = getattr(cluster, "apex_jobs", None)  # a jobqueue cluster's batch jobs
+            if jobs is not None:
+                jobs.cancel()

@@ -11,6 +11,13 @@ preloaded, and submits two kinds of batch jobs:
 * ``jobs`` **env-worker jobs**, CPU only, each running ``processes`` Dask
   worker processes with ``cores / processes`` threads each.
 
+On SLURM, jobs with no ``cores``/``memory`` ask for a whole node of their
+partition (``sinfo``), each job script is tried with ``sbatch --test-only``
+before anything is submitted, and the wait for workers ends in one line when
+a job pends for a reason that means it can never start
+(:mod:`.jobqueue_slurm`). Every job submitted is cancelled on every way out
+(``cluster.apex_jobs``, also at interpreter exit).
+
 The learner job is an extra worker-spec entry with its own job options, put
 first so scaling keeps it. Workers exit ``death_timeout_s`` after losing the
 scheduler, so a crashed driver leaves no job holding nodes. TLS is required by
@@ -32,12 +39,17 @@ Job scripts can be rendered without submitting anything::
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import logging
 import shutil
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from apex_dask.cli import jobqueue_slurm as slurm
 from apex_dask.cli.jobqueue_options import (
     JobqueueError,
     JobqueueOptions,
@@ -68,6 +80,14 @@ LEARNER_JOB_NAME = "apex-learner"
 """Worker-spec name (and Dask worker name) of the GPU learner job."""
 
 _PLACEHOLDER_ADDRESS = "tcp://<scheduler-address>:8786"
+
+FIXED_SIZES: dict[str, Any] = {
+    "cores": 8,
+    "memory": "16GB",
+    "learner_cores": 4,
+    "learner_memory": "32GB",
+}
+"""Job sizes where none is given and ``sinfo`` cannot say (PBS, scripts rendered offline)."""
 
 _KINDS: dict[str, dict[str, str]] = {
     "slurm": {"submit": "sbatch", "cancel": "scancel", "system": "SLURM"},
@@ -145,6 +165,33 @@ def _pbs_select(cores: int, memory: str, gpus: int) -> str:
     return spec + ":mem=" + pbs_format_bytes_ceil(parse_bytes(memory))
 
 
+def _sized(kind: str, o: JobqueueOptions, ask_sinfo: bool) -> tuple[JobqueueOptions, list[str]]:
+    """``o`` with every size the user left unset: on SLURM (``ask_sinfo``) a whole node of
+    the job's partition, the smallest ``sinfo`` lists; else :data:`FIXED_SIZES`. Also one
+    note per kind of job sized from sinfo."""
+    fill: dict[str, Any] = {}
+    notes = []
+    for role, cores, memory in (
+        ("env", "cores", "memory"),
+        ("learner", "learner_cores", "learner_memory"),
+    ):
+        if getattr(o, cores) is not None and getattr(o, memory) is not None:
+            continue
+        part = (o.learner_queue or o.queue) if role == "learner" else o.queue
+        sizes = slurm.node_sizes(part) if ask_sinfo and kind == "slurm" else None
+        if sizes is not None:
+            fill[cores] = getattr(o, cores) or sizes[1]
+            fill[memory] = getattr(o, memory) or slurm.memory_for(sizes[2])
+            notes.append(
+                f"{slurm.ROLE_NAMES[role]}: {fill[cores]} cores, {fill[memory]} (sinfo: nodes of "
+                f"partition {sizes[0]} have {sizes[1]} CPUs, {sizes[2]} MB)"
+            )
+        else:
+            fill[cores] = getattr(o, cores) or FIXED_SIZES[cores]
+            fill[memory] = getattr(o, memory) or FIXED_SIZES[memory]
+    return dataclasses.replace(o, **fill), notes
+
+
 def _check_env_capacity(jobs: int, o: JobqueueOptions, config: ApexConfig | None) -> None:
     if config is None:
         return
@@ -168,7 +215,7 @@ def jobqueue_job_scripts(
     Returns ``{"learner": script, "env": script}``; the scheduler address is a
     placeholder. Needs no ``sbatch``/``qsub`` and starts nothing.
     """
-    o = with_run_tls(options_from(opts), make=False)
+    o, _ = _sized(kind, with_run_tls(options_from(opts), make=False), ask_sinfo=False)
     _, job_cls = _job_classes(kind)
     _check_jobs(jobs)
     out = {}
@@ -184,8 +231,51 @@ def _check_jobs(jobs: int) -> None:
         raise JobqueueError(f"--jobs {jobs!r} must be an integer >= 1 (env-worker jobs)")
 
 
+class SubmittedJobs:
+    """Every batch job a cluster submitted, by id (``"learner"`` or ``"env"``); cancelled
+    on every way out: ``cancel()`` from the close path, and at interpreter exit."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.roles: dict[str, str] = {}
+        self.cancelled = False
+
+    def job_class(self, base: type) -> type:
+        """``base`` (SLURMJob/PBSJob) recording each job id as soon as it is submitted."""
+        jobs = self
+
+        class Tracked(base):  # type: ignore[misc, valid-type]
+            def _job_id_from_submit_output(self, out: str) -> str:
+                job_id = super()._job_id_from_submit_output(out)
+                jobs.roles[str(job_id)] = "learner" if self.name == LEARNER_JOB_NAME else "env"
+                if jobs.cancelled:  # submitted while the run was ending
+                    jobs._cancel([str(job_id)])
+                return job_id
+
+        Tracked.__name__ = Tracked.__qualname__ = f"Tracked{base.__name__}"
+        return Tracked
+
+    def cancel(self) -> None:
+        """Cancel every job submitted so far (ended ones are ignored); idempotent."""
+        self.cancelled = True
+        self._cancel(list(self.roles))
+
+    def _cancel(self, ids: list[str]) -> None:
+        if self.kind == "slurm":
+            slurm.cancel_jobs(ids)
+        elif ids and shutil.which("qdel"):
+            try:
+                subprocess.run(["qdel", *ids], capture_output=True, timeout=30, check=False)
+            except (OSError, subprocess.SubprocessError):
+                pass
+
+
 def make_jobqueue_cluster(
-    kind: str, jobs: int, config: ApexConfig | None = None, **opts: Any
+    kind: str,
+    jobs: int,
+    config: ApexConfig | None = None,
+    say: Callable[[str], None] | None = None,
+    **opts: Any,
 ) -> Any:
     """Start a scheduler here and submit one GPU learner job plus ``jobs`` env-worker jobs.
 
@@ -195,9 +285,12 @@ def make_jobqueue_cluster(
     Dask workers are expected: ``learner_processes + jobs * processes``. Close
     it with ``cluster.close()``, which cancels the jobs.
 
-    Raises :class:`JobqueueError` (one line) when the submit or cancel command
-    is not on ``PATH``, dask-jobqueue is missing, or an option is invalid --
-    before starting anything.
+    Unset job sizes come from ``sinfo`` on SLURM (``say`` gets one line naming
+    them). Raises :class:`JobqueueError` (one line) when the submit or cancel
+    command is not on ``PATH``, dask-jobqueue is missing, an option is invalid
+    or SLURM refuses a job (``sbatch --test-only``) -- before starting
+    anything. ``cluster.apex_jobs`` (:class:`SubmittedJobs`) cancels every job
+    it submitted; that also runs at interpreter exit.
     """
     o = options_from(opts)
     cluster_cls, job_cls = _job_classes(kind)
@@ -211,17 +304,32 @@ def make_jobqueue_cluster(
                 f"with {info['submit']} and cancels them with {info['cancel']}; run on a "
                 f"{info['system']} login node, or start Dask yourself (see docs/cluster.md)"
             )
+    o, notes = _sized(kind, o, ask_sinfo=True)
+    for note in notes:
+        if say is not None:
+            say(note)
     _check_env_capacity(jobs, o, config)
+    if kind == "slurm":  # refused now, in one line, rather than queued forever
+        for role, learner in (("learner", True), ("env", False)):
+            kw = _job_kwargs(kind, with_run_tls(o, make=False), learner)
+            script = job_cls(_PLACEHOLDER_ADDRESS, name="dry-run", **kw).job_script()
+            slurm.dry_run(script, role, kw["queue"])
     o = with_run_tls(o, make=True)
     env_kw = _job_kwargs(kind, o, learner=False)
     learner_kw = _job_kwargs(kind, o, learner=True)
+    submitted = SubmittedJobs(kind)
+    job_cls = submitted.job_class(job_cls)
     scheduler_options: dict[str, Any] = {
         "preload": [PRELOAD_MODULE],
         "dashboard_address": o.dashboard_address,
     }
     if o.scheduler_host:
         scheduler_options["host"] = o.scheduler_host
-    cluster = cluster_cls(n_workers=0, scheduler_options=scheduler_options, **env_kw)
+    cluster = cluster_cls(
+        n_workers=0, scheduler_options=scheduler_options, job_cls=job_cls, **env_kw
+    )
+    cluster.apex_jobs = submitted
+    atexit.register(submitted.cancel)
     spec: dict[str, Any] = {"cls": job_cls, "options": {**learner_kw, "config_name": kind}}
     if o.learner_processes > 1:
         spec["group"] = [f"-{i}" for i in range(o.learner_processes)]
@@ -231,18 +339,35 @@ def make_jobqueue_cluster(
     return cluster
 
 
-def wait_for_jobqueue_workers(cluster: Any, timeout_s: float | None = None) -> None:
+def wait_for_jobqueue_workers(
+    cluster: Any,
+    timeout_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    poll_s: float = 2.0,
+) -> None:
     """Block until every planned Dask worker of ``cluster`` has joined.
 
-    Queued jobs can take long to start; raises :class:`JobqueueError` after
-    ``timeout_s`` seconds (None: wait forever) naming how many joined.
+    Queued jobs can take long to start: ``progress`` gets a line whenever what
+    is awaited changes (workers joined; SLURM: each waiting job's state and
+    reason). Raises :class:`JobqueueError` after ``timeout_s`` seconds (None:
+    wait forever) naming how many joined, and at once, in one line, when SLURM
+    holds a job for a reason that means it can never start.
     """
     expected = len(cluster.plan)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    jobs = getattr(cluster, "apex_jobs", None)
+    last_line, next_poll = "", 0.0
     while True:
         joined = len(cluster.scheduler_info.get("workers", {}))
         if joined >= expected:
             return
+        if jobs is not None and jobs.kind == "slurm" and time.monotonic() >= next_poll:
+            next_poll = time.monotonic() + poll_s
+            queue = slurm.QueueWatch(dict(jobs.roles)).poll()
+            line = f"{joined} of {expected} Dask workers joined" + (f"; {queue}" if queue else "")
+            if progress is not None and line != last_line:
+                progress(line)
+            last_line = line
         if deadline is not None and time.monotonic() > deadline:
             raise JobqueueError(
                 f"only {joined} of {expected} Dask workers joined within {timeout_s:g} s; "

@@ -45,17 +45,21 @@ class JobqueueOptions:
     """Account charged for all jobs (``-A``)."""
     walltime: str = "01:00:00"
     """Wall-time limit of every job, ``HH:MM:SS``."""
-    cores: int = 8
-    """Cores per env-worker job."""
-    memory: str = "16GB"
-    """Memory per env-worker job."""
+    cores: int | None = None
+    """Cores per env-worker job; None: SLURM: the CPUs of the smallest node of ``queue``
+    (``sinfo``), PBS or no ``sinfo``: 8."""
+    memory: str | None = None
+    """Memory per env-worker job; None: SLURM: that node's memory (whole GiB, rounded
+    down), PBS or no ``sinfo``: 16GB."""
     processes: int | None = None
     """Dask worker processes per env-worker job; None: ``cores`` (one thread each,
     so every env worker actor has a process of its own)."""
-    learner_cores: int = 4
-    """Cores of the learner job."""
-    learner_memory: str = "32GB"
-    """Memory of the learner job."""
+    learner_cores: int | None = None
+    """Cores of the learner job; None: as ``cores``, for the learner's partition
+    (PBS or no ``sinfo``: 4)."""
+    learner_memory: str | None = None
+    """Memory of the learner job; None: as ``memory``, for the learner's partition
+    (PBS or no ``sinfo``: 32GB)."""
     learner_processes: int = 1
     """Dask worker processes of the learner job (every one advertises the GPU resource;
     the learner takes one, the replay shards spread over all of them)."""
@@ -106,13 +110,14 @@ class JobqueueOptions:
 
     def __post_init__(self) -> None:
         for name in ("cores", "learner_cores", "learner_processes"):
-            if getattr(self, name) < 1:
-                raise JobqueueError(f"jobqueue option {name}={getattr(self, name)!r} must be >= 1")
-        if self.processes is not None and not 1 <= self.processes <= self.cores:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise JobqueueError(f"jobqueue option {name}={value!r} must be >= 1")
+        if self.processes is not None and not 1 <= self.processes <= (self.cores or self.processes):
             raise JobqueueError(
                 f"jobqueue option processes={self.processes!r} must be between 1 and cores ({self.cores})"
             )
-        if self.learner_processes > self.learner_cores:
+        if self.learner_cores is not None and self.learner_processes > self.learner_cores:
             raise JobqueueError(
                 f"jobqueue option learner_processes={self.learner_processes!r} must be <= "
                 f"learner_cores ({self.learner_cores})"

@@ -1,12 +1,12 @@
-"""cluster/slurm/apex.sbatch and cluster/pbs/apex.pbs, run for real on this machine.
+"""cluster/pbs/apex.pbs run for real on this machine, through PBS stand-ins.
 
-The stand-ins in ``tests/e2e/shims`` (``sbatch``, ``srun``, ``scancel``,
-``qsub``, ``qdel``, ``pbsdsh``) come first on PATH and run each job, step and
-task as local processes with the variables the batch system would set, so
-the scripts' launch order, scheduler-file hand-off, worker placement and
-teardown all execute; only the spread over separate nodes is simulated (fake
-host names). Every process started inherits a unique ``APEX_E2E_MARKER``;
-none may outlive the job.
+Debian has no PBS server, so the stand-ins in ``tests/e2e/shims`` (``qsub``,
+``qdel``, ``pbsdsh``) come first on PATH and run each job and task as local
+processes with the variables PBS would set: the script's launch order,
+scheduler-file hand-off, worker placement and teardown all execute; only the
+spread over separate nodes is simulated (fake host names). Every process
+started inherits a unique ``APEX_E2E_MARKER``; none may outlive the job.
+cluster/slurm/apex.sbatch runs against a real SLURM in ``test_slurm.py``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 from proctrack import MARK, assert_nothing_left
 from tlsprobe import assert_only_the_run_gets_in, assert_private_credentials
-
-from apex_dask.runtime.credentials import make_run_credentials
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from polling import poll  # noqa: E402
@@ -44,16 +42,6 @@ def job_env(marker: str, state: Path, **extra: str) -> dict[str, str]:
         **{MARK: marker},
         **extra,
     )
-
-
-def tls_files(folder: Path) -> dict[str, str]:
-    """The user's own CA and certificate (made elsewhere), as the APEX_TLS_* variables."""
-    creds = make_run_credentials(folder)
-    return {
-        "APEX_TLS_CA_FILE": str(creds.ca_file),
-        "APEX_TLS_CERT": str(creds.cert_file),
-        "APEX_TLS_KEY": str(creds.key_file),
-    }
 
 
 def check_tls_scheduler(run_dir: Path, host: str = r"127\.0\.0\.1") -> None:
@@ -93,114 +81,6 @@ def check_trained_run(run_dir: Path, output: str) -> None:
     assert placement["learner"]["resources"] == {"GPU": 1.0}
     assert all(w["name"] != "learner" for w in placement["env_workers"])
     assert (run_dir / "weights.npz").stat().st_size > 0
-
-
-@pytest.mark.slow
-def test_slurm_hetjob_script_launches_in_order_trains_and_tears_down(tmp_path):
-    """The default launch: TLS required with credentials made for the run, on the interface
-    named by APEX_INTERFACE (lo here); while it runs, only a client with them gets in."""
-    marker, state = uuid.uuid4().hex, tmp_path / "state"
-    env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
-    env.update(APEX_INTERFACE="lo", APEX_DASHBOARD=":0")
-    script = ROOT / "cluster" / "slurm" / "apex.sbatch"
-    try:
-        proc = submit_and_probe(["sbatch", "--wait", str(script), *PROBED_ARGS], tmp_path, env)
-        (submit,) = calls(state, "sbatch")
-        job_id = submit["job_id"]
-        output = proc.stdout + (tmp_path / f"apex-{job_id}.out").read_text()
-        assert proc.returncode == 0, output
-        assert proc.stdout.strip() == f"Submitted batch job {job_id}"
-        # The script's directives: a GPU component, then CPU nodes.
-        gpu_part, cpu_part = submit["components"]
-        assert gpu_part["gres"] == "gpu:1" and gpu_part["nodes"] == 1
-        assert cpu_part["gres"] is None and cpu_part["nodes"] == 2
-        # The learner step runs on component 0 and advertises the GPU; the env-worker
-        # step covers component 1's nodes; both come after the scheduler file exists.
-        steps = calls(state, "srun")  # started together: their records may come in any order
-        assert sorted(step["group"] for step in steps) == ["0", "1"]
-        learner_step, env_step = sorted(steps, key=lambda step: step["group"])
-        assert learner_step["ntasks"] == 1
-        cmd = learner_step["command"]
-        assert cmd[1] == "worker" and cmd[cmd.index("--resources") + 1] == "GPU=1"
-        assert cmd[cmd.index("--name") + 1] == "learner"
-        assert env_step["ntasks"] == 2
-        assert "--resources" not in env_step["command"]
-        for step in (learner_step, env_step):  # interface and TLS reach every worker
-            c = step["command"]
-            assert c[c.index("--interface") + 1] == "lo" and c[c.index("--protocol") + 1] == "tls"
-        run_dir = tmp_path / f"apex-{job_id}"
-        sched_file = str(run_dir / "scheduler.json")
-        assert cmd[cmd.index("--scheduler-file") + 1] == sched_file
-        assert sched_file in learner_step["existing_paths"]
-        assert sched_file in env_step["existing_paths"]
-        assert "3 of 3 workers joined; GPU workers ['learner']" in output
-        check_trained_run(run_dir, output)
-        check_tls_scheduler(run_dir)
-        assert_private_credentials(run_dir / "tls")
-        assert "TLS required; this run's credentials are in" in output
-        assert "ssh -N -L " in output  # how to reach the dashboard from outside
-        assert "stopping the Dask cluster" in output
-    finally:
-        assert_nothing_left(marker)
-
-
-@pytest.mark.slow
-def test_slurm_usr1_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
-    """SLURM's ``--signal=B:USR1@120`` reaches the batch shell: the driver writes a
-    checkpoint and exits 75, the script requeues the job (the ``scontrol`` stand-in
-    runs it again with the same id), and the requeued job resumes its run folder. With the
-    user's own TLS files, which win over per-run credentials in both instances."""
-    import signal
-    import threading
-    import time
-
-    marker, state = uuid.uuid4().hex, tmp_path / "state"
-    env = job_env(marker, state, APEX_PRESET="cartpole", APEX_WORKERS_PER_NODE="1")
-    env.update(tls_files(tmp_path / "tls"), APEX_DASHBOARD=":0")
-    script = ROOT / "cluster" / "slurm" / "apex.sbatch"
-    args = ["--stop-timesteps", "6000", "--set", "report.min_iter_time_s=1", "--quiet"]
-    done: dict = {}
-
-    def submit() -> None:
-        done["proc"] = subprocess.run(
-            ["sbatch", "--wait", str(script), *args],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-
-    thread = threading.Thread(target=submit)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 180
-        results = None
-        while results is None or not results.exists() or not results.read_text().strip():
-            assert time.monotonic() < deadline and thread.is_alive(), done
-            time.sleep(0.5)
-            found = list(tmp_path.glob("apex-*/results/results.jsonl"))
-            results = found[0] if found else None
-        (submit_call,) = calls(state, "sbatch")
-        job_id = submit_call["job_id"]
-        shell = int((state / "jobs" / f"{job_id}.pid").read_text())
-        os.kill(shell, signal.SIGUSR1)  # what --signal=B:USR1 sends: the batch shell only
-        thread.join(timeout=300)
-        proc = done["proc"]
-        output = proc.stdout + (tmp_path / f"apex-{job_id}.out").read_text()
-        assert proc.returncode == 0, output[-3000:]
-        assert [c["argv"] for c in calls(state, "scontrol")] == [["requeue", str(job_id)]]
-        (requeued,) = calls(state, "requeued")
-        assert requeued["exit_code"] == 75  # preempted, with a checkpoint
-        assert "preempted with a checkpoint; requeueing job" in output
-        assert "resuming the run in" in output
-        lines = [json.loads(x) for x in results.read_text().splitlines()]
-        iterations = [int(r["iteration"]) for r in lines]
-        assert iterations == sorted(set(iterations)), iterations  # continued, not restarted
-        assert lines[-1]["timesteps_total"] >= 6000
-        resumes = (results.parent / "resumes.jsonl").read_text().splitlines()
-        assert len(resumes) == 1
-        assert output.count("TLS required, with your credentials") == 2  # each instance
-        assert not (results.parent.parent / "tls").exists()  # no per-run files beside them
-    finally:
-        thread.join(timeout=5)
-        assert_nothing_left(marker)
 
 
 @pytest.mark.slow

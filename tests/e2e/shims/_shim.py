@@ -1,11 +1,12 @@
-"""Shared code of the batch-system stand-ins in this folder (sbatch, srun, qsub, ...).
+"""Shared code of the PBS stand-ins in this folder (qsub, qdel, pbsdsh).
 
 They run every job and task on this machine, as real processes, so that the
 job scripts' launch order, scheduler-file hand-off and teardown run for real;
 what they cannot show is placement on separate nodes. Each call is appended to
 ``$APEX_SHIM_STATE/calls.jsonl`` (tool, argv, group, tasks, time) for tests to
 read. Jobs submitted without waiting run in their own session, recorded in
-``$APEX_SHIM_STATE/jobs/<id>.pid`` so ``scancel``/``qdel`` can stop them.
+``$APEX_SHIM_STATE/jobs/<id>.pid`` so ``qdel`` can stop them. (SLURM is tested
+against a real slurmctld instead: ``tests/e2e/test_slurm.py``.)
 """
 
 from __future__ import annotations
@@ -67,29 +68,17 @@ def run_job(
     out_path: str,
     wait: bool,
 ) -> int | None:
-    """Run a batch script: in the foreground when ``wait``, else in a new session.
-
-    With ``wait``, a job that ``scontrol requeue`` marked while it ran runs again
-    (same id and output file, ``SLURM_RESTART_COUNT`` counting the restarts).
-    """
-    restarts = 0
-    while True:
-        out = open(out_path, "ab")  # noqa: SIM115 (handed to the child)
-        proc = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        (state_dir() / "jobs" / f"{job_id}.pid").write_text(str(proc.pid))
-        if not wait:
-            return None
-        forward_signals([proc])
-        code = proc.wait()
-        mark = state_dir() / "jobs" / f"{job_id}.requeue"
-        if not mark.exists():
-            return code if code >= 0 else 128 - code
-        mark.unlink()
-        restarts += 1
-        env = {**env, "SLURM_RESTART_COUNT": str(restarts)}
-        record("requeued", job_id=job_id, restart=restarts, exit_code=code)
+    """Run a batch script: in the foreground when ``wait``, else in a new session."""
+    out = open(out_path, "ab")  # noqa: SIM115 (handed to the child)
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    (state_dir() / "jobs" / f"{job_id}.pid").write_text(str(proc.pid))
+    if not wait:
+        return None
+    forward_signals([proc])
+    code = proc.wait()
+    return code if code >= 0 else 128 - code
 
 
 def cancel_job(job_id: str, grace_s: float = 10.0) -> bool:
