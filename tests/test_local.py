@@ -39,7 +39,7 @@ def test_counters_agree_across_components():
     steps = sum(w.steps_sampled for w in apex.workers)
     assert r["timesteps_total"] == r["env/steps_sampled"] == steps == 60 * 3 * 16
     stored = sum(s.stats()["added"] for s in apex.shards)
-    pending = sum(w.adder.num_pending for w in apex.workers)
+    pending = sum(w.num_pending for w in apex.workers)
     assert stored == steps - pending  # every step became one transition, in some shard
     assert r["replay/size"] == stored
     assert r["learner/steps_trained"] == 32 * r["learner/updates"]

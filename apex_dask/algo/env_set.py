@@ -12,6 +12,8 @@ gives the same interface over a native vector env. Both return one
     step = envs.step(actions)               # actions: int64 (N,), index into Discrete
     step.next_obs[j]                        # s_{t+1}: the final observation at an episode end
     step.obs[j]                             # what env j acts on next (the reset one after an end)
+    envs.send(actions); step = envs.recv()  # the same in two halves (a native vector env
+                                            # steps in between on its own thread)
 
 An env that ended (``terminated or truncated``) is reset inside ``step``.
 An env error makes ``active[j]`` False: that step of env j is left out (its
@@ -104,6 +106,7 @@ class GuardedEnvs:
         self._off.flags.writeable = False
         # what each env acts on next: a list until every env is made, then (N, ...)
         self._obs: Any = [self._first_reset(0, self.envs[0], self.seed)]
+        self._actions: Any = None  # kept by send for recv
 
     def _at(self) -> str:
         return f" ({self.where})" if self.where else ""
@@ -138,6 +141,15 @@ class GuardedEnvs:
         if isinstance(self._obs, list):
             self._obs = np.stack(self._obs)
         return self._obs
+
+    def send(self, actions: np.ndarray) -> None:
+        """Keep ``actions`` for :meth:`recv` (these envs step in the caller's thread)."""
+        self._actions = actions
+
+    def recv(self) -> VectorStep:
+        """:meth:`step` with the actions :meth:`send` kept."""
+        actions, self._actions = self._actions, None
+        return self.step(actions)
 
     def step(self, actions: np.ndarray) -> VectorStep:
         """Step every env once (see the module docstring)."""

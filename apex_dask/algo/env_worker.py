@@ -12,7 +12,11 @@ Batched acting: a worker steps ``num_envs`` envs of its own together
 in turn (``vector_mode="sync"``, :mod:`apex_dask.algo.env_set`) or, for ALE
 games with ``vector_mode="native"``, ale-py's C++ vector env
 (:mod:`apex_dask.algo.native_envs`). It makes **one forward pass per step** over
-all of them, the exploring ones too. For each env, with probability
+all of them, the exploring ones too. With ``double_buffer`` (native envs, two or
+more of them) the envs are split into two lanes, each its own vector env, and
+the network acts for one lane while the other lane's games step on ale-py's
+thread (:mod:`apex_dask.algo.env_lanes`): one pass per lane and step, same
+transitions and priorities. For each env, with probability
 ``epsilon`` a uniform random action (drawn from the worker's own seeded
 ``numpy.random.Generator``), else ``argmax_a Q(s, a)`` under the last synced
 weights. Vector observations use a numpy forward pass
@@ -20,8 +24,8 @@ weights. Vector observations use a numpy forward pass
 caller should run ``torch.set_num_threads(1)`` in the worker's process:
 small-batch forwards are slower with more threads.
 
-Steps go through a :class:`~apex_dask.algo.vector_nstep.VectorNStepAdder`
-(n-step transitions over the env and time axes, worked out once per
+Steps go through a :class:`~apex_dask.algo.vector_nstep.VectorNStepAdder` per
+lane (n-step transitions over the env and time axes, worked out once per
 fragment) whose pending steps carry over
 between fragments, so a fragment holds the transitions *completed* during
 its steps (about ``fragment_length`` per env, not exactly).
@@ -71,7 +75,8 @@ import torch
 from gymnasium import spaces
 
 from apex_dask.algo.env_guard import EnvErrorPolicy, EnvGuard, env_name
-from apex_dask.algo.env_set import REMAKE_TRIES, GuardedEnvs, VectorStep
+from apex_dask.algo.env_lanes import Lane, lane_bounds
+from apex_dask.algo.env_set import REMAKE_TRIES, GuardedEnvs
 from apex_dask.algo.frame_codec import encode_batch
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.loss import td_errors_numpy
@@ -128,6 +133,7 @@ class EnvWorker:
         restart_failed_envs: bool = True,
         max_env_errors_per_min: int = 10,
         vector_mode: str = "sync",
+        double_buffer: bool = False,
         where: str = "",
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
@@ -152,16 +158,23 @@ class EnvWorker:
             raise ValueError(f"vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
         native = vector_mode == "native" and native_game(env_factory) is not None
         self.vector_mode = "native" if native else "sync"
-        # env j resets first with seed + j, then continues its own generator
-        self._envs = (NativeAtariEnvs if native else GuardedEnvs)(
-            env_factory,
-            num_envs=self.num_envs,
-            seed=self.seed,
-            guard=self._guard,
-            policy=self.policy,
-            rng=self.rng,
-            where=where,
-        )
+        # two lanes only where the envs step on threads of their own (env_lanes.py)
+        self.double_buffer = bool(double_buffer) and native and self.num_envs >= 2
+        envs_class = NativeAtariEnvs if native else GuardedEnvs
+
+        def make_envs(lo: int, hi: int) -> Any:  # env j resets first with seed + j
+            return envs_class(
+                env_factory,
+                num_envs=hi - lo,
+                seed=self.seed + lo,
+                guard=self._guard,
+                policy=self.policy,
+                rng=self.rng,
+                where=where,
+            )
+
+        bounds = lane_bounds(self.num_envs, 2 if self.double_buffer else 1)
+        self._envs = make_envs(*bounds[0])  # the first lane's (an evaluator needs no more)
         self.observation_space = self._envs.observation_space
         self.action_space = self._envs.action_space
         with torch.random.fork_rng(devices=[]):
@@ -187,29 +200,32 @@ class EnvWorker:
         self._eval_rng = np.random.default_rng([seed, 1])
         self._eval_env: gym.Env | None = None
         self._eval_steps = 0
-        self.adder = VectorNStepAdder(
-            self.num_envs,
-            n_step,
-            gamma,
-            self._obs_shape,
-            self._obs_dtype,
-            self.fragment_length,
-            num_actions=self.num_actions,
-        )
+        self._lanes = [
+            Lane(
+                lo,
+                hi,
+                make_envs,
+                VectorNStepAdder(
+                    hi - lo,
+                    n_step,
+                    gamma,
+                    self._obs_shape,
+                    self._obs_dtype,
+                    self.fragment_length,
+                    num_actions=self.num_actions,
+                ),
+                self._envs if lo == 0 else None,
+            )
+            for lo, hi in bounds
+        ]
         self.weights_version = -1
         self.steps_sampled = 0
         self.episodes = 0
-        self._obs: np.ndarray | None = None  # (N, ...) once every env is made
-        self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
-        self._requote = False
-        self._episode_return = np.zeros(self.num_envs)
-        self._episode_start = np.zeros(self.num_envs, np.int64)  # the clock when it began
-        self._clock = 0
 
     @property
     def envs(self) -> list[gym.Env]:
         """The worker's envs (only the first before the first :meth:`sample`)."""
-        return self._envs.envs
+        return [env for lane in self._lanes if lane.envs is not None for env in lane.envs.envs]
 
     @property
     def env(self) -> gym.Env:  # the first env
@@ -223,7 +239,7 @@ class EnvWorker:
     @property
     def num_pending(self) -> int:
         """Steps of all envs whose transition is not emitted yet."""
-        return self.adder.num_pending
+        return sum(lane.adder.num_pending for lane in self._lanes)
 
     # -- policy ---------------------------------------------------------
     def _as_obs(self, obs: Any) -> np.ndarray:
@@ -255,8 +271,8 @@ class EnvWorker:
         else:
             self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
         self.weights_version = int(version)
-        self._q_next = None  # acted on with the old weights: computed again
-        self._requote = True  # as are the pending steps' Q(s_t)[a_t]
+        for lane in self._lanes:  # the kept Q-values and the pending steps' Q(s_t)[a_t]
+            lane.new_weights()
 
     # -- rollouts -------------------------------------------------------
     def sample(self) -> dict[str, Any]:
@@ -274,41 +290,33 @@ class EnvWorker:
         a life loss: :mod:`apex_dask.algo.atari`); episode returns and lengths
         count raw rewards over whole episodes (``terminated or truncated``).
         """
-        if self._obs is None:
-            self._obs = self._envs.reset()
-        adder = self.adder
+        lanes = self._lanes
+        for lane in lanes:
+            lane.start()
         draws = self._explore()
         explore = [False] * self.fragment_length if draws is None else draws[0].any(1).tolist()
         returns: list[float] = []
         lengths: list[int] = []
         steps = 0
         for t in range(self.fragment_length):
-            q = self._forward()
-            actions = q.argmax(axis=1)  # epsilon-greedy with the fragment's draws
-            if explore[t]:
-                actions = np.where(draws[0][t], draws[1][t], actions)
-            step = self._envs.step(actions)
-            active = None if step.all_active else step.active
-            adder.add(
-                self._obs,
-                actions,
-                step.train_reward,
-                step.next_obs,
-                step.train_terminated,
-                step.truncated,
-                active,
-                step.any_end,
-            )
-            self._clock += 1  # vector steps: an episode's length is the clock since its start
-            if step.any_end or not step.all_active:
-                steps += self._count_episodes(step, returns, lengths)
-            else:  # most steps
-                self._episode_return += step.reward
-                steps += self.num_envs
-            self._obs = step.obs
-        self._forward(keep=True)
+            for lane in lanes:  # two lanes: one lane's envs step while the other's act
+                if lane.in_flight:
+                    steps += lane.receive(returns, lengths)
+                actions = lane.forward(self.q_values).argmax(axis=1)
+                if explore[t]:  # epsilon-greedy with the fragment's draws
+                    cols = slice(lane.lo, lane.hi)
+                    actions = np.where(draws[0][t, cols], draws[1][t, cols], actions)
+                lane.send(actions)
+        for lane in lanes:
+            steps += lane.receive(returns, lengths)
+            lane.forward(self.q_values, keep=True)  # the next fragment's first actions
         self.steps_sampled += steps
-        batch, priorities = adder.take(self._obs, TRANSITION_KEYS)
+        self.episodes += len(returns)
+        parts = [lane.take(TRANSITION_KEYS) for lane in lanes]
+        batch, priorities = parts[0]
+        if len(parts) > 1:  # env-major still: lane A's envs come first
+            batch = {k: np.concatenate([b[k] for b, _ in parts]) for k in batch}
+            priorities = np.concatenate([p for _, p in parts])
         if self.frame_stack is not None:
             batch = encode_batch(batch, self.frame_stack)
         return {
@@ -320,47 +328,6 @@ class EnvWorker:
             "weights_version": self.weights_version,
             "epsilon": self.epsilon,
         }
-
-    def _forward(self, keep: bool = False) -> np.ndarray:
-        """Q-values of the envs' observations (one pass, with the last step's time-limit
-        final observations and, after new weights, the pending steps as extra rows); their
-        values go to the adder. ``keep``: the pass at a fragment's end, kept for the next
-        fragment's first step."""
-        n, adder = self.num_envs, self.adder
-        cached, self._q_next = self._q_next, None
-        finals = len(adder.finals())
-        if cached is not None and not finals:
-            adder.set_q(cached)
-            return cached
-        parts = [self._obs, adder.final_obs()] if finals else [self._obs]
-        pending = 0
-        if self._requote:  # new weights: the pending steps' Q(s_t)[a_t] too, same pass
-            self._requote = False
-            obs, actions = adder.pending_obs()
-            pending = len(actions)
-            if pending:
-                parts.append(obs)
-        q = self.q_values(np.concatenate(parts) if len(parts) > 1 else parts[0])
-        if pending:
-            adder.set_pending_q(q[len(q) - pending :])
-        q_envs = q[:n]
-        adder.set_q(q_envs, q[n : n + finals] if finals else None)
-        if keep:
-            self._q_next = q_envs
-        return q_envs
-
-    def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:
-        """Episode stats of a step with episode ends or env errors (the envs whose step
-        failed drop their partial episode); the steps made."""
-        active, ended = step.active, step.terminated | step.truncated
-        self._episode_return[active] += step.reward[active]
-        done = np.flatnonzero(active & ended)
-        returns += self._episode_return[done].tolist()
-        lengths += (self._clock - self._episode_start[done]).tolist()
-        self.episodes += len(done)
-        restart = (active & ended) | ~active
-        self._episode_return[restart], self._episode_start[restart] = 0.0, self._clock
-        return int(active.sum())
 
     def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
         """float32 |td| of a batch under the synced weights (online = target), from two
@@ -391,7 +358,8 @@ class EnvWorker:
 
     def close(self) -> None:
         """Close the envs (a hung one once its call returns) and end their threads."""
-        self._envs.close()
+        for lane in self._lanes:
+            lane.close()
         if self._eval_env is not None:
             self._guard.discard(self._eval_env)
         self._guard.close()

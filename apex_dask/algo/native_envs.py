@@ -10,6 +10,8 @@ on reset, no sticky actions unless asked for), one call per vector step::
     envs = NativeAtariEnvs(factory, num_envs=8, seed=0, guard=guard, policy=policy)
     obs = envs.reset()                  # (8, 4, 84, 84) uint8
     step = envs.step(actions)           # a VectorStep, as GuardedEnvs gives
+    envs.send(actions)                  # or in two halves: the games step on
+    step = envs.recv()                  # ale-py's thread in between
 
 The training-only signals stay those of :class:`~apex_dask.algo.atari.TrainingSignals`:
 the env runs with ``episodic_life=False`` and ``reward_clipping=False``, so
@@ -20,8 +22,8 @@ reset in the same step (``autoreset_mode="SameStep"``; ``next_obs`` is then
 ``info["final_obs"]``). What differs from the gymnasium pipeline is listed
 in ``docs/algorithm.md``.
 
-Env errors: the vector env is one C++ object, so a step that raises or hangs
-(``env.step_timeout_s``) is counted like one env error, every env's step is
+Env errors: the vector env is one C++ object, so a step (its ``send`` or its
+``recv``) that raises or hangs (``env.step_timeout_s``) is counted like one env error, every env's step is
 left out (``active`` all False), and the whole vector env is closed and made
 again (:data:`~apex_dask.algo.env_set.REMAKE_TRIES` attempts). Rewards are
 integers and frames ``uint8``: nothing can be non-finite.
@@ -125,6 +127,7 @@ class NativeAtariEnvs:
         self.action_space = spaces.Discrete(int(self.vec.single_action_space.n))
         self._lives = np.zeros(self.num_envs, np.int64)
         self._obs: np.ndarray | None = None
+        self._fault: EnvFault | None = None  # a send that failed, reported by recv
 
     def _at(self) -> str:
         return f" ({self.where})" if self.where else ""
@@ -159,13 +162,23 @@ class NativeAtariEnvs:
                 raise EnvFailed(f"{fault}{self._at()}") from None
         return self._obs
 
-    def step(self, actions: np.ndarray) -> VectorStep:
-        """Step every env once (see the module docstring)."""
+    def send(self, actions: np.ndarray) -> None:
+        """Start a step of every env (``vec.send``: it runs on ale-py's own thread while
+        the caller goes on); :meth:`recv` collects it."""
         self._t += 1
-        vec = self.vec
-        act = np.asarray(actions, np.int64)
+        vec, act = self.vec, np.asarray(actions, np.int64)
         try:
-            obs, reward, term, trunc, info = self.guard.call("step", lambda: vec.step(act), self._t)
+            self.guard.call("step", lambda: vec.send(act), self._t)
+        except EnvFault as fault:
+            self._fault = fault
+
+    def recv(self) -> VectorStep:
+        """The step :meth:`send` started (see the module docstring)."""
+        fault, self._fault = self._fault, None
+        if fault is not None:
+            return self._replace(fault)
+        try:
+            obs, reward, term, trunc, info = self.guard.call("step", self.vec.recv, self._t)
         except EnvFault as fault:
             return self._replace(fault)
         ended = term | trunc
@@ -181,6 +194,11 @@ class NativeAtariEnvs:
         return VectorStep(
             obs, next_obs, reward, train_reward, term, trunc, train_term, active, any_end, True
         )
+
+    def step(self, actions: np.ndarray) -> VectorStep:
+        """Step every env once: :meth:`send`, then :meth:`recv`."""
+        self.send(actions)
+        return self.recv()
 
     def _replace(self, fault: EnvFault) -> VectorStep:
         """Count ``fault`` (EnvFailed if the run must end); the vector env made again."""

@@ -105,7 +105,7 @@ def test_sample_returns_fragment_with_consistent_batch():
     }
     b = out["batch"]
     n = len(b["action"])
-    assert out["steps"] == 64 and n == 64 - worker.adder.num_pending
+    assert out["steps"] == 64 and n == 64 - worker.num_pending
     assert b["obs"].shape == (n, 4) and b["obs"].dtype == np.float32
     assert b["next_obs"].shape == (n, 4)
     assert out["priorities"].shape == (n,) and out["priorities"].dtype == np.float32
@@ -125,7 +125,7 @@ def test_every_env_step_becomes_one_transition_across_fragments():
         out = worker.sample()
         total += len(out["batch"]["action"])
         lengths += out["episode_lengths"]
-    assert total == 280 - worker.adder.num_pending
+    assert total == 280 - worker.num_pending
     assert len(lengths) == worker.episodes and sum(lengths) <= 280
 
 

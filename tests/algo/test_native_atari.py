@@ -93,7 +93,7 @@ def test_a_vector_env_that_raises_is_closed_and_made_again_whole():
     def broken(actions):
         raise RuntimeError("emulator crashed")
 
-    before.step = broken
+    before.recv = broken
     step = native.step(np.zeros(2, np.int64))
     assert not step.active.any() and not step.all_active  # both envs' steps left out
     assert native.policy.count == 1 and native.vec is not before
