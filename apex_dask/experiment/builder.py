@@ -64,6 +64,7 @@ def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "frame_stack": cfg.replay.frame_stack,
         "num_envs": cfg.workers.envs_per_worker,
         "vector_mode": cfg.workers.vector_mode,
+        "double_buffer": cfg.workers.double_buffer,
         "make_timeout_s": cfg.env.make_timeout_s,
         "step_timeout_s": cfg.env.step_timeout_s,
         "restart_failed_envs": cfg.workers.restart_failed_envs,

@@ -100,3 +100,44 @@ def test_atari_priorities_equal_the_recomputation_with_life_losses_and_frame_sta
     seen = _check_fragments(worker, learner, 6)
     # a time limit of 400 frames is 100 agent steps; Breakout's lost lives are training terminals long before a game ends
     assert seen["done"] > 0 and seen["cut_short"] > 0 and seen["bootstraps"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="needs ale_py")
+def test_double_buffered_native_envs_give_the_same_transitions_and_exact_priorities():
+    """Two lanes (envs 0-1 and 2, each its own vector env, one stepping while the other
+    acts) emit what one vector env of the same three games emits, given the same actions
+    (epsilon 1: the draws), and their priorities still equal the recomputation."""
+    factory = make_env_factory("ALE/Breakout-v5", {"max_episode_steps": 240})
+    learner = _learner(factory)
+    kwargs = dict(epsilon=1.0, seed=3, hiddens=(32,), fragment_length=30, num_envs=3)
+    kwargs.update(frame_stack=4, vector_mode="native")
+    lanes = EnvWorker(factory, double_buffer=True, **kwargs)
+    plain = EnvWorker(factory, double_buffer=False, **kwargs)
+    assert lanes.double_buffer and not plain.double_buffer
+    assert [e.num_envs for e in lanes.envs] == [1]  # an evaluator never makes the others
+    seen = {"done": 0, "cut_short": 0, "episodes": 0}
+    for i in range(3):
+        if i % 2 == 1:  # new weights between fragments, for both
+            for p in learner.online.parameters():
+                p.data.add_(0.01 * np.float32(i))
+            weights = {k: v.numpy() for k, v in learner.online.state_dict().items()}
+            lanes.set_weights(i, weights)
+            plain.set_weights(i, weights)
+        got, want = lanes.sample(), plain.sample()
+        assert [e.num_envs for e in lanes.envs] == [2, 1]
+        assert got["steps"] == want["steps"] == 90
+        assert got["episode_returns"] == want["episode_returns"]
+        assert got["episode_lengths"] == want["episode_lengths"]
+        batch, ref = decode_batch(got["batch"]), decode_batch(want["batch"])
+        assert batch.keys() == ref.keys()
+        for key in batch:
+            np.testing.assert_array_equal(batch[key], ref[key], err_msg=key)
+        np.testing.assert_allclose(got["priorities"], lanes.td_errors(batch), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got["priorities"], want["priorities"], rtol=1e-4, atol=1e-5)
+        seen["done"] += int(batch["done"].sum())
+        seen["cut_short"] += int(((~batch["done"]) & (batch["discount"] > GAMMA**3 * 1.0001)).sum())
+        seen["episodes"] += len(got["episode_returns"])
+    # life losses are training terminals; 240 frames (60 steps) cut each game by time
+    assert seen["done"] > 0 and seen["cut_short"] > 0 and seen["episodes"] >= 3
+    lanes.close()
+    plain.close()

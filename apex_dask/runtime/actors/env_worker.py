@@ -87,6 +87,7 @@ class EnvWorkerActor:
         restart_failed_envs: bool = True,
         max_env_errors_per_min: int = 10,
         vector_mode: str = "sync",
+        double_buffer: bool = False,
         call_timeout_s: float = 60.0,
         run: str = "",
         animation: bool = False,
@@ -119,6 +120,7 @@ class EnvWorkerActor:
             restart_failed_envs=restart_failed_envs,
             max_env_errors_per_min=max_env_errors_per_min,
             vector_mode=vector_mode,
+            double_buffer=double_buffer,
             where=f"env worker {index}" if index >= 0 else "the evaluator",
         )
         if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
