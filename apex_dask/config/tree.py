@@ -196,8 +196,8 @@ class EnvWorkersConfig:
     """With ``vector_mode: native`` and ``envs_per_worker >= 2``: split a worker's envs into
     two vector envs and act for one while the other's games step on ale-py's thread
     (Sample Factory's double buffering; same transitions and priorities). No effect on
-    ``sync`` envs, which step in the acting thread. Default: the faster on a 2-core
-    machine (docs/benchmarks.md, "Acting at the env's speed")."""
+    ``sync`` envs, which step in the acting thread. Default false: it measured 0.77-0.88x
+    the env steps/s on a 2-core machine (docs/benchmarks.md, "Double buffering")."""
     restart_failed_envs: bool = True
     """An env that raises, hangs (``env.step_timeout_s``) or returns a non-finite observation
     or reward is counted (``faults/env_errors``), closed and made again; its partial episode
