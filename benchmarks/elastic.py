@@ -10,13 +10,18 @@ is retired (``cluster.scale(n - 1)``: its env worker stops after its rollouts
 in flight are stored) and a new one is added (``cluster.scale(n)``: it gets an
 env worker). The learner's updates/s is its update count over the window
 after the first update (the actor start-up is not in it). Target: churn >=
-0.8x no churn. Prints a table and writes ``benchmarks/results/elastic.json``.
+0.8x no churn. Each joined worker's env worker is timed from the worker's join
+(the scheduler's ``add-worker`` event) to its creation and to its first stored
+rollout (the run's own lines, ``driver.changes``). Target: rollouts within 10 s
+of joining. Prints a table and writes ``benchmarks/results/elastic.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -76,9 +81,12 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
             final = driver.halt() or last
             wall = time.monotonic() - start[0]
             updates = final["learner/updates"] - start[1]
+            changes = driver.changes
     finally:
         client.close()
         cluster.close()
+    added = _seconds(changes, r"added on .*, ([\d.]+) s after it joined")
+    first = _seconds(changes, r"first rollout ([\d.]+) s after")
     return {
         "mode": "churn" if churn else "no churn",
         "window_s": round(wall, 1),
@@ -89,7 +97,16 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
         "env_workers_retired": final["elastic/env_workers_retired"],
         "faults": sum(v for k, v in final.items() if k.startswith("faults/")),
         "return_mean": round(final.get("env/episode_return_mean", float("nan")), 1),
+        "joins": len(first),
+        "join_to_added_s": added,
+        "join_to_rollout_s": first,
     }
+
+
+def _seconds(lines: list[str], pattern: str) -> str:
+    """The seconds the run's change lines give: "median / max" ("-": none)."""
+    xs = [float(m) for line in lines for m in re.findall(pattern, line)]
+    return f"{statistics.median(xs):.1f} / {max(xs):.1f}" if xs else "-"
 
 
 def main() -> None:
@@ -105,6 +122,7 @@ def main() -> None:
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
     print(f"churn / no churn: {ratio:.2f}x (target >= 0.8x)")
+    print(f"join to first rollout, median / max: {rows[1]['join_to_rollout_s']} s (target <= 10)")
     out = Path(__file__).parent / "results" / "elastic.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows, "ratio": ratio}, indent=2))
 

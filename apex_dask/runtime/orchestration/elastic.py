@@ -16,8 +16,9 @@ the run has moved off, :mod:`apex_dask.runtime.observability.handover`). Then:
   (``elastic/learner_moved``). The evaluator is re-created elsewhere.
 - **joined**: the live env workers are topped up to ``workers.per_process`` per
   worker (the learner's excluded while there are others), ``workers.num_workers``
-  at most; each takes the lowest free slot of the fixed epsilon ladder and the
-  newest weights before its first rollout (``elastic/env_workers_added``). Its
+  at most; each takes the next free slot of the fixed epsilon ladder in its fill
+  order (both ends, then the widest gaps: the live epsilons span the ladder) and
+  the newest weights before its first rollout (``elastic/env_workers_added``). Its
   first stored rollout is one line with the seconds since its worker joined
   (the scheduler's ``add-worker`` event).
 
@@ -32,8 +33,10 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
+from apex_dask.algo.exploration import ladder_fill_order
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.runtime.actors.calls import call_with_timeout
@@ -70,11 +73,17 @@ def start_placement(workers: list[WorkerInfo], config: ApexConfig) -> Placement:
             replay_placement=cfg.replay.placement,
         )
 
-    placement = place(cfg.workers.num_workers)
+    ceiling = cfg.workers.num_workers
+    placement = place(ceiling)
     if not cfg.topology.elastic:
         return placement
     hosts = env_hosts(workers, placement.learner.address)
-    return place(min(cfg.workers.num_workers, cfg.workers.per_process * len(hosts)))
+    n = min(ceiling, cfg.workers.per_process * len(hosts))
+    placement = place(n)
+    by_slot: list[WorkerInfo | None] = [None] * ceiling  # the first n slots of the fill order
+    for i, w in zip(sorted(free_slots(set(), ceiling, n)), placement.env_workers, strict=True):
+        by_slot[i] = w
+    return replace(placement, env_workers=by_slot)
 
 
 def install_handover(client: Any) -> None:
@@ -92,8 +101,9 @@ def install_handover(client: Any) -> None:
 
 
 def free_slots(used: set[int], ladder_size: int, wanted: int) -> list[int]:
-    """The ``wanted`` lowest slot indices of the ladder not in ``used``."""
-    return [i for i in range(ladder_size) if i not in used][: max(0, wanted)]
+    """The next ``wanted`` slots of the ladder not in ``used``, in the fill order
+    (:func:`apex_dask.algo.exploration.ladder_fill_order`: the live epsilons span the ladder)."""
+    return [i for i in ladder_fill_order(ladder_size) if i not in used][: max(0, wanted)]
 
 
 class Elasticity(Job):
