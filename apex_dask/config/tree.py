@@ -168,8 +168,7 @@ class EnvWorkersConfig:
 
     num_workers: int = 32
     """Number of env worker actors; with ``topology.elastic``, the most there may be (the
-    epsilon ladder has this many slots, filled both ends first, then the widest gaps, so
-    the live epsilons always span it: ``algo.exploration.ladder_fill_order``)."""
+    epsilon ladder's slots, filled ends first, then widest gaps: ``ladder_fill_order``)."""
     per_process: int = 1
     """With ``topology.elastic``: env workers each Dask worker process hosts (the learner's
     process hosts none unless it is the only one); a worker that joins gets this many,
