@@ -10,13 +10,19 @@ is retired (``cluster.scale(n - 1)``: its env worker stops after its rollouts
 in flight are stored) and a new one is added (``cluster.scale(n)``: it gets an
 env worker). The learner's updates/s is its update count over the window
 after the first update (the actor start-up is not in it). Target: churn >=
-0.8x no churn. Prints a table and writes ``benchmarks/results/elastic.json``.
+0.8x no churn. Each joined worker's env worker is timed from the worker's join
+(the scheduler's ``add-worker`` event) to its creation and to its first stored
+rollout (the run's own lines, ``driver.changes``), and from ``cluster.scale(n)``
+to that first rollout (a churn waits for it). Target: rollouts within 10 s of
+joining. Prints a table and writes ``benchmarks/results/elastic.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -38,7 +44,7 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
         }
     )
     cluster, client = start_local_cluster(workers, dashboard_address=None)
-    churns, stop = [], threading.Event()
+    churns, scale_to_rollout, stop = [], [], threading.Event()
 
     def count() -> int:
         return len(client.scheduler_info(n_workers=-1)["workers"])
@@ -48,20 +54,30 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
         while count() != n and time.monotonic() < deadline:
             time.sleep(0.2)
 
-    def churner() -> None:
+    def first_rollouts(driver: ApexDriver) -> int:
+        return sum("first rollout" in line for line in driver.changes)
+
+    def churner(driver: ApexDriver) -> None:
         while not stop.wait(churn_s):
             t0 = time.monotonic()
             cluster.scale(workers - 1)  # the newest worker retires, handing over
             reach(workers - 1)
+            t1, seen = time.monotonic(), first_rollouts(driver)
             cluster.scale(workers)  # and a new one joins
             reach(workers)
+            while first_rollouts(driver) == seen and not stop.wait(0.1):
+                pass  # until its env worker stored a rollout
+            if first_rollouts(driver) > seen:
+                scale_to_rollout.append(time.monotonic() - t1)
             churns.append(time.monotonic() - t0)
 
     try:
         with ApexDriver(cfg, client) as driver:
             start = None
             last: dict = {}
-            thread = threading.Thread(target=churner, daemon=True) if churn else None
+            thread = (
+                threading.Thread(target=churner, args=(driver,), daemon=True) if churn else None
+            )
             for result in driver.iterate():
                 if start is None and result["learner/updates"] > 0:
                     start = (time.monotonic(), result["learner/updates"])
@@ -76,9 +92,14 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
             final = driver.halt() or last
             wall = time.monotonic() - start[0]
             updates = final["learner/updates"] - start[1]
+            changes = driver.changes
     finally:
         client.close()
         cluster.close()
+    added = _seconds(changes, r"added on .*, ([\d.]+) s after it joined")
+    first = _seconds(changes, r"first rollout ([\d.]+) s after")
+    for line in changes:
+        print(f"  {line}")
     return {
         "mode": "churn" if churn else "no churn",
         "window_s": round(wall, 1),
@@ -89,7 +110,21 @@ def one(churn: bool, minutes: float, churn_s: float, workers: int) -> dict:
         "env_workers_retired": final["elastic/env_workers_retired"],
         "faults": sum(v for k, v in final.items() if k.startswith("faults/")),
         "return_mean": round(final.get("env/episode_return_mean", float("nan")), 1),
+        "joins": len(first),
+        "join_to_added_s": _spread(added),
+        "join_to_rollout_s": _spread(first),
+        "scale_to_rollout_s": _spread(scale_to_rollout),
     }
+
+
+def _seconds(lines: list[str], pattern: str) -> list[float]:
+    """The seconds the run's change lines give."""
+    return [float(m) for line in lines for m in re.findall(pattern, line)]
+
+
+def _spread(xs: list[float]) -> str:
+    """ "median / max" ("-": none)."""
+    return f"{statistics.median(xs):.1f} / {max(xs):.1f}" if xs else "-"
 
 
 def main() -> None:
@@ -105,6 +140,8 @@ def main() -> None:
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
     print(f"churn / no churn: {ratio:.2f}x (target >= 0.8x)")
+    print(f"join to first rollout, median / max: {rows[1]['join_to_rollout_s']} s (target <= 10)")
+    print(f"scale(n) to first rollout, median / max: {rows[1]['scale_to_rollout_s']} s")
     out = Path(__file__).parent / "results" / "elastic.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows, "ratio": ratio}, indent=2))
 

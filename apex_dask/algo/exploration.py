@@ -7,6 +7,11 @@ Worker i of N (0-based) explores with
 so worker 0 uses ``base`` (0.4 by default, the most exploratory) and worker
 N-1 uses ``base ** (1 + alpha)`` (0.4 ** 8 ~ 6.6e-4). With one worker it
 uses ``base``. Metrics follow the least-exploring third (highest indices).
+
+When fewer workers than the ladder's N run (an elastic run that grows up to
+N), the slots are taken in :func:`ladder_fill_order`: the two ends first, then
+always the slot farthest from those taken, so any count spans the ladder from
+``base`` to ``base ** (1 + alpha)`` (2 of N slots are exactly the 2-worker ladder).
 The epsilon-greedy choice itself is made, batched over a worker's envs, by
 :class:`apex_dask.algo.env_worker.EnvWorker` (one draw per env, one forward for the greedy ones).
 """
@@ -17,7 +22,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["apex_epsilons", "lowest_epsilon_workers"]
+__all__ = ["apex_epsilons", "ladder_fill_order", "lowest_epsilon_workers"]
 
 
 def apex_epsilons(num_workers: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -51,3 +56,21 @@ def lowest_epsilon_workers(num_workers: int) -> list[int]:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     k = -(-num_workers // 3)
     return list(range(num_workers - k, num_workers))
+
+
+def ladder_fill_order(num_slots: int) -> list[int]:
+    """The order in which a ladder of ``num_slots`` epsilons is filled: 0, N-1, then
+    repeatedly the slot whose distance to the nearest taken one is largest (the lowest
+    such index on a tie). ``N = 5``: ``[0, 4, 2, 1, 3]``; ``N = 4``: ``[0, 3, 1, 2]``."""
+    n = int(num_slots)
+    if n < 1:
+        raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+    order = [0] + ([n - 1] if n > 1 else [])
+    gap = [min(i, n - 1 - i) for i in range(n)]  # distance to the nearest taken slot
+    for i in order:
+        gap[i] = -1
+    while len(order) < n:
+        nxt = max(range(n), key=lambda i: (gap[i], -i))
+        order.append(nxt)
+        gap = [-1 if g < 0 else min(g, abs(i - nxt)) for i, g in enumerate(gap)]
+    return order

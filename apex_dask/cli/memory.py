@@ -145,7 +145,7 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
     per_worker = 3 * 4 * params + w.envs_per_worker * (
         ENV_BYTES + 2 * w.rollout_fragment_length * item
     )
-    env_holders = [*placement.env_workers]
+    env_holders = [w for w in placement.env_workers if w is not None]  # elastic: empty slots
     if cfg.eval.episodes > 0:
         env_holders.append(placement.evaluator)
     counts: dict[str, int] = {}

@@ -188,7 +188,7 @@ class EnvWorkersConfig:
 
     num_workers: int = 32
     """Number of env worker actors; with ``topology.elastic``, the most there may be (the
-    epsilon ladder has this many slots, filled lowest index first)."""
+    epsilon ladder's slots, filled ends first, then widest gaps: ``ladder_fill_order``)."""
     per_process: int = 1
     """With ``topology.elastic``: env workers each Dask worker process hosts (the learner's
     process hosts none unless it is the only one); a worker that joins gets this many,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from apex_dask.algo.exploration import apex_epsilons, lowest_epsilon_workers
+from apex_dask.algo.exploration import apex_epsilons, ladder_fill_order, lowest_epsilon_workers
 
 
 def test_epsilons_follow_apex_formula_hand_computed():
@@ -50,3 +50,23 @@ def test_lowest_epsilon_third_is_highest_indices(n, expected):
 def test_lowest_epsilon_third_matches_rllib_slice(n):
     """RLlib reports from ``workers[-N // 3:]``: ceil(N / 3) workers, never N // 3."""
     assert lowest_epsilon_workers(n) == list(range(n))[-n // 3 :]
+
+
+@pytest.mark.parametrize(
+    "n,expected",
+    [(1, [0]), (2, [0, 1]), (3, [0, 2, 1]), (4, [0, 3, 1, 2]), (5, [0, 4, 2, 1, 3])],
+)
+def test_ladder_fill_order_takes_the_ends_then_the_widest_gaps(n, expected):
+    assert ladder_fill_order(n) == expected
+
+
+@pytest.mark.parametrize("n", [2, 7, 32, 360])
+def test_any_count_of_the_fill_order_spans_the_ladder(n):
+    order = ladder_fill_order(n)
+    assert sorted(order) == list(range(n))
+    for k in range(2, n + 1):  # both ends, and no gap wider than twice the best possible
+        taken = sorted(order[:k])
+        assert taken[0] == 0 and taken[-1] == n - 1
+        assert max(np.diff(taken)) <= 2 * -(-(n - 1) // (k - 1))
+    eps = apex_epsilons(n)
+    assert eps[sorted(order[:2])].tolist() == apex_epsilons(2).tolist()  # as 2 workers would

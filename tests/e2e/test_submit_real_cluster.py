@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -139,4 +140,5 @@ def test_submit_trains_cartpole_on_real_scheduler_and_workers(real_cluster):
     ]
     assert best_eval >= 100, trace  # random play averages ~22
     assert (out / "weights.npz").stat().st_size > 0
-    assert (out / "config.yaml").read_text().startswith("env:")
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["algo"] == "dqn" and saved["env"]["env_id"] == "CartPole-v1", saved

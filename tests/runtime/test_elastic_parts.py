@@ -21,8 +21,10 @@ def _workers(n: int) -> list[WorkerInfo]:
     return [WorkerInfo(f"tcp://h:{i}", str(i), "h") for i in range(n)]
 
 
-def test_free_slots_fill_the_fixed_ladder_lowest_index_first():
-    assert free_slots({0, 2}, 5, 2) == [1, 3]
+def test_free_slots_fill_the_fixed_ladder_ends_first_then_the_widest_gaps():
+    assert free_slots(set(), 5, 2) == [0, 4]  # as 2 workers of a 2-slot ladder
+    assert free_slots({0, 4}, 5, 2) == [2, 1]
+    assert free_slots({0, 2}, 5, 2) == [4, 1]  # a retired slot is the next to refill
     assert free_slots({0, 1, 2}, 3, 4) == []
     assert free_slots(set(), 4, -1) == []
 
@@ -33,14 +35,32 @@ def test_env_workers_live_beside_the_learner_only_when_it_is_alone():
     assert [w.name for w in env_hosts(ws[:1], ws[0].address)] == ["0"]
 
 
+def _slots(placement) -> list[int]:
+    return [i for i, w in enumerate(placement.env_workers) if w is not None]
+
+
 def test_an_elastic_run_starts_with_per_process_env_workers_per_worker():
     base = ApexConfig.preset("cartpole").override({"workers.num_workers": 5})
-    assert len(start_placement(_workers(3), base).env_workers) == 5  # fixed: as configured
+    assert _slots(start_placement(_workers(3), base)) == [0, 1, 2, 3, 4]  # fixed: as configured
     elastic = base.override({"topology.elastic": True, "workers.per_process": 2})
-    assert len(start_placement(_workers(2), elastic).env_workers) == 2  # 1 host x 2
-    assert len(start_placement(_workers(4), elastic).env_workers) == 5  # 3 x 2, capped
-    ladder = apex_epsilons(5, 0.4, 7.0)
-    assert ladder[0] > ladder[-1]  # slots filled in order: the greediest come last
+    two = start_placement(_workers(2), elastic)  # 1 host x 2: both ends of the ladder
+    assert _slots(two) == [0, 4] and len(two.env_workers) == 5
+    assert {w.name for w in two.env_workers if w} == {"1"}  # not beside the learner
+    assert _slots(start_placement(_workers(4), elastic)) == [0, 1, 2, 3, 4]  # 3 x 2, capped
+
+
+def test_the_quickstart_on_2_cores_acts_with_the_2_worker_ladder():
+    """The notebook's elastic config (per_process 2, num_workers 4) on 2 worker processes
+    starts the env workers, epsilons and placement of the cartpole preset's fixed 2."""
+    old = ApexConfig.preset("cartpole")
+    new = old.override(
+        {"topology.elastic": True, "workers.per_process": 2, "workers.num_workers": 4}
+    )
+    was, now = start_placement(_workers(2), old), start_placement(_workers(2), new)
+    ladder = apex_epsilons(4, 0.4, 7.0)
+    assert [ladder[i] for i in _slots(now)] == list(apex_epsilons(2, 0.4, 7.0))
+    assert [w for w in now.env_workers if w] == was.env_workers
+    assert (now.learner, now.shards, now.evaluator) == (was.learner, was.shards, was.evaluator)
 
 
 def _batch(n: int, start: float) -> dict[str, np.ndarray]:

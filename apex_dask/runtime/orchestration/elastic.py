@@ -16,8 +16,11 @@ the run has moved off, :mod:`apex_dask.runtime.observability.handover`). Then:
   (``elastic/learner_moved``). The evaluator is re-created elsewhere.
 - **joined**: the live env workers are topped up to ``workers.per_process`` per
   worker (the learner's excluded while there are others), ``workers.num_workers``
-  at most; each takes the lowest free slot of the fixed epsilon ladder and the
-  newest weights before its first rollout (``elastic/env_workers_added``).
+  at most; each takes the next free slot of the fixed epsilon ladder in its fill
+  order (both ends, then the widest gaps: the live epsilons span the ladder) and
+  the newest weights before its first rollout (``elastic/env_workers_added``). Its
+  first stored rollout is one line with the seconds since its worker joined
+  (the scheduler's ``add-worker`` event).
 
 A worker that dies without warning is not seen here: that stays a fault
 (:mod:`.faults`, :mod:`.recovery`). Each change is one line in
@@ -30,8 +33,10 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
+from apex_dask.algo.exploration import ladder_fill_order
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.runtime.actors.calls import call_with_timeout
@@ -44,7 +49,7 @@ from apex_dask.runtime.orchestration.placement import (
     workers_from_scheduler_info,
 )
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState
-from apex_dask.runtime.orchestration.tasks import Job, TaskSet
+from apex_dask.runtime.orchestration.tasks import Job, TaskSet, task_error
 
 __all__ = ["Elasticity", "env_hosts", "free_slots", "install_handover", "start_placement"]
 
@@ -68,11 +73,17 @@ def start_placement(workers: list[WorkerInfo], config: ApexConfig) -> Placement:
             replay_placement=cfg.replay.placement,
         )
 
-    placement = place(cfg.workers.num_workers)
+    ceiling = cfg.workers.num_workers
+    placement = place(ceiling)
     if not cfg.topology.elastic:
         return placement
     hosts = env_hosts(workers, placement.learner.address)
-    return place(min(cfg.workers.num_workers, cfg.workers.per_process * len(hosts)))
+    n = min(ceiling, cfg.workers.per_process * len(hosts))
+    placement = place(n)
+    by_slot: list[WorkerInfo | None] = [None] * ceiling  # the first n slots of the fill order
+    for i, w in zip(sorted(free_slots(set(), ceiling, n)), placement.env_workers, strict=True):
+        by_slot[i] = w
+    return replace(placement, env_workers=by_slot)
 
 
 def install_handover(client: Any) -> None:
@@ -90,8 +101,9 @@ def install_handover(client: Any) -> None:
 
 
 def free_slots(used: set[int], ladder_size: int, wanted: int) -> list[int]:
-    """The ``wanted`` lowest slot indices of the ladder not in ``used``."""
-    return [i for i in range(ladder_size) if i not in used][: max(0, wanted)]
+    """The next ``wanted`` slots of the ladder not in ``used``, in the fill order
+    (:func:`apex_dask.algo.exploration.ladder_fill_order`: the live epsilons span the ladder)."""
+    return [i for i in ladder_fill_order(ladder_size) if i not in used][: max(0, wanted)]
 
 
 class Elasticity(Job):
@@ -125,6 +137,10 @@ class Elasticity(Job):
         self.start_env, self.envs_changed = start_env, envs_changed
         self.stop_learner, self.start_learner = stop_learner, start_learner
         self.evaluating = evaluating
+        p = actors.placement  # the workers the run started on: no joins
+        self._known = {w.address for w in [p.learner, p.evaluator, *p.shards, *p.env_workers] if w}
+        self._joined: dict[str, float] = {}  # joined since the last fill: address -> wall time
+        self._adding: dict[int, str] = {}  # env workers being created: slot index -> address
 
     def due(self, now: float) -> bool:
         return not self.state.halting
@@ -132,11 +148,33 @@ class Elasticity(Job):
     def start(self, now: float) -> Awaitable[None]:
         return self.check()
 
+    def _ask(self) -> Awaitable[list[str]]:
+        """The run's heartbeat to the scheduler; the addresses of the leaving workers."""
+        wait_s = max(3 * self.timeout, 180.0)  # a retirement waits at most this for the moves
+        return self.client.scheduler.apex_handover(run=self.run_id, wait_s=wait_s)
+
+    async def _beat(self, every_s: float = 1.0) -> None:
+        """Keep the heartbeat going while a check is busy (moving actors, starting env
+        workers on a joined worker): a retirement meanwhile must still be held."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self._ask()
+            except Exception:  # the scheduler's trouble is the client's to report
+                pass
+
     async def check(self) -> None:
-        ask = self.client.scheduler.apex_handover(run=self.run_id, wait_s=2 * self.timeout)
-        leaving = set(await ask)
+        beat = asyncio.create_task(self._beat())
+        try:
+            await self._check()
+        finally:
+            beat.cancel()
+
+    async def _check(self) -> None:
+        leaving = set(await self._ask())
         info = await self.client.scheduler.identity(n_workers=-1)
         everyone = workers_from_scheduler_info(info)
+        await self._note_joins({w.address for w in everyone})
         alive = [w for w in everyone if w.address not in leaving]
         self.state.dask_workers = len(alive)
         if leaving and alive:
@@ -252,33 +290,60 @@ class Elasticity(Job):
         await asyncio.gather(*(one(h) for h in targets), return_exceptions=True)
 
     # -- joined -------------------------------------------------------------------
+    async def _note_joins(self, addresses: set[str]) -> None:
+        """Remember when each worker new since the last check joined (the scheduler's
+        ``add-worker`` event; the workers holding actors at the start are no joins)."""
+        for a in addresses - self._known:
+            self._joined[a] = await self._join_time(a)
+        self._known |= addresses
+
+    async def _join_time(self, address: str) -> float:
+        try:
+            events = await self.client.scheduler.events(topic=address)
+            joins = [float(t) for t, msg in events if dict(msg).get("action") == "add-worker"]
+            if joins:
+                return joins[-1]
+        except Exception:  # an older scheduler: when this check saw it
+            pass
+        return time.time()
+
     async def _fill(self, alive: list[WorkerInfo]) -> None:
+        """Start creating the env workers the live workers lack; each is started when it
+        exists (:meth:`_added`), so a check never waits on a new worker's start-up."""
         s, actors = self.state, self.actors
+        joined, self._joined = self._joined, {}  # env workers on these time their first rollout
         hosts = env_hosts(alive, actors.placement.learner.address)
         ladder = len(actors.ladder())
         live = [x for x in s.slots if not x.retiring]
-        wanted = min(ladder, self.per_process * len(hosts)) - len(live)
-        indices = free_slots({x.index for x in s.slots}, ladder, wanted)
-        if not indices:
-            return
-        load = Counter(x.address for x in live)
-        picks = []
+        wanted = min(ladder, self.per_process * len(hosts)) - len(live) - len(self._adding)
+        indices = free_slots({x.index for x in s.slots} | set(self._adding), ladder, wanted)
+        load = Counter(x.address for x in live) + Counter(self._adding.values())
         for i in indices:
             where = min(hosts, key=lambda w: load[w.address])
             load[where.address] += 1
-            picks.append((i, where))
-        made = await asyncio.gather(
-            *(actors.add_env_worker(i, w) for i, w in picks), return_exceptions=True
-        )
-        for (i, where), slot in zip(picks, made, strict=True):
-            if isinstance(slot, BaseException):
-                s.note(f"could not add env worker {i} on {where.name}: {slot}")
-                continue
-            s.add_slot(slot)
-            s.counters.elastic.env_workers_added += 1
-            s.change(
-                f"env worker {i} (epsilon {slot.epsilon:.4g}) added on Dask worker {where.name}"
+            self._adding[i] = where.address
+            joined_at = joined.get(where.address)
+            self.tasks.add(
+                actors.add_env_worker(i, where),
+                lambda task, i=i, where=where, j=joined_at: self._added(i, where, j, task),
             )
-            if not s.halting:
-                self.start_env(slot)
+
+    def _added(self, i: int, where: WorkerInfo, joined_at: float | None, task: Any) -> None:
+        s = self.state
+        self._adding.pop(i, None)
+        exc = task_error(task)
+        if exc is not None:
+            if not isinstance(exc, asyncio.CancelledError):  # cancelled: the run ended
+                s.note(f"could not add env worker {i} on {where.name}: {describe(exc)}")
+            return
+        slot: EnvSlot = task.result()
+        slot.joined_at = joined_at
+        since = "" if joined_at is None else f", {time.time() - joined_at:.1f} s after it joined"
+        s.add_slot(slot)
+        s.counters.elastic.env_workers_added += 1
+        s.change(
+            f"env worker {i} (epsilon {slot.epsilon:.4g}) added on Dask worker {where.name}{since}"
+        )
+        if not s.halting:
+            self.start_env(slot)
         self.envs_changed()

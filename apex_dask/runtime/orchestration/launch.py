@@ -159,7 +159,8 @@ class ActorSet:
         """Create every actor and wait for them; the run state holding their handles
         (one-line :class:`ApexRuntimeError` if one fails)."""
         cfg, p = self.config, self.placement
-        n_shards, n_env = cfg.replay.num_shards, len(p.env_workers)
+        n_shards = cfg.replay.num_shards
+        used = [i for i, w in enumerate(p.env_workers) if w is not None]  # elastic: some slots
         create_timeout = max(self.timeout, 120.0)
         probe = self.client.submit(
             _probe_on_worker,
@@ -193,21 +194,19 @@ class ActorSet:
         shard_futs = [self._shard(k, p.shards[k].address) for k in range(n_shards)]
         handles = wait([f"replay shard {k}" for k in range(n_shards)], shard_futs)
         handles += wait(["learner"], [self._learner(p.learner.address)])
-        epsilons = self.ladder()[:n_env]  # elastic runs may start below num_workers
+        ladder = self.ladder()
+        where = [p.env_worker(i).address for i in used]
         env_futs = [
-            self._env_worker(i, epsilons[i], derive_seed(cfg.seed, "worker", i), a.address)
-            for i, a in enumerate(p.env_workers[:n_env])
+            self._env_worker(i, ladder[i], derive_seed(cfg.seed, "worker", i), a)
+            for i, a in zip(used, where, strict=True)
         ]
         with_eval = cfg.eval.episodes > 0
         if with_eval:
             seed = derive_seed(cfg.seed, "eval")
             env_futs.append(self._env_worker(-1, 0.0, seed, p.evaluator.address))
-        roles = [f"env worker {i}" for i in range(n_env)] + (["evaluator"] if with_eval else [])
+        roles = [f"env worker {i}" for i in used] + (["evaluator"] if with_eval else [])
         envs = wait(roles, env_futs)
-        slots = [
-            EnvSlot(i, env_futs[i], envs[i], p.env_workers[i].address, float(e))
-            for i, e in enumerate(epsilons)
-        ]
+        slots = [EnvSlot(i, env_futs[j], envs[j], where[j], ladder[i]) for j, i in enumerate(used)]
         evaluator = None
         if with_eval:
             evaluator = EnvSlot(-1, env_futs[-1], envs[-1], p.evaluator.address, 0.0)

@@ -106,6 +106,12 @@ class StoreRollouts:
         self.window.steps += s.steps
         slot.steps_since_sync += s.steps
         slot.version = s.weights_version
+        if slot.joined_at is not None and s.rollouts:  # an elastic join's first rollout
+            self.state.change(
+                f"env worker {slot.index} stored its first rollout "
+                f"{time.time() - slot.joined_at:.1f} s after its Dask worker joined"
+            )
+            slot.joined_at = None
         if slot.index in self.lowest:
             self.window.episode_returns += s.episode_returns
             self.window.episode_lengths += s.episode_lengths

@@ -51,6 +51,7 @@ class EnvSlot:
     in_flight: int = 0
     replacing: bool = False
     retiring: bool = False  # its Dask worker is leaving: no new rollouts, then it is closed
+    joined_at: float | None = None  # wall time its Dask worker joined, until its first rollout
 
     def rebind(self, future: Any, handle: EnvWorkerHandle, address: str) -> None:
         """A new actor for this slot (it has no weights yet: it syncs before acting)."""
