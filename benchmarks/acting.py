@@ -76,6 +76,7 @@ def measure(cfg: ApexConfig, envs: list[int], epsilon: float, seconds: float, ro
     workers = []
     for n in envs:
         kwargs = {**env_worker_kwargs(cfg), "num_envs": n}
+        kwargs.pop("algo", None), kwargs.pop("dpg", None)  # a DQN worker's own arguments
         worker = EnvWorker(env_factory(cfg), epsilon=epsilon, seed=0, **kwargs)
         worker.sample()  # warm-up: makes the other envs, first torch calls
         # the env-alone probe steps a twin, so the worker's own episodes stay whole
