@@ -14,6 +14,9 @@ GRES ``gpu``), cpu1 and cpu2 (partition ``cpu``) -- 2 CPUs and 4000 MB each, a
 * ``--cluster slurm`` waits (showing why) for jobs queued behind another one,
   trains to 475 and leaves no job; requests SLURM can never start end in one
   line within seconds; SIGTERM cancels every job it submitted.
+* ``--adapt 2:2`` with ``--jobqueue-opt lifetime=40s``: env-worker jobs retire
+  themselves, hand their env workers over, and adapt submits new ones that get
+  env workers; training goes on with no fault and no job is left.
 
 A requeued heterogeneous job is started only by the backfill scheduler, which
 runs when something changed; on this otherwise idle site the test, as the site
@@ -188,9 +191,9 @@ def checkpointed(path: str) -> int:
 
 # --------------------------------------------------------------------------- --cluster slurm
 def cli(
-    site, tmp_path: Path, marker: str, *opts: str, extra: tuple[str, ...] = ()
+    site, tmp_path: Path, marker: str, *opts: str, extra: tuple[str, ...] = (), jobs: int = 1
 ) -> subprocess.Popen:
-    argv = ["apex-dask-submit", "--cluster", "slurm", "--jobs", "1", "--preset", "cartpole"]
+    argv = ["apex-dask-submit", "--cluster", "slurm", "--jobs", str(jobs), "--preset", "cartpole"]
     argv += [a for o in ("queue=cpu", "learner_queue=gpu", *opts) for a in ("--jobqueue-opt", o)]
     argv += ["--out", str(tmp_path / "run"), "--quiet", "--no-tensorboard", *extra]
     log = (tmp_path / "cli.log").open("w")
@@ -278,3 +281,66 @@ def test_sigterm_cancels_every_job_the_cli_submitted(site, tmp_path):
             proc.kill()
         site.run("scancel", held)
     assert_nothing_left(marker, what="the CLI and its jobs")
+
+
+@pytest.mark.timeout(300)
+def test_adapt_with_a_short_lifetime_cycles_env_worker_jobs_and_the_run_goes_on(site, tmp_path):
+    """``--adapt 2:2`` and ``lifetime=40s``: each env-worker job's worker retires itself
+    40 s after it starts and hands its env worker over, its job ends, and adapt submits a
+    new one; a new job's worker gets an env worker; training goes on, with no fault.
+
+    A 4-slot ladder: the two first jobs retire at about the same time, and while no other
+    worker is left an env worker is made on the learner's (it stays there); the other
+    slots are free for the new jobs' workers."""
+    marker = uuid.uuid4().hex
+    # One worker process per job (processes = cores = 1): adapt replaces an ended job only
+    # when its one Dask worker is gone (Dask does not map grouped workers back to their job).
+    opts = ("cores=1", "memory=1500MB", "lifetime=40s")
+    proc = cli(
+        site,
+        tmp_path,
+        marker,
+        *opts,
+        jobs=2,
+        extra=("--adapt", "2:2", "--stop-time", "100", "--set", "workers.num_workers=4"),
+    )
+    seen: dict[str, set[str]] = {"apex-env": set(), "apex-learner": set()}
+
+    def ended() -> bool:  # every job of the run, by name, as squeue shows them
+        for job in site.jobs():
+            seen.setdefault(job["name"], set()).add(job["id"])
+        return proc.poll() is not None
+
+    try:
+        poll(ended, 250, 0.5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = (tmp_path / "cli.log").read_text()
+    assert proc.returncode == 0, output[-3000:]
+    # Cycled: more env-worker jobs than adapt's maximum of 2, one learner job throughout.
+    assert len(seen["apex-learner"]) == 1 and len(seen["apex-env"]) > 2, (seen, output[-3000:])
+    assert "adapt: 2 to 2 env-worker jobs" in output
+    lines = output.splitlines()
+    at = lambda pattern: [i for i, ln in enumerate(lines) if re.search(pattern, ln)]  # noqa: E731
+    retired = at(r"env worker \d+ retired with its leaving Dask worker")
+    added = at(r"env worker \d+ \(epsilon \S+\) added on Dask worker SLURMCluster-")  # a job's
+    assert retired and [i for i in added if i > retired[0]], output[-3000:]
+
+    out = tmp_path / "run"
+    rows = results(out)
+    final = json.loads((out / "final.json").read_text())
+    assert {k: v for k, v in final.items() if k.startswith("faults/") and v} == {}, final
+    assert final["elastic/env_workers_retired"] >= 1 and final["elastic/env_workers_added"] >= 1
+
+    # Training went on after a job's worker left (3 Dask workers, then fewer) and after
+    # the new job's worker joined (3 again): the timesteps kept rising.
+    workers = [r["workers/dask_workers"] for r in rows]
+    left = next(i for i, n in enumerate(workers) if n < 3)
+    back = next(i for i in range(left, len(rows)) if workers[i] == 3)
+    steps = [r["timesteps_total"] for r in rows[left:]]
+    assert steps == sorted(steps) and steps[-1] > steps[back - left] > steps[0], (workers, steps)
+    placement = json.loads((out / "placement.json").read_text())
+    assert site.node_of(placement["learner"]["address"]) == "gpu1"
+    poll(lambda: not site.jobs(), 30)  # no job of it left in squeue
+    assert_nothing_left(marker, grace_s=30, what="the CLI's jobs")
