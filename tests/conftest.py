@@ -29,6 +29,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.path.name in SITE_FILES:
             item.add_marker(pytest.mark.xdist_group("site"))
+    if hasattr(config, "workerinput"):  # an xdist worker: the long site group goes out first
+        items.sort(key=lambda item: item.path.name not in SITE_FILES)
 
 
 @pytest.fixture(scope="module")
