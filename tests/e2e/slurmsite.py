@@ -16,8 +16,9 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
+
+from netnsprobe import namespaces_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "cluster" / "slurm_site.sh"
@@ -27,18 +28,7 @@ TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scanc
 
 def unavailable() -> str | None:
     """Why the site cannot be built here (None: it can): root and namespaces only."""
-    if sys.platform != "linux":
-        return "network namespaces are Linux only"
-    if os.geteuid() != 0:
-        return "a SLURM site with network-namespace nodes needs root"
-    if shutil.which("ip") is None or shutil.which("nsenter") is None:
-        return "needs iproute2 (ip) and util-linux (nsenter)"
-    probe = "apexprobe" + uuid.uuid4().hex[:6]
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace here: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    return namespaces_unavailable(("ip", "nsenter"), "a SLURM site with namespace nodes:")
 
 
 def missing_tools() -> list[str]:

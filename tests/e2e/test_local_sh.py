@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from netnsprobe import namespaces_unavailable
 from proctrack import MARK, assert_nothing_left
 from tlsprobe import assert_only_the_run_gets_in, assert_private_credentials, who_gets_in
 
@@ -125,18 +126,7 @@ def test_bad_worker_count_is_a_one_line_error_and_starts_nothing(tmp_path):
     assert_nothing_left(marker, grace_s=0)
 
 
-def _namespace_unavailable() -> str | None:
-    if sys.platform != "linux" or os.geteuid() != 0:
-        return "a network namespace (root, Linux) stands in for a machine with a network"
-    probe = "apexprobe" + uuid.uuid4().hex[:6]
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace here: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-_NS_REASON = _namespace_unavailable()
+_NS_REASON = namespaces_unavailable()
 
 
 @pytest.fixture

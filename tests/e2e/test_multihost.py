@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
@@ -39,6 +38,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from netnsprobe import namespaces_unavailable
 from proctrack import MARK, assert_nothing_left
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,22 +52,7 @@ from polling import poll  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def _namespaces_unavailable() -> str | None:
-    if sys.platform != "linux":
-        return "network namespaces are Linux only"
-    if os.geteuid() != 0:
-        return "creating network namespaces needs root"
-    if shutil.which("ip") is None:
-        return "needs iproute2 (ip)"
-    probe = "apexprobe" + uuid.uuid4().hex[:6]
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace here: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-_REASON = _namespaces_unavailable()
+_REASON = namespaces_unavailable()
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(_REASON is not None, reason=str(_REASON)),
