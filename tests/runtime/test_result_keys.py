@@ -99,7 +99,11 @@ def test_dask_results_have_exactly_the_documented_keys(config, client):
     pids = set(client.run(os.getpid).values())
 
     def ours() -> set[pathlib.Path]:
-        return {p for p in pathlib.Path("/dev/shm").glob("apex*_*_*") if int(p.name.split("_")[1]) in pids}
+        return {
+            p
+            for p in pathlib.Path("/dev/shm").glob("apex*_*_*")
+            if int(p.name.split("_")[1]) in pids
+        }
 
     assert not ours()
     cfg = config.override({"replay.placement": "learner_host"})
