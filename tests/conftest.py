@@ -3,9 +3,11 @@
 The README's test command runs the suite on two pytest-xdist workers
 (``-n 2 --dist loadgroup``): most slow tests wait on clusters starting and
 stopping, so two at a time finish sooner on two cores. Tests that build a
-machine-wide site (network namespaces on 198.18.0.0/15, the private SLURM
-site) are put in one ``xdist_group`` (:data:`SITE_FILES`) and so run one
-after the other on one worker; without xdist the marker does nothing.
+site (network namespaces, the private SLURM site) are put in xdist groups
+(:data:`SITE_GROUPS`): the tests of one group run one after the other on one
+worker. The two groups use subnets of their own (``netns``: 198.18.0-2.0/24;
+``slurm``: 198.19.N.0/24) and run beside each other, each sent out first (they
+are the longest); without xdist the markers do nothing.
 
 ``untouched`` is an earlier run's folder that must be byte-identical after the
 test; ``small_disk`` is a 2 MiB tmpfs (skipped where it cannot be mounted).
@@ -21,16 +23,22 @@ import numpy as np
 import pytest
 from bad_input import SmallDisk, snapshot
 
-SITE_FILES = ("test_multihost.py", "test_local_sh.py", "test_slurm.py", "test_jobqueue.py")
-"""Test files that build network namespaces or a SLURM site: one xdist worker runs them all."""
+SITE_GROUPS = {
+    "test_multihost.py": "netns",  # cluster/netns.sh hosts on 198.18.0.0/24 and 198.18.1.0/24
+    "test_local_sh.py": "netns",  # a namespace at 198.18.2.1
+    "test_slurm.py": "slurm",  # the private SLURM site, 198.19.N.0/24
+    "test_jobqueue.py": "slurm",  # sbatch on PATH or not, PBS shims
+}
+"""Test files that build network namespaces or a SLURM site, and the xdist group of each."""
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        if item.path.name in SITE_FILES:
-            item.add_marker(pytest.mark.xdist_group("site"))
-    if hasattr(config, "workerinput"):  # an xdist worker: the long site group goes out first
-        items.sort(key=lambda item: item.path.name not in SITE_FILES)
+        group = SITE_GROUPS.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker: the long site groups go out first
+        items.sort(key=lambda item: item.path.name not in SITE_GROUPS)
 
 
 @pytest.fixture(scope="module")
