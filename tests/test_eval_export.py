@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from trained_runs import cartpole_run, minatar_run
+from trained_runs import cartpole_run, minatar_run, pendulum_model, pendulum_run
 
 from apex_dask.algo.export import export_policy
 from apex_dask.algo.learner import module_weights
@@ -29,7 +29,7 @@ LOADER = textwrap.dedent(
     policy = torch.jit.load(sys.argv[1])
     obs = np.load(sys.argv[2])
     batch = policy(torch.as_tensor(obs)).tolist()
-    singles = [int(policy(torch.as_tensor(o))) for o in obs[:50]]
+    singles = [policy(torch.as_tensor(o)).tolist() for o in obs[:50]]
     assert not any(m == "apex_dask" or m.startswith("apex_dask.") for m in sys.modules)
     print(json.dumps({"batch": batch, "singles": singles}))
     """
@@ -138,3 +138,28 @@ def test_cli_export_of_a_minatar_run_matches_its_network(tmp_path):
     net.load_state_dict({k: torch.as_tensor(v) for k, v in trained.weights.items()})
     obs = observations(space, 1000, seed=4)
     assert load_elsewhere(target, obs, tmp_path)["batch"] == network_actions(net.eval(), obs)
+
+
+def test_cli_export_of_a_dpg_run_is_its_actor(tmp_path, capsys):
+    run = pendulum_run(tmp_path / "pd")
+    target = tmp_path / "pendulum.pt"
+    assert main([str(run), "--export", str(target), "--episodes", "0"]) == 0
+    assert "exported the greedy policy" in capsys.readouterr().out
+    doc = json.loads(Path(str(target) + ".json").read_text())
+    assert doc["algo"] == "dpg" and doc["env_id"] == "Pendulum-v1"
+    assert doc["action_space"] == {
+        "type": "Box",
+        "shape": [1],
+        "dtype": "float32",
+        "low": -2,
+        "high": 2,
+    }
+    obs = observations(spaces.Box(-np.inf, np.inf, (3,), np.float32), 1000, seed=5)
+    with torch.no_grad():
+        want = pendulum_model().actor(torch.as_tensor(obs)).numpy()
+    got = load_elsewhere(target, obs, tmp_path)
+    batch = np.asarray(got["batch"], np.float32)
+    assert batch.shape == (1000, 1)
+    np.testing.assert_allclose(batch, want, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got["singles"], np.float32), want[:50], atol=1e-5)
+    assert batch.min() >= -2.0 and batch.max() <= 2.0 and batch.std() > 0.5

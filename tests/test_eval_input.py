@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from trained_runs import cartpole_run, cartpole_weights
+from trained_runs import cartpole_run, cartpole_weights, pendulum_run
 
 from apex_dask.algo.checkpoint import save_checkpoint
 from apex_dask.cli.evaluate import main
@@ -79,6 +79,14 @@ def test_weights_that_do_not_fit_the_config_name_the_tensor(capsys, tmp_path):
     write_text(run / "config.yaml", cfg.to_yaml())
     line = one_line(capsys, [str(run)], "does not fit", "learner.hiddens=[64]")
     assert "trunk.0.weight" in line or "trunk.2" in line
+
+
+def test_dpg_weights_that_do_not_fit_name_the_dpg_keys(capsys, tmp_path):
+    run = pendulum_run(tmp_path / "pd")
+    cfg = ApexConfig.preset("pendulum").override({"dpg.critic_hiddens": [32, 32]})
+    write_text(run / "config.yaml", cfg.to_yaml())
+    line = one_line(capsys, [str(run)], "does not fit", "algo dpg", "dpg.critic_hiddens=[32, 32]")
+    assert "critic.q1.0.weight" in line
 
 
 def test_pickled_weights_are_refused_not_loaded(capsys, tmp_path):

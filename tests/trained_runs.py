@@ -62,3 +62,32 @@ def minatar_run(folder: Path, version: int = 3) -> Path:
     write_text(folder / "config.yaml", cfg.to_yaml())
     save_weights(folder, (version, module_weights(net)))
     return folder
+
+
+def pendulum_model(seed: int = 0):
+    """The ``pendulum`` preset's DPG model (actor and critic) with seeded weights far from
+    the near-zero initial ones, so that its actions vary over the action range."""
+    from apex_dask.algo.dpg_networks import build_dpg_model
+    from apex_dask.algo.envs import make_env_factory
+
+    cfg = ApexConfig.preset("pendulum")
+    env = make_env_factory(cfg.env.env_id)()
+    d = cfg.dpg
+    torch.manual_seed(seed)
+    model = build_dpg_model(
+        env.observation_space, env.action_space, d.actor_hiddens, d.critic_hiddens, d.twin_q
+    )
+    env.close()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model.eval()
+
+
+def pendulum_run(folder: Path, version: int = 5) -> Path:
+    """A ``dpg`` run folder: the ``pendulum`` preset and :func:`pendulum_model`'s weights."""
+    cfg = ApexConfig.preset("pendulum")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(folder / "config.yaml", cfg.to_yaml())
+    save_weights(folder, (version, module_weights(pendulum_model())))
+    return folder

@@ -21,6 +21,10 @@ the program (for ``ALE/`` ids the Atari wrappers that make the 84x84 frame
 stack; apply them, e.g. ``apex_dask.algo.atari.wrap_atari``, or their
 equivalent, before calling it).
 
+A ``dpg`` run's policy (:func:`export_dpg_policy`) is its actor mu(s): the
+program takes observations as float32 and returns float32 action(s) within
+the action space's bounds (the tanh squashing and scaling are inside).
+
 Why TorchScript, which torch 2.13 marks deprecated (its warnings are
 silenced here): the file loads with ``torch.jit.load`` in any torch of the
 last years and in C++ (libtorch) with no Python code at all, and one program
@@ -45,7 +49,14 @@ from gymnasium import spaces
 from apex_dask.algo.networks import build_q_network, input_scale, is_image_space
 from apex_dask.algo.play import check_weights
 
-__all__ = ["FORMAT", "GreedyPolicy", "describe_space", "export_policy"]
+__all__ = [
+    "FORMAT",
+    "DeterministicPolicy",
+    "GreedyPolicy",
+    "describe_space",
+    "export_dpg_policy",
+    "export_policy",
+]
 
 FORMAT = "apex-dask-policy/1"
 
@@ -73,6 +84,22 @@ class GreedyPolicy(torch.nn.Module):
         single = obs.dim() == self.obs_rank
         batch = obs.unsqueeze(0) if single else obs
         actions = torch.argmax(self.q(batch), dim=1) + self.action_start
+        if single:
+            return actions[0]
+        return actions
+
+
+class DeterministicPolicy(torch.nn.Module):
+    """``forward(obs) -> action``: a ``dpg`` actor on one observation (rank 1) or a batch."""
+
+    def __init__(self, actor: torch.nn.Module) -> None:
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        single = obs.dim() == 1
+        batch = obs.unsqueeze(0) if single else obs
+        actions = self.actor(batch.float())
         if single:
             return actions[0]
         return actions
@@ -135,9 +162,6 @@ def export_policy(
         warnings.simplefilter("ignore", DeprecationWarning)  # see the module docstring
         traced = torch.jit.trace(net, example)
         program = torch.jit.script(GreedyPolicy(traced, rank, int(action_space.start)))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    program.save(str(path))
     info = dict(about or {})
     env_id = str(info.get("env_id", ""))
     inside = ["Q-network (state dict of the learner's online net)", "argmax over actions"]
@@ -155,13 +179,69 @@ def export_policy(
         **info,
         "observation_space": describe_space(observation_space),
         "action_space": describe_space(action_space),
-        "input": f"one observation of shape {list(observation_space.shape)}, or a batch "
-        f"(B, {', '.join(str(s) for s in observation_space.shape)}), any numeric dtype",
+        "input": _input_doc(observation_space),
         "output": "int64 action(s): a 0-d tensor for one observation, (B,) for a batch",
         "inside": inside,
         "outside": ATARI_OUTSIDE if env_id.startswith("ALE/") else [],
         "load": "torch.jit.load(path); policy(torch.as_tensor(obs))",
     }
+    return _save(path, program, doc)
+
+
+def export_dpg_policy(
+    path: str | os.PathLike[str],
+    observation_space: spaces.Box,
+    action_space: spaces.Box,
+    weights: Mapping[str, Any],
+    *,
+    actor_hiddens: Sequence[int] = (256, 256),
+    critic_hiddens: Sequence[int] = (256, 256),
+    twin_q: bool = True,
+    about: Mapping[str, Any] | None = None,
+) -> tuple[Path, Path]:
+    """:func:`export_policy` for a ``dpg`` run's weights (the whole model, actor and
+    critic, as its learner saves them): the program is the actor mu(s)."""
+    from apex_dask.algo.dpg_networks import build_dpg_model
+
+    model = build_dpg_model(observation_space, action_space, actor_hiddens, critic_hiddens, twin_q)
+    check_weights(model, weights)
+    model.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+    model.eval()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)  # see the module docstring
+        program = torch.jit.script(DeterministicPolicy(model.actor))
+    shape = list(action_space.shape)
+    doc = {
+        "format": FORMAT,
+        **dict(about or {}),
+        "observation_space": describe_space(observation_space),
+        "action_space": describe_space(action_space),
+        "input": _input_doc(observation_space),
+        "output": f"float32 action(s) within the action space's bounds: {shape} for one "
+        f"observation, (B, {', '.join(str(s) for s in shape)}) for a batch",
+        "inside": [
+            "observations as float32, no scaling (as the env workers)",
+            "the actor's ReLU MLP (state dict of the learner's online actor)",
+            "center + half * tanh(.), the action space's bounds",
+        ],
+        "outside": [],
+        "load": "torch.jit.load(path); policy(torch.as_tensor(obs))",
+    }
+    return _save(path, program, doc)
+
+
+def _input_doc(observation_space: spaces.Box) -> str:
+    shape = observation_space.shape
+    return (
+        f"one observation of shape {list(shape)}, or a batch "
+        f"(B, {', '.join(str(s) for s in shape)}), any numeric dtype"
+    )
+
+
+def _save(path: str | os.PathLike[str], program: Any, doc: dict[str, Any]) -> tuple[Path, Path]:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    program.save(str(path))
     meta = path.with_name(path.name + ".json")
     meta.write_text(json.dumps(doc, indent=1) + "\n")
     return path, meta

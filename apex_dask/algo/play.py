@@ -17,6 +17,11 @@ With probability ``epsilon`` a step takes a uniform random action, else
 (:class:`~apex_dask.algo.networks.NumpyMLPQ`, as the env workers do), images
 through torch. Returns are the env's own rewards over whole episodes
 (``terminated or truncated``, or ``max_steps``), as the evaluator counts them.
+
+A ``dpg`` run's weights (actor and critic, :mod:`apex_dask.algo.dpg_networks`)
+play through :class:`DPGPolicy`: the deterministic policy mu(s), no noise; with
+probability ``epsilon`` a step takes a uniform random action within the
+bounds. :func:`make_policy` builds either from ``algo``.
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from gymnasium import spaces
 from apex_dask.algo.networks import NumpyMLPQ, build_q_network
 
 __all__ = [
+    "DPGPolicy",
     "QPolicy",
     "WeightsMismatch",
     "check_weights",
     "episode_rng",
+    "make_policy",
     "play_episode",
     "play_episodes",
 ]
@@ -105,9 +112,65 @@ class QPolicy:
         return int(np.argmax(q)) + self.offset
 
 
+class DPGPolicy:
+    """Actions of a ``dpg`` run's deterministic policy mu(s) (see the module docstring)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        weights: Mapping[str, Any],
+        actor_hiddens: Sequence[int] = (256, 256),
+        critic_hiddens: Sequence[int] = (256, 256),
+        twin_q: bool = True,
+    ) -> None:
+        from apex_dask.algo.dpg_networks import NumpyDPG, action_bounds, build_dpg_model
+
+        model = build_dpg_model(
+            observation_space, action_space, actor_hiddens, critic_hiddens, twin_q
+        )
+        check_weights(model, weights)
+        center, half = action_bounds(action_space)
+        self.numpy_net = NumpyDPG({k: np.asarray(v) for k, v in weights.items()}, center, half)
+        self.low, self.high = action_space.low, action_space.high
+        self.shape, self.dtype = action_space.shape, action_space.dtype
+
+    def act(
+        self, obs: Any, epsilon: float = 0.0, rng: np.random.Generator | None = None
+    ) -> np.ndarray:
+        """The env's action for one observation (float, the action space's shape)."""
+        if epsilon > 0.0 and rng is not None and rng.random() < epsilon:
+            return rng.uniform(self.low, self.high).astype(self.dtype)
+        action = self.numpy_net.policy(np.asarray(obs, np.float32)[None])[0]
+        return np.clip(action, self.low, self.high).astype(self.dtype).reshape(self.shape)
+
+
+def make_policy(
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    weights: Mapping[str, Any],
+    *,
+    algo: str = "dqn",
+    hiddens: Sequence[int] = (256,),
+    dueling: bool = True,
+    dpg: Mapping[str, Any] | None = None,
+) -> QPolicy | DPGPolicy:
+    """The policy of a run's weights: :class:`QPolicy` (``dqn``: ``hiddens``,
+    ``dueling``) or :class:`DPGPolicy` (``dpg``: the ``dpg`` dict's
+    ``actor_hiddens``, ``critic_hiddens``, ``twin_q``). :class:`WeightsMismatch`
+    if the weights do not fit; ``ValueError`` for spaces the agent cannot take."""
+    if algo == "dpg":
+        keys = ("actor_hiddens", "critic_hiddens", "twin_q")
+        nets = {k: v for k, v in (dpg or {}).items() if k in keys}
+        return DPGPolicy(observation_space, action_space, weights, **nets)
+    if algo != "dqn":
+        raise ValueError(f"algo must be 'dqn' or 'dpg', got {algo!r}")
+    return QPolicy(observation_space, action_space, weights, hiddens, dueling)
+
+
 def play_episode(
     env: gym.Env,
-    policy: QPolicy,
+    policy: QPolicy | DPGPolicy,
     *,
     seed: int | None,
     epsilon: float = 0.0,
@@ -137,8 +200,11 @@ def play_episodes(
     max_steps: int | None = None,
     record: Collection[int] = (),
     render_factory: Callable[[], gym.Env] | None = None,
+    algo: str = "dqn",
+    dpg: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Play the episodes ``indices`` of an evaluation (see :func:`episode_rng`).
+    """Play the episodes ``indices`` of an evaluation (see :func:`episode_rng`) with the
+    policy :func:`make_policy` builds from ``algo`` and the network keys.
 
     Returns one dict per episode: ``index``, ``return``, ``length``,
     ``seconds`` and, for the indices in ``record``, ``video`` (the MP4's bytes,
@@ -150,7 +216,15 @@ def play_episodes(
     env = env_factory()
     try:
         torch.set_num_threads(1)
-        policy = QPolicy(env.observation_space, env.action_space, weights, hiddens, dueling)
+        policy = make_policy(
+            env.observation_space,
+            env.action_space,
+            weights,
+            algo=algo,
+            hiddens=hiddens,
+            dueling=dueling,
+            dpg=dpg,
+        )
         out = []
         for i in indices:
             t0 = time.perf_counter()

@@ -8,6 +8,7 @@ Examples::
     apex-dask-eval runs/breakout --checkpoint ckpt-000012 --scheduler-file ~/sched.json
     apex-dask-eval runs/cartpole --video videos/ --video-episodes 2
     apex-dask-eval runs/cartpole --export cartpole.pt --episodes 0   # export only
+    apex-dask-eval runs/pendulum --export pendulum.pt                # a dpg run: its actor
 
 It reads ``RUN_DIR/config.yaml`` and ``RUN_DIR/weights.npz`` (or a
 checkpoint), checks them (the env can be made here, the weights fit the
@@ -37,7 +38,7 @@ from apex_dask.cli.exitcodes import (
     EXIT_TERMINATED,
     classify,
 )
-from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run
+from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run, policy_keys
 from apex_dask.cli.watch import quiet_teardown_logs, route_logs
 
 __all__ = ["build_parser", "main", "run"]
@@ -72,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         metavar="E",
-        help="random action with probability E (default 0: greedy)",
+        help="random action with probability E (default 0: greedy; a dpg run: uniform "
+        "within the action bounds)",
     )
     e.add_argument(
         "--seed",
@@ -184,8 +186,7 @@ def run(args: argparse.Namespace) -> int:
             episodes=args.episodes,
             base_seed=seed,
             epsilon=args.epsilon,
-            hiddens=cfg.learner.hiddens,
-            dueling=cfg.learner.dueling,
+            **policy_keys(cfg),
             max_steps=cfg.eval.max_episode_steps,
             record=range(args.video_episodes) if args.video else (),
             render_factory=render,
@@ -213,24 +214,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
-    from apex_dask.algo.export import export_policy
+    from apex_dask.algo.export import export_dpg_policy, export_policy
 
     cfg = trained.config
-    program, meta = export_policy(
-        target,
-        spaces.observation_space,
-        spaces.action_space,
-        trained.weights,
-        hiddens=cfg.learner.hiddens,
-        dueling=cfg.learner.dueling,
-        about={
-            "env_id": cfg.env.env_id,
-            "env_kwargs": dict(cfg.env.env_kwargs),
-            "run_dir": str(trained.folder),
-            "weights": trained.source,
-            "weights_version": trained.version,
-        },
-    )
+    about = {
+        "env_id": cfg.env.env_id,
+        "env_kwargs": dict(cfg.env.env_kwargs),
+        "algo": cfg.algo,
+        "run_dir": str(trained.folder),
+        "weights": trained.source,
+        "weights_version": trained.version,
+    }
+    obs_space, act_space, w = spaces.observation_space, spaces.action_space, trained.weights
+    keys = policy_keys(cfg)
+    if cfg.algo == "dpg":
+        program, meta = export_dpg_policy(
+            target, obs_space, act_space, w, **keys["dpg"], about=about
+        )
+    else:
+        program, meta = export_policy(
+            target,
+            obs_space,
+            act_space,
+            w,
+            hiddens=keys["hiddens"],
+            dueling=keys["dueling"],
+            about=about,
+        )
     print(f"{PREFIX} exported the greedy policy to {program} (spaces and preprocessing: {meta})")
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from apex_dask.cli.checks import EnvSpaces, UsageError
 from apex_dask.config import ApexConfig, ConfigError
 
-__all__ = ["TrainedRun", "check_fits", "load_run"]
+__all__ = ["TrainedRun", "check_fits", "load_run", "policy_keys"]
 
 HINT = "give the --out folder of an apex-dask-submit run"
 
@@ -126,18 +126,40 @@ def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
     return TrainedRun(folder, cfg, weights, version, source)
 
 
-def check_fits(run: TrainedRun, spaces: EnvSpaces) -> None:
-    """The config's Q-network for these spaces takes the weights (else one line)."""
-    from apex_dask.algo.networks import build_q_network
-    from apex_dask.algo.play import WeightsMismatch, check_weights
+def policy_keys(cfg: ApexConfig) -> dict[str, Any]:
+    """The network keys :func:`apex_dask.algo.play.make_policy` takes, from a run's config."""
+    d = cfg.dpg
+    return {
+        "algo": cfg.algo,
+        "hiddens": tuple(cfg.learner.hiddens),
+        "dueling": bool(cfg.learner.dueling),
+        "dpg": {
+            "actor_hiddens": tuple(d.actor_hiddens),
+            "critic_hiddens": tuple(d.critic_hiddens),
+            "twin_q": bool(d.twin_q),
+        },
+    }
 
-    lc = run.config.learner
-    net = build_q_network(spaces.observation_space, spaces.action_space, lc.hiddens, lc.dueling)
+
+def check_fits(run: TrainedRun, spaces: EnvSpaces) -> None:
+    """The config's network for these spaces takes the weights (else one line): the
+    Q-network (``dqn``) or the actor and critic (``dpg``)."""
+    from apex_dask.algo.play import WeightsMismatch, make_policy
+
+    cfg = run.config
     try:
-        check_weights(net, run.weights)
+        make_policy(spaces.observation_space, spaces.action_space, run.weights, **policy_keys(cfg))
     except WeightsMismatch as exc:
+        if cfg.algo == "dpg":
+            d = cfg.dpg
+            keys = (
+                f"dpg.actor_hiddens={list(d.actor_hiddens)}, "
+                f"dpg.critic_hiddens={list(d.critic_hiddens)}, dpg.twin_q={d.twin_q}"
+            )
+        else:
+            lc = cfg.learner
+            keys = f"learner.hiddens={list(lc.hiddens)}, learner.dueling={lc.dueling}"
         raise UsageError(
             f"{run.source} of {str(run.folder)!r} does not fit the config's network "
-            f"(env {run.config.env.env_id}, learner.hiddens={list(lc.hiddens)}, "
-            f"learner.dueling={lc.dueling}): {exc}"
+            f"(algo {cfg.algo}, env {cfg.env.env_id}, {keys}): {exc}"
         ) from None

@@ -9,13 +9,14 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from trained_runs import cartpole_weights
+from trained_runs import cartpole_weights, pendulum_model
 
 from apex_dask.algo.envs import make_env_factory
 from apex_dask.algo.learner import module_weights
 from apex_dask.algo.networks import build_q_network
-from apex_dask.algo.play import QPolicy, WeightsMismatch, play_episodes
+from apex_dask.algo.play import QPolicy, WeightsMismatch, make_policy, play_episodes
 from apex_dask.algo.video import rgb_frame, video_problem
+from apex_dask.config import ApexConfig
 
 HIDDENS = (128, 128)
 
@@ -46,6 +47,58 @@ def test_weights_of_another_network_are_named():
         QPolicy(env.observation_space, env.action_space, cartpole_weights((64,)), HIDDENS)
     with pytest.raises(WeightsMismatch, match=r"'trunk\.0\.weight' has shape \[64, 4\]"):
         QPolicy(env.observation_space, env.action_space, cartpole_weights((64, 8)), HIDDENS)
+
+
+def _pendulum() -> tuple[gym.Env, dict, dict]:
+    d = ApexConfig.preset("pendulum").dpg
+    nets = {
+        "actor_hiddens": d.actor_hiddens,
+        "critic_hiddens": d.critic_hiddens,
+        "twin_q": d.twin_q,
+    }
+    return gym.make("Pendulum-v1"), module_weights(pendulum_model()), nets
+
+
+def test_a_dpg_policy_plays_its_actor_and_explores_within_the_bounds():
+    import torch
+
+    env, weights, nets = _pendulum()
+    policy = make_policy(env.observation_space, env.action_space, weights, algo="dpg", dpg=nets)
+    obs = np.random.default_rng(0).uniform(-1, 1, (200, 3)).astype(np.float32)
+    with torch.no_grad():
+        want = pendulum_model().actor(torch.as_tensor(obs)).numpy()
+    got = np.stack([policy.act(o) for o in obs])
+    assert got.shape == (200, 1) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert got.min() < -1.0 and got.max() > 1.0  # the actions span the range [-2, 2]
+    rng = np.random.default_rng(1)
+    explored = np.stack([policy.act(o, epsilon=1.0, rng=rng) for o in obs])
+    assert np.all(np.abs(explored) <= 2.0) and not np.allclose(explored, got)
+    assert abs(float(explored.mean())) < 0.3  # uniform over [-2, 2]
+    with pytest.raises(WeightsMismatch, match=r"'actor\.net\.0\.weight' has shape"):
+        make_policy(
+            env.observation_space,
+            env.action_space,
+            weights,
+            algo="dpg",
+            dpg={**nets, "actor_hiddens": (32, 32)},
+        )
+
+
+def test_dpg_episodes_are_seeded_per_episode_and_greedy_ones_repeat():
+    factory = make_env_factory("Pendulum-v1")
+    _, weights, nets = _pendulum()
+    kw = {"base_seed": 3, "algo": "dpg", "dpg": nets}
+    whole = play_episodes(factory, weights, range(4), **kw)
+    parts = play_episodes(factory, weights, [2, 3], **kw) + play_episodes(
+        factory, weights, [0, 1], **kw
+    )
+    key = sorted((r["index"], r["return"], r["length"]) for r in parts)
+    assert key == [(r["index"], r["return"], r["length"]) for r in whole]
+    assert [r["length"] for r in whole] == [200] * 4  # Pendulum's time limit
+    assert len({r["return"] for r in whole}) == 4  # each episode its own start
+    noisy = play_episodes(factory, weights, range(4), epsilon=0.5, **kw)
+    assert [r["return"] for r in noisy] != [r["return"] for r in whole]
 
 
 def test_frames_become_even_uint8_rgb_of_at_least_160_pixels():

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trained_runs import cartpole_run
+from trained_runs import cartpole_run, pendulum_run
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 from polling import poll  # noqa: E402
@@ -58,6 +58,27 @@ def test_eval_on_embedded_and_running_clusters_gives_the_same_episodes(tmp_path)
     assert second["workers"] == 1
     assert second["returns"] == first["returns"]  # the same seed: the same episodes
     assert second["lengths"] == first["lengths"]
+
+
+def test_a_dpg_run_plays_on_the_cluster_as_in_one_process(tmp_path):
+    from apex_dask.algo.play import play_episodes
+    from apex_dask.cli.runfolder import load_run, policy_keys
+    from apex_dask.experiment.builder import env_factory
+
+    run = pendulum_run(tmp_path / "pd")
+    proc = evaluate(str(run), "--episodes", "6", "--seed", "5", "--workers", "2")
+    assert "6 episodes of Pendulum-v1" in proc.stdout, proc.stdout
+    report = newest_report(run)
+    trained = load_run(str(run))
+    rows = play_episodes(
+        env_factory(trained.config),
+        trained.weights,
+        range(6),
+        base_seed=5,
+        **policy_keys(trained.config),
+    )
+    assert report["returns"] == pytest.approx([r["return"] for r in rows], rel=1e-9)
+    assert report["lengths"] == [200] * 6
 
 
 @pytest.mark.parametrize(

@@ -81,8 +81,12 @@ def play_on_cluster(
     render_factory: Callable[[], Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     cancel_on_error: bool = True,
+    algo: str = "dqn",
+    dpg: Mapping[str, Any] | None = None,
 ) -> PlayedEpisodes:
-    """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring).
+    """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring), with
+    the policy :func:`~apex_dask.algo.play.make_policy` builds from ``algo`` and the
+    network keys (``hiddens``, ``dueling``; ``dpg``).
 
     A failure or Ctrl-C cancels the episode tasks still running, unless
     ``cancel_on_error`` is False (a cluster about to be closed anyway: its
@@ -113,6 +117,8 @@ def play_on_cluster(
         "epsilon": float(epsilon),
         "hiddens": tuple(hiddens),
         "dueling": bool(dueling),
+        "algo": algo,
+        "dpg": dict(dpg or {}),
         "max_steps": max_steps,
         "record": recorded,
         "render_factory": render_factory,
