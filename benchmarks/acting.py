@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -161,6 +162,8 @@ def main() -> None:
         "rounds": args.rounds,
         "load_avg": os.getloadavg()[0],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "cpus_allowed": sorted(os.sched_getaffinity(0)),  # [0]: pinned, e.g. taskset -c 0
+        "command": " ".join(["python", *sys.argv]),
         "torch": torch.__version__,
     }
     out.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
