@@ -165,3 +165,45 @@ def test_a_checkpoint_of_another_env_is_refused(trained, client, tmp_path):
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="written for env 'Acrobot-v1'"):
         ApexDriver(config(), client, resume_from=copy)
+
+
+def test_a_dpg_run_resumes_its_actor_critic_counters_and_replay(client, tmp_path):
+    """Ape-X DPG through the same checkpoints: the resumed learner holds the saved actor
+    and critic (online and target) and its optimizers' step counts, and the counters
+    and the replay continue."""
+    from apex_dask.algo.checkpoint import load_checkpoint
+
+    cfg = ApexConfig.preset("pendulum").override(
+        {
+            "eval.interval_s": 0.0,
+            "eval.episodes": 1,
+            "topology.call_timeout_s": 30.0,
+            "checkpoint.interval_s": 2.0,
+            "replay.learning_starts": 500,
+            "seed": 2,
+        }
+    )
+    root = tmp_path / "checkpoints"
+    with ApexDriver(cfg, client, checkpoint_dir=root) as d:
+        before = d.run(stop={"iterations": 4})
+        assert before[-1]["learner/steps_trained"] > 0
+    ckpt = latest_checkpoint(root)
+    meta = read_manifest(ckpt)["metadata"]
+    saved = load_checkpoint(ckpt)[0]["learner"]
+    assert {k.split(".")[0] for k in saved["online"]} == {"actor", "critic"}
+    with ApexDriver(cfg, client, checkpoint_dir=root, resume_from=root) as d:
+        state = d.learner_state()  # before it trains again
+        after = d.run(stop={"iterations": meta["iteration"] + 2})
+    for part in ("online", "target"):
+        for name, arr in saved[part].items():
+            np.testing.assert_array_equal(state[part][name], arr, err_msg=f"{part} {name}")
+    assert state["counters"] == {k: int(v) for k, v in saved["counters"].items()}
+    for net in ("actor", "critic"):
+        steps = [s["step"] for s in state["optimizer"][net]["state"].values()]
+        want = [s["step"] for s in saved["optimizer"][net]["state"].values()]
+        np.testing.assert_array_equal(steps, want)
+    first = after[0]
+    assert first["iteration"] == meta["iteration"] + 1
+    assert first["timesteps_total"] > meta["timesteps_total"]
+    assert first["learner/steps_trained"] >= before[-1]["learner/steps_trained"]
+    assert first["replay/size"] >= before[-1]["replay/size"] > 0  # the replay came back
