@@ -142,6 +142,8 @@ def _job_kwargs(kind: str, o: JobqueueOptions, learner: bool) -> dict[str, Any]:
     else:
         if o.lifetime:
             worker_args += ["--lifetime", o.lifetime]
+            if o.lifetime_stagger:
+                worker_args += ["--lifetime-stagger", o.lifetime_stagger]
         if kind == "pbs" and o.resource_spec:
             kw["resource_spec"] = o.resource_spec
     kw["job_extra_directives"] = directives

@@ -97,6 +97,10 @@ class JobqueueOptions:
     lifetime: str | None = None
     """Env-worker jobs' workers retire themselves after this long (``dask worker
     --lifetime``, e.g. ``50m``); with ``--adapt`` new jobs replace them. None: never."""
+    lifetime_stagger: str | None = None
+    """With ``lifetime``: each worker's lifetime is moved by a random amount up to this
+    (``dask worker --lifetime-stagger``, e.g. ``5m``), so jobs started together do not
+    all retire at once. None: no stagger."""
     dashboard_address: str = ":8787"
     """Address of the scheduler's dashboard (in the submitting process)."""
     local_directory: str | None = None
@@ -124,6 +128,18 @@ class JobqueueOptions:
             )
         if self.gpus < 0:
             raise JobqueueError(f"jobqueue option gpus={self.gpus!r} must be >= 0")
+        lifetime = _duration("lifetime", self.lifetime)
+        stagger = _duration("lifetime_stagger", self.lifetime_stagger)
+        if stagger is not None and lifetime is None:
+            raise JobqueueError(
+                f"jobqueue option lifetime_stagger={self.lifetime_stagger!r} needs lifetime "
+                "(e.g. --jobqueue-opt lifetime=50m)"
+            )
+        if stagger is not None and lifetime is not None and stagger >= lifetime:
+            raise JobqueueError(
+                f"jobqueue option lifetime_stagger={self.lifetime_stagger!r} must be shorter "
+                f"than lifetime={self.lifetime!r}"
+            )
         if self.death_timeout_s <= 0:
             raise JobqueueError(
                 f"jobqueue option death_timeout_s={self.death_timeout_s!r} must be > 0"
@@ -160,6 +176,23 @@ def with_run_tls(o: JobqueueOptions, make: bool) -> JobqueueOptions:
     return dataclasses.replace(
         o, tls="on", tls_ca_file=files[0], tls_cert=files[1], tls_key=files[2]
     )
+
+
+def _duration(key: str, value: str | None) -> float | None:
+    """Seconds of a Dask duration such as ``50m`` or ``3600s`` (None stays None)."""
+    if value is None:
+        return None
+    from dask.utils import parse_timedelta
+
+    try:
+        seconds = parse_timedelta(value, default="s")
+    except (ValueError, KeyError, TypeError):
+        seconds = None
+    if seconds is None or not seconds > 0:
+        raise JobqueueError(
+            f"jobqueue option {key}={value!r} must be a positive duration such as 50m or 3600s"
+        )
+    return float(seconds)
 
 
 _FIELD_TYPES = typing.get_type_hints(JobqueueOptions)

@@ -81,6 +81,13 @@ def test_options_parse_with_types_and_repeated_list_keys():
     assert "module load cuda\nsource env/bin/activate\n" in script
 
 
+def test_lifetime_and_its_stagger_reach_only_the_env_worker_jobs():
+    opts = parse_jobqueue_opts(["lifetime=50m", "lifetime-stagger=5m"])
+    scripts = jobqueue_job_scripts("slurm", 1, **opts, **SMALL)
+    assert "--lifetime 50m --lifetime-stagger 5m" in scripts["env"]
+    assert "--lifetime" not in scripts["learner"]
+
+
 @pytest.mark.parametrize(
     ("pairs", "needle"),
     [
@@ -88,6 +95,9 @@ def test_options_parse_with_types_and_repeated_list_keys():
         (["cores=many"], "cores='many' must be an integer"),
         (["cores"], "must look like key=value"),
         (["processes=9", "cores=8"], "processes=9 must be between 1 and cores (8)"),
+        (["lifetime=soon"], "lifetime='soon' must be a positive duration such as 50m"),
+        (["lifetime_stagger=5m"], "lifetime_stagger='5m' needs lifetime"),
+        (["lifetime=5m", "lifetime_stagger=10m"], "must be shorter than lifetime='5m'"),
     ],
 )
 def test_bad_options_are_one_line_errors(pairs, needle):
