@@ -101,7 +101,10 @@ class Shard:
         return self.last.indices
 
     def update(self, idx: np.ndarray, prios: np.ndarray) -> None:
-        self.shard.update_priorities(idx, prios)
+        # a cycle's update names the sample's items (generations), as the learner's does
+        last = getattr(self, "last", None)
+        gen = last.generations if last is not None and idx is last.indices else None
+        self.shard.update_priorities(idx, prios, gen)
 
 
 def wire_bytes(batch: dict, priorities: np.ndarray) -> int:

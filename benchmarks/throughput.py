@@ -149,7 +149,7 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
             g0 = time.perf_counter()
             td, _ = learner.update(sample.data, sample.weights)
             grad += time.perf_counter() - g0
-            s.update_priorities(sample.indices, td)
+            s.update_priorities(sample.indices, td, sample.generations)
             updates += 1
         return updates, grad, time.perf_counter() - t0, _cpu_s() - c0
 

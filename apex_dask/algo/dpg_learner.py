@@ -5,7 +5,7 @@ actor, the in-process runner, checkpoints and metrics take either::
 
     learner = DPGLearner(obs_space, act_space, twin_q=True, policy_delay=2)
     td_abs, metrics = learner.update(sample.data, sample.weights)
-    shard.update_priorities(sample.indices, td_abs)
+    shard.update_priorities(sample.indices, td_abs, sample.generations)
     version, weights = learner.get_weights()     # actor and critic, one flat dict
 
 Each update (maths in :mod:`apex_dask.algo.dpg_loss`):

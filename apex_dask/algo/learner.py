@@ -4,7 +4,7 @@ Usage loop (a runner or actor owns the queueing around it)::
 
     learner = Learner(obs_space, act_space, lr=5e-4, target_update_freq=500_000)
     td_abs, metrics = learner.update(sample.data, sample.weights)
-    shard.update_priorities(sample.indices, td_abs)      # new priorities
+    shard.update_priorities(sample.indices, td_abs, sample.generations)  # new priorities
     version, weights = learner.get_weights()             # for env workers
 
 Each update minimises the importance-weighted Huber loss of

@@ -28,7 +28,7 @@ from apex_dask.algo.replay_checkpoint import (
     pcg64_to_array,
 )
 from apex_dask.algo.replay_priorities import Priorities
-from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.algo.replay_sample import ReplaySample, item_checksums
 from apex_dask.algo.replay_storage import (
     REQUIRED_KEYS,
     ItemStorage,
@@ -71,8 +71,11 @@ class ReplayShard:
     ``obs, action, reward, next_obs, done`` are required, extra keys (e.g.
     ``discount``) are stored too (see
     :class:`~apex_dask.algo.replay_storage.ItemStorage`). When the ring is
-    full the oldest items are overwritten. Indices are slots: an index refers
-    to whatever item sits in that slot now.
+    full the oldest items are overwritten. Indices are slots; a sample also
+    carries each item's *generation* (the slot's write stamp), and a priority
+    update given them reaches only the items it was computed for: an item
+    overwritten since its sample keeps its new priority, and the skipped update
+    is counted (``stale_priority_updates``).
 
     **Frame stacks.** With ``frame_stack=k``, ``obs`` and ``next_obs`` items
     are stacks ``[k, *frame_shape]`` (first axis the stack, as gymnasium's
@@ -81,16 +84,15 @@ class ReplayShard:
     instead of ``2k``. ``add`` takes full stacks or the compact form of
     :mod:`apex_dask.algo.frame_codec` (what env workers send); ``sample``
     returns the stacks that were added, bit for bit. Items whose frames had to
-    be overwritten are evicted early, oldest first; ``update_priorities``
-    skips such slots. Without ``frame_stack`` a compact batch is decoded and
-    stored whole.
+    be overwritten are evicted early, oldest first (their updates are stale too).
+    Without ``frame_stack`` a compact batch is decoded and stored whole.
 
     Usage::
 
         shard = ReplayShard(2**20, alpha=0.6, seed=0)
-        shard.add(rollout, priorities=initial_td)         # rollout: dict of arrays
-        s = shard.sample(512, beta=0.4)                    # s.indices, s.weights, s.data
-        shard.update_priorities(s.indices, np.abs(td_error))
+        shard.add(rollout, priorities=initial_td)   # rollout: dict of arrays
+        s = shard.sample(512, beta=0.4)              # s.indices, .weights, .data, .generations
+        shard.update_priorities(s.indices, np.abs(td_error), s.generations)
 
     ``backend`` picks the tree kernels: ``"numba"``, ``"numpy"`` or ``"auto"``.
     """
@@ -260,42 +262,60 @@ class ReplayShard:
             )
         indices, weights = self._priorities.sample(self._rng.random(batch_size), beta)
         data = self.items_at(indices)
+        generations = self._items.generation.take(indices)
         self._counts["sampled"] += batch_size
         self._times["sample_s"] += time.perf_counter() - t0
-        return ReplaySample(indices, weights, data, 0, self._counts["added"])
+        return ReplaySample(indices, weights, data, generations, 0, self._counts["added"])
 
     # ---------------------------------------------------------------- priorities
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+    def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray | None = None,
+    ) -> int:
         """Set ``p_indices[k] = priorities[k]`` (last one wins for repeated indices).
 
-        Indices must be written slots (``0 <= i < len(self)`` unless items were
-        evicted early, which are skipped); priorities finite and >= 0. Raises
-        the max priority seen.
+        ``generations`` are the ones :meth:`sample` returned with ``indices``:
+        an item whose slot was rewritten (or evicted early) since then is gone,
+        and its update is skipped (it keeps the priority it has now) and counted
+        in ``stats()["stale_priority_updates"]``. Returns the updates skipped so.
+        ``generations=None``: every update lands on what the slots hold now.
+
+        Indices must be written slots (``0 <= i < filled``); priorities finite and
+        >= 0. Raises the max priority seen (by the updates applied).
         """
         t0 = time.perf_counter()
-        idx = np.asarray(indices)
-        if idx.ndim != 1 or not (idx.dtype.kind in "iu" or idx.shape[0] == 0):
-            raise ValueError(
-                f"indices must be a 1-d integer array, got {idx.dtype}{list(idx.shape)}"
-            )
+        idx = self._items.check_slots(indices)
         n = idx.shape[0]
         p, top = self._priorities.check(priorities, n, "update_priorities")
+        live = self._items.reached(idx, generations)
         if n == 0:
             self._times["update_s"] += time.perf_counter() - t0
-            return
-        idx = idx.astype(np.int64, copy=False)
-        items = self._items
-        if idx.min() < 0 or idx.max() >= items.filled:
-            raise ValueError(
-                f"indices must lie in [0, {items.filled}), got [{idx.min()}, {idx.max()}]"
-            )
-        if items.size < items.filled:  # slots evicted early: leave them empty
-            live = items.stored(idx)
+            return 0
+        stale = 0
+        if live is not None and not live.all():  # leave those items as they are now
+            stale = n - int(live.sum())
             idx, p = idx[live], p[live]
+            top = float(p.max()) if p.size else 0.0
         self._priorities.set(idx, p)
         self._priorities.raise_max(top)
-        self._counts["updated"] += n
+        self._counts["updated"] += n - stale
+        self._counts["stale_priority_updates"] += stale
         self._times["update_s"] += time.perf_counter() - t0
+        return stale
+
+    def audit(
+        self, indices: np.ndarray, generations: np.ndarray, checksums: np.ndarray
+    ) -> tuple[int, int]:
+        """Check a priority update before it is applied: of the items it still reaches
+        (same slot, same generation), how many hold data whose :func:`item_checksums`
+        differ from ``checksums`` (those of the items the learner trained on).
+        ``(items checked, items that differ)``; a correct run has 0 differing."""
+        idx = np.asarray(indices, np.int64)
+        live = self._items.current(idx, np.asarray(generations))
+        sums = item_checksums(self.items_at(idx[live]))
+        return int(live.sum()), int(np.count_nonzero(sums != np.asarray(checksums)[live]))
 
     # ------------------------------------------------------------------- stats
     def stats(self) -> dict[str, float | int]:
@@ -304,7 +324,9 @@ class ReplayShard:
         ``size`` (items stored now), ``capacity``, ``added`` (items ever
         added), ``sampled`` (items drawn, counting repeats), ``evicted``
         (items overwritten or evicted early, ``added - size``), ``updated``
-        (priorities set), ``add_s, sample_s, update_s``, ``max_priority``, and
+        (priorities set), ``stale_priority_updates`` (priority updates skipped: their item
+        was overwritten or evicted after it was sampled), ``add_s, sample_s,
+        update_s``, ``max_priority``, and
         ``bytes``: the bytes of every array the shard allocated (items, frames,
         priorities, trees).
         """
@@ -318,6 +340,7 @@ class ReplayShard:
             "sampled": self._counts["sampled"],
             "evicted": self._counts["added"] - size,
             "updated": self._counts["updated"],
+            "stale_priority_updates": self._counts["stale_priority_updates"],
             **self._times,
             "max_priority": self._priorities.max_priority,
             "bytes": int(nbytes),
@@ -360,7 +383,7 @@ class ReplayShard:
             frames = FrameStore(self.capacity, self.frame_stack)
             frames.load_state_dict(state)
         rng_state = pcg64_from_array(np.asarray(state["rng_state"]))
-        counts = {k: int(np.asarray(state[k]).item()) for k in COUNTERS}
+        counts = {k: int(np.asarray(state.get(k, 0)).item()) for k in COUNTERS}
         times = {k: float(np.asarray(state[k]).item()) for k in TIMERS}
         self._priorities.load_state_dict(state, items.filled)  # the last check
         self._items, self._frames = items, frames

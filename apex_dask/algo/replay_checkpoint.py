@@ -5,13 +5,15 @@ A shard's state is a flat dict of numpy arrays and numbers (suitable for
 reads its own keys:
 
 - the shard (:mod:`apex_dask.algo.replay`): ``capacity, alpha, eps``, the
-  counters ``added, sampled, updated``, the timers ``add_s, sample_s,
+  counters ``added, sampled, updated, stale_priority_updates``, the timers ``add_s, sample_s,
   update_s`` and ``rng_state`` (uint64 [6], the PCG64 state);
 - its priorities (:class:`~apex_dask.algo.replay_priorities.Priorities`):
   ``max_priority``, ``priority`` and ``mass`` (float64, one per slot ever
   written);
 - its item storage (:class:`~apex_dask.algo.replay_storage.ItemStorage`):
-  ``size, pos`` and ``data/<key>`` (copies of the slots ever written);
+  ``size, pos``, ``clock`` and ``generation`` (the write clock and each
+  slot's write stamp; absent in checkpoints written before they existed) and
+  ``data/<key>`` (copies of the slots ever written);
 - with ``frame_stack``, its frame store
   (:class:`~apex_dask.algo.frame_storage.FrameStore`): ``frame_stack``,
   ``frame_capacity`` and ``frames/*`` (the frames in use, each once); the
@@ -39,8 +41,9 @@ __all__ = [
     "pcg64_to_array",
 ]
 
-COUNTERS = ("added", "sampled", "updated")
-"""The shard's cumulative counters, saved under their names."""
+COUNTERS = ("added", "sampled", "updated", "stale_priority_updates")
+"""The shard's cumulative counters, saved under their names (``stale_priority_updates``: 0 when
+a checkpoint written before it existed lacks it)."""
 
 TIMERS = ("add_s", "sample_s", "update_s")
 """The shard's cumulative seconds per operation, saved under their names."""

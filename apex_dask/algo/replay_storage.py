@@ -13,7 +13,15 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["REQUIRED_KEYS", "ItemStorage", "Schema", "check_required", "ring_spans", "schema_of"]
+__all__ = [
+    "GENERATION_EPOCH",
+    "REQUIRED_KEYS",
+    "ItemStorage",
+    "Schema",
+    "check_required",
+    "ring_spans",
+    "schema_of",
+]
 
 REQUIRED_KEYS: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done")
 """Keys every batch added to a replay shard must have."""
@@ -23,6 +31,9 @@ PACK_BYTES = 128
 
 Schema = dict[str, tuple[np.dtype, tuple[int, ...]]]
 """Per key: the dtype and the shape of one item."""
+
+GENERATION_EPOCH = 1 << 40
+"""How far a restore moves the write clock (see :class:`ItemStorage`)."""
 
 
 def schema_of(arrays: Mapping[str, np.ndarray]) -> Schema:
@@ -69,6 +80,13 @@ class ItemStorage:
     early (:meth:`keep_newest`; only a storage made with ``evicts_early``,
     whose checkpoint then also records ``filled``).
 
+    **Generations.** Every write of a slot stamps it with the storage's write
+    clock (``generation[slot]``; the clock counts the items ever written), so
+    ``(slot, generation)`` names one item for good: a slot rewritten since it
+    was read has another generation. Restoring a checkpoint moves the clock
+    past :data:`GENERATION_EPOCH` so that items written after a restore never
+    reuse a generation that items written before it (and lost with it) had.
+
     Keys of at most :data:`PACK_BYTES` per item share one record array, so a
     gathered item costs a cache line or two, not one per key; larger keys
     (images) get an array of their own.
@@ -95,6 +113,8 @@ class ItemStorage:
         self.pos = 0
         self.size = 0
         self.filled = 0
+        self.generation = np.zeros(self.capacity, np.int64)
+        self.clock = 0
 
     def _allocate(self, schema: Schema) -> None:
         capacity = self.capacity
@@ -170,14 +190,18 @@ class ItemStorage:
         end = pos + n
         slots = np.arange(pos, end, dtype=np.int64)
         dst = self.arrays
+        gen, clock = self.generation, self.clock
         if end <= cap:  # the common case: one slice per key
             for k, a in arrays.items():
                 dst[k][pos:end] = a
+            gen[pos:end] = np.arange(clock + 1, clock + n + 1)
         else:
             slots %= cap
             for slot, count, first in ring_spans(pos, n, cap):
                 for k, a in arrays.items():
                     dst[k][slot : slot + count] = a[first : first + count]
+                gen[slot : slot + count] = np.arange(clock + first + 1, clock + first + count + 1)
+        self.clock = clock + n
         self.pos = end % cap
         self.size = min(cap, self.size + n)
         self.filled = min(cap, self.filled + n)
@@ -205,6 +229,42 @@ class ItemStorage:
         """Which of ``slots`` (written ones, int64) hold stored items (bool)."""
         return (self.pos - 1 - slots) % self.capacity < self.size
 
+    def check_slots(self, slots: object) -> np.ndarray:
+        """``slots`` as int64, or ``ValueError`` unless a 1-d integer array of written slots."""
+        idx = np.asarray(slots)
+        if idx.ndim != 1 or not (idx.dtype.kind in "iu" or idx.shape[0] == 0):
+            raise ValueError(
+                f"indices must be a 1-d integer array, got {idx.dtype}{list(idx.shape)}"
+            )
+        idx = idx.astype(np.int64, copy=False)
+        if idx.shape[0] and (idx.min() < 0 or idx.max() >= self.filled):
+            raise ValueError(
+                f"indices must lie in [0, {self.filled}), got [{idx.min()}, {idx.max()}]"
+            )
+        return idx
+
+    def current(self, slots: np.ndarray, generations: np.ndarray) -> np.ndarray:
+        """Which of ``slots`` (written ones, int64) still hold the items that had
+        ``generations`` and are stored (bool): neither rewritten nor evicted since."""
+        same = self.generation[slots] == generations
+        if self.size < self.filled:
+            same &= self.stored(slots)
+        return same
+
+    def reached(self, slots: np.ndarray, generations: object | None) -> np.ndarray | None:
+        """Which of ``slots`` an update reaches: :meth:`current` with ``generations``
+        (``ValueError`` unless one integer per slot); without them, the stored ones
+        (None: all of them)."""
+        if generations is not None:
+            gen = np.asarray(generations)
+            if gen.shape != slots.shape or gen.dtype.kind not in "iu":
+                raise ValueError(
+                    f"update_priorities: expected {slots.shape[0]} integer generations, "
+                    f"got {gen.dtype}{list(gen.shape)}"
+                )
+            return self.current(slots, gen)
+        return self.stored(slots) if self.size < self.filled else None
+
     def stored_slots(self) -> np.ndarray:
         """The slots of the stored items, newest first (int64 [size])."""
         return (self.pos - 1 - np.arange(self.size, dtype=np.int64)) % self.capacity
@@ -219,9 +279,14 @@ class ItemStorage:
 
     # ------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, np.ndarray | int]:
-        """``size``, ``pos``, ``data/<key>`` (copies of slots ``0..filled-1``) and, with
-        ``evicts_early``, ``filled``."""
-        state: dict[str, np.ndarray | int] = {"size": self.size, "pos": self.pos}
+        """``size``, ``pos``, ``clock``, ``generation`` and ``data/<key>`` (copies of slots
+        ``0..filled-1``) and, with ``evicts_early``, ``filled``."""
+        state: dict[str, np.ndarray | int] = {
+            "size": self.size,
+            "pos": self.pos,
+            "clock": self.clock,
+            "generation": self.generation[: self.filled].copy(),
+        }
         if self.evicts_early:
             state["filled"] = self.filled
         for k, v in self.arrays.items():
@@ -232,7 +297,9 @@ class ItemStorage:
         """Restore :meth:`state_dict` (``ValueError`` when it does not fit; nothing changed then).
 
         ``filled`` defaults to ``size``; without ``data/<key>`` arrays (an
-        empty storage) no schema is fixed.
+        empty storage) no schema is fixed. A state without ``generation`` (written
+        before generations existed) gives every stored item generation 0. The
+        write clock goes on from the state's plus :data:`GENERATION_EPOCH`.
         """
         size = int(np.asarray(state["size"]).item())
         pos = int(np.asarray(state["pos"]).item())
@@ -245,9 +312,15 @@ class ItemStorage:
                 raise ValueError(f"state data/{k} does not have {filled} items")
         if filled and not data:
             raise ValueError("state has items but no data/<key> arrays")
+        generation = np.asarray(state.get("generation", np.zeros(filled, np.int64)))
+        if generation.shape != (filled,) or generation.dtype.kind not in "iu":
+            raise ValueError(f"state generation does not have {filled} integer items")
+        clock = int(np.asarray(state.get("clock", 0)).item())
         self._empty()
         if data:
             self._allocate(schema_of(data))
             for k, v in data.items():
                 self.arrays[k][:filled] = v
         self.size, self.pos, self.filled = size, pos, filled
+        self.generation[:filled] = generation
+        self.clock = max(clock, int(generation.max(initial=0))) + GENERATION_EPOCH

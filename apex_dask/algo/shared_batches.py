@@ -14,6 +14,7 @@ block once and reads the batch in place::
     sample = reader.open(ref)                        # numpy views into the slot
     ... learner.update(sample.data, sample.weights)  # or staged to the device
     sample.release()                                 # the slot is the writer's again
+    shard.update_priorities(sample.indices, td, sample.generations)  # copies: still valid
 
 **Slot states.** The block starts with one state byte per slot: 0 free, 1
 held. Only the writer sets 0 -> 1 (before its reply is sent), only the reader
@@ -51,7 +52,11 @@ Layout = tuple[tuple[str, str, tuple[int, ...], int], ...]  # key, dtype, shape,
 
 
 def _layout(sample: ReplaySample) -> tuple[Layout, int]:
-    arrays = {"indices": sample.indices, "weights": sample.weights}
+    arrays = {
+        "indices": sample.indices,
+        "weights": sample.weights,
+        "generations": sample.generations,
+    }
     arrays.update({f"data/{k}": v for k, v in sample.data.items()})
     out, offset = [], 0
     for key, value in arrays.items():
@@ -170,8 +175,8 @@ class SharedBatchWriter:
         self._next = (k + 1) % self.slots
         base = _data_offset(self.slots) + k * slot_bytes
         views = _views(state, base, layout)
-        np.copyto(views["indices"], sample.indices, casting="no")
-        np.copyto(views["weights"], sample.weights, casting="no")
+        for key in ("indices", "weights", "generations"):
+            np.copyto(views[key], getattr(sample, key), casting="no")
         for key, value in sample.data.items():
             np.copyto(views[f"data/{key}"], value, casting="no")
         del views
@@ -202,9 +207,14 @@ class SharedBatchReader:
         self.released = 0
 
     def open(self, ref: SharedBatch) -> ReplaySample:
-        """The batch ``ref`` points to, as a :class:`ReplaySample` of views into the slot;
-        call its ``release()`` once nothing reads it any more (``FileNotFoundError``
-        when the block is gone or was never on this host)."""
+        """The batch ``ref`` points to, as a :class:`ReplaySample` whose ``data`` are views
+        into the slot; call its ``release()`` once nothing reads them any more
+        (``FileNotFoundError`` when the block is gone or was never on this host).
+
+        ``indices``, ``weights`` and ``generations`` are copied out of the slot here:
+        whoever hands the priorities back after ``release()`` (the sender, a pipelined
+        update one step later) reads the sample's own items, never the next batch's.
+        """
         block = self._blocks.get(ref.block)
         if block is None:
             # mapped from its file, not through SharedMemory: the writer owns the block and
@@ -220,9 +230,10 @@ class SharedBatchReader:
         data = {k[len("data/") :]: v for k, v in views.items() if k.startswith("data/")}
         self.opened += 1
         return ReplaySample(
-            views["indices"],
-            views["weights"],
+            views["indices"].copy(),
+            views["weights"].copy(),
             data,
+            views["generations"].copy(),
             ref.shard_id,
             ref.added,
             lease=self._releaser(state, ref.slot),

@@ -114,6 +114,12 @@ class ReplayConfig:
     shared_memory: bool = True
     """Shards in other processes on the learner's host send batches through /dev/shm (a
     small reference over TCP, read in place; ``prefetch_per_shard + 4`` batches each)."""
+    audit_priorities: bool = False
+    """A check for tests and debugging (Dask runner): each priority update carries a
+    checksum of every item its batch trained on, and the shard compares it with the data
+    stored where the update lands (``replay/<k>/audit_checked``,
+    ``replay/<k>/audit_mismatches``: 0 in a correct run). Costs a hash per item on the
+    learner and on the shard."""
 
     @property
     def colocate_with_learner(self) -> bool:

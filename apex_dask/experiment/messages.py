@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.algo.replay_sample import PriorityUpdate, ReplaySample
 
 __all__ = ["PriorityUpdate", "ReplayedBatch", "RolloutSummary"]
 
@@ -49,12 +47,3 @@ ReplayedBatch = ReplaySample
 :class:`~apex_dask.algo.replay_sample.ReplaySample` (``indices, weights, data,
 shard_id, added``; ``added`` the items ever added to that shard), one type from
 the shard's ``sample`` to the learner in both runners."""
-
-
-@dataclass(frozen=True, slots=True)
-class PriorityUpdate:
-    """New priorities (|TD error|) for the items of a batch, back to its source shard."""
-
-    shard_id: int
-    indices: np.ndarray
-    priorities: np.ndarray

@@ -28,7 +28,6 @@ from apex_dask.experiment.builder import (
     resolve_hook,
 )
 from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
-from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import (
     IterationWindow,
     build_result,
@@ -181,8 +180,10 @@ class LocalApex:
             with self.grad_timer:
                 td_abs, metrics = self.learner.update(batch.data, batch.weights)
             self.grad_cpu_timer.push(time.thread_time() - c0)
-            update = PriorityUpdate(k, batch.indices, td_abs)
-            self.shards[update.shard_id].update_priorities(update.indices, update.priorities)
+            update = batch.priority_update(td_abs)
+            self.shards[update.shard_id].update_priorities(
+                update.indices, update.priorities, update.generations
+            )
         self._recent.append((metrics["loss"], metrics["mean_q"], metrics["grad_norm"]))
         return True
 

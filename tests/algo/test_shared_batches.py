@@ -18,7 +18,12 @@ def sample(rng: np.random.Generator, n: int = 16, shard_id: int = 2) -> ReplaySa
         "discount": np.full(n, 0.97, np.float32),
     }
     return ReplaySample(
-        rng.integers(0, 1000, n), rng.random(n).astype(np.float32), data, shard_id, 77
+        rng.integers(0, 1000, n),
+        rng.random(n).astype(np.float32),
+        data,
+        rng.integers(1, 10**12, n),
+        shard_id,
+        77,
     )
 
 
@@ -34,6 +39,7 @@ def same(a: ReplaySample, b: ReplaySample) -> bool:
     return (
         np.array_equal(a.indices, b.indices)
         and np.array_equal(a.weights, b.weights)
+        and np.array_equal(a.generations, b.generations)
         and a.data.keys() == b.data.keys()
         and all(
             np.array_equal(a.data[k], b.data[k]) and a.data[k].dtype == b.data[k].dtype
@@ -106,3 +112,26 @@ def test_a_plain_sample_release_is_a_no_op():
     s = sample(np.random.default_rng(5))
     s.release()
     assert s.with_shard_id(1).lease is None
+
+
+def test_a_priority_update_made_after_the_release_carries_the_samples_own_items():
+    """The learner's order: train on the slot, release it, then hand the priorities back.
+    The shard may write its next batch into the freed slot before the update is built or
+    sent; the update must still name the items that were trained on."""
+    writer, reader = SharedBatchWriter(slots=1, prefix="apextest"), SharedBatchReader()
+    try:
+        rng = np.random.default_rng(3)
+        first, second = sample(rng), sample(rng)
+        got = reader.open(writer.write(first))
+        trained_on = {k: v.copy() for k, v in got.data.items()}  # what update() read
+        got.release()
+        assert writer.write(second) is not None  # the same slot, rewritten at once
+        update = got.priority_update(np.arange(16, dtype=np.float32))
+        np.testing.assert_array_equal(update.indices, first.indices)
+        np.testing.assert_array_equal(update.generations, first.generations)
+        for k, v in trained_on.items():
+            np.testing.assert_array_equal(v, first.data[k])
+        assert (update.shard_id, update.checksums) == (first.shard_id, None)
+    finally:
+        reader.close()
+        writer.close()

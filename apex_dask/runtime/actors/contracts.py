@@ -43,7 +43,13 @@ class ShardHandle(Protocol):
 
     def shared_stats(self) -> ActorCall[dict[str, Any]]: ...
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> ActorCall[None]: ...
+    def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray,
+        checksums: np.ndarray | None = None,
+    ) -> ActorCall[int]: ...
 
     def added(self) -> ActorCall[int]: ...
 

@@ -16,8 +16,9 @@
   times that wait: high means starved), runs the user's
   ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update`` (on CUDA
   ``Learner.submit``: results one update later, no blocking sync) (``learner/grad_s``,
-  CPU ``learner/grad_cpu_s``; denormals flushed, heap kept: :mod:`.heap`), releases a
-  shared-memory batch and hands a :class:`PriorityUpdate` to the outqueue.
+  CPU ``learner/grad_cpu_s``; denormals flushed, heap kept: :mod:`.heap`), hands a
+  ``PriorityUpdate`` (the sample's own indices and generations) to the outqueue, then
+  releases a shared-memory batch.
   ``learner/overall_s`` times the whole step; ``learner/queue_size`` a window of sizes.
 - The **priority sender** (an asyncio task) drains the outqueue every 4 ms to each
   update's source shard (inline if local, a task with a timeout if remote); the learner
@@ -49,11 +50,10 @@ import numpy as np
 import torch
 
 from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
-from apex_dask.algo.replay_sample import ReplaySample
+from apex_dask.algo.replay_sample import PriorityUpdate, ReplaySample, item_checksums
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.flow import LearnerFlow
-from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout, current_worker
 from apex_dask.runtime.actors.heap import keep_freed_heap
@@ -86,6 +86,7 @@ class LearnerActor:
         idle_poll_s: float = 0.02,
         run: str = "",
         shared_memory: bool = False,
+        audit_priorities: bool = False,
     ) -> None:
         from apex_dask.algo.agents import make_learner
 
@@ -93,10 +94,8 @@ class LearnerActor:
         self._loop = None if worker is None else worker.loop.asyncio_loop
         self._learner = make_learner(observation_space, action_space, **learner_kwargs)
         # A shard on this worker is called as a local object (see the module docstring).
-        if worker is None:
-            self._links = ShardLinks(list(shards), list(shards))
-        else:
-            self._links = ShardLinks.on_worker(shards, worker)
+        local = worker is None
+        self._links = ShardLinks(shards, shards) if local else ShardLinks.on_worker(shards, worker)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
         self._prefetcher = ReplayPrefetcher(
             self._links,
@@ -116,6 +115,8 @@ class LearnerActor:
         self._pending: set[asyncio.Task] = set()
         self._timeout = float(call_timeout_s)
         self._hook = before_learn_on_batch
+        # replay.audit_priorities: updates carry checksums of the items trained on
+        self._audit: dict[int, np.ndarray] | None = {} if audit_priorities else None
         self._model_lock, self._stats_lock = threading.Lock(), threading.Lock()
         self._snap_pool = ThreadPoolExecutor(1, thread_name_prefix="apex-weights")
         self._snap_lock: asyncio.Lock | None = None
@@ -201,14 +202,17 @@ class LearnerActor:
                     break
                 qsize = self._inq.qsize()
                 batch = item
+                sums = None if self._audit is None else item_checksums(item.data)
                 if self._hook is not None:
                     batch = batch.with_hook_batch(self._hook(batch.as_hook_batch(), batch.shard_id))
                     self.hook_calls += 1
+                if sums is not None:
+                    self._audit[id(batch)] = sums
                 t2, c2 = time.perf_counter(), time.thread_time()
                 done = self._train(batch)
-                item.release()  # a shared-memory slot: read (or staged) by now
                 t3, c3 = time.perf_counter(), time.thread_time()
-                self._hand_back(done)
+                self._hand_back(done)  # before the release: the updates carry the sample's own
+                item.release()  # a shared-memory slot: read (or staged) by now
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
@@ -233,7 +237,8 @@ class LearnerActor:
 
     def _hand_back(self, done: list[tuple[ReplaySample, Any, dict[str, float]]]) -> None:
         for batch, td, m in done:  # the outqueue, and the loss window
-            self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
+            sums = None if self._audit is None else self._audit.pop(id(batch))
+            self._outbox.append(batch.priority_update(td, sums))
             self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
 
     # -------------------------------------------------------------- priorities
@@ -251,7 +256,7 @@ class LearnerActor:
                 self.priority_updates_sent += 1
                 k = update.shard_id
                 if self._links.is_local(k):
-                    await self._links.target(k).update_priorities(update.indices, update.priorities)
+                    await self._links.target(k).update_priorities(*update.args())
                     continue
                 task = asyncio.create_task(self._send_one(update))
                 self._pending.add(task)
@@ -264,7 +269,7 @@ class LearnerActor:
         k = update.shard_id
         try:
             await call_with_timeout(
-                self._links.target(k).update_priorities(update.indices, update.priorities),
+                self._links.target(k).update_priorities(*update.args()),
                 self._timeout,
             )
         except Exception as exc:

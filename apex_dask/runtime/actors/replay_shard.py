@@ -87,6 +87,7 @@ class ReplayShardActor:
         self._shared_slots = int(shared_slots)
         self._shared_wait_s = float(shared_wait_s)
         self._writer: SharedBatchWriter | None = None
+        self._audit: tuple[int, int] | None = None  # items checked, items that differed
 
     async def _wait_ready(self) -> None:
         self._last_call = time.monotonic()
@@ -145,15 +146,30 @@ class ReplayShardActor:
             return {"written": 0, "no_slot": 0, "error": None, "block": None}
         return {"written": w.written, "no_slot": w.no_slot, "error": w.error, "block": w.block}
 
-    async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
+    async def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray,
+        checksums: np.ndarray | None = None,
+    ) -> int:
+        """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass) for the
+        items sampled with ``indices`` and ``generations`` that are still stored; the
+        updates skipped because their item was overwritten since (see
+        ``ReplayShard.update_priorities``). With ``checksums`` (``replay.audit_priorities``)
+        the items reached are first checked against them (``replay/<k>/audit_*``)."""
         await self._wait_ready()
         if self._moved_to is not None:
-            update = self._moved_to.update_priorities(indices, priorities)
+            update = self._moved_to.update_priorities(indices, priorities, generations, checksums)
             return await call_with_timeout(update, self._timeout)
-        self._shard.update_priorities(indices, priorities)
+        if checksums is not None:
+            checked, differ = self._shard.audit(indices, generations, checksums)
+            seen = self._audit or (0, 0)
+            self._audit = (seen[0] + checked, seen[1] + differ)
+        stale = self._shard.update_priorities(indices, priorities, generations)
         self.flow.priority_updates_applied += 1
         self._pub.maybe(self._metrics)
+        return stale
 
     async def added(self) -> int:
         """Items ever added to this shard."""
@@ -226,4 +242,9 @@ class ReplayShardActor:
             self._writer.close()
 
     def _metrics(self) -> dict[str, float]:
-        return shard_metrics(self.shard_id, self._shard.stats(), self.flow)
+        out = shard_metrics(self.shard_id, self._shard.stats(), self.flow)
+        if self._audit is not None:
+            k = self.shard_id
+            out[f"replay/{k}/audit_checked"] = float(self._audit[0])
+            out[f"replay/{k}/audit_mismatches"] = float(self._audit[1])
+        return out

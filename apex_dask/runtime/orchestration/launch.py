@@ -150,6 +150,7 @@ class ActorSet:
             before_learn_on_batch=self._hook,
             run=self.run_id,
             shared_memory=self.config.replay.shared_memory,
+            audit_priorities=self.config.replay.audit_priorities,
             where=where,
         )
         self.learner_ref = self._refs[fut.key]
