@@ -214,7 +214,7 @@ def test_pipelined_priorities_read_a_whole_update_after_the_release_name_their_o
     lr, sent = learner(pipeline=True), []
     try:
         samples = []
-        for k in range(4):
+        for _ in range(4):
             data, w = frames_batch(rng)
             samples.append(ReplaySample(rng.integers(0, 10**6, 8), w, data, rng.integers(1, 9, 8)))
             batch = reader.open(writer.write(samples[-1]))  # the one slot, rewritten each time
