@@ -37,7 +37,7 @@ from apex_dask.experiment.results import (
     shard_metrics,
 )
 from apex_dask.experiment.stop import StopRule
-from apex_dask.local.checkpoint import load_runner_checkpoint, restore_runner, save_runner
+from apex_dask.local.checkpoint import load_newest_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
 
@@ -362,8 +362,9 @@ class LocalApex:
 
     @classmethod
     def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
-        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
-        parts, meta = load_runner_checkpoint(path)  # refuses NaN weights, names the file
+        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given),
+        or from the newest good one in a folder of ``ckpt-N`` (``load_newest_runner_checkpoint``)."""
+        parts, meta, _ = load_newest_runner_checkpoint(path)  # refuses NaN weights, names it
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
         restore_runner(apex, parts)
         for worker in apex.workers:

@@ -39,13 +39,13 @@ from apex_dask.algo.envs import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
 from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
-from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
+from apex_dask.experiment.tracking import TensorBoardSink, TrackingError, require_tensorboard
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.resume import StartCheckpoints, restore_newest
 from apex_dask.runtime.orchestration.state import RunState
 
 __all__ = ["ApexDriver", "ApexRuntimeError", "train"]
@@ -91,25 +91,22 @@ class ApexDriver:
         self.config = config
         self._out_dir = None if out_dir is None else str(Path(out_dir).resolve())
         self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        resume = None
-        if resume_from is not None:
-            resume = latest_checkpoint(resume_from)
-            if resume is None:
-                raise ApexRuntimeError(
-                    f"no checkpoint in {str(resume_from)!r} (nothing to resume); "
-                    "start a new run instead"
-                )
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         try:
             self._env_factory = env_factory(config)
             hook = resolve_hook(config, before_learn_on_batch)
-        except (UnknownEnvError, ConfigError) as exc:
+            if tensorboard_dir is not None:  # its sink opens once the step to go on from is known
+                require_tensorboard()
+        except (UnknownEnvError, ConfigError, TrackingError) as exc:
             raise ApexRuntimeError(str(exc)) from None
-        self._tensorboard = self._open_tensorboard(tensorboard_dir)
+        start = StartCheckpoints.prepare(self._checkpoint_dir, resume_from)
+        self.startup_notes = start.notes  # leftovers removed, checkpoints skipped: one line each
+        self._tensorboard: TensorBoardSink | None = None
         self._cluster = None
         self._stopped = False
         self._saved_at = -1
-        self.resumed_from = None
+        self.resumed_from: dict[str, Any] | None = None
+        self.resumed_path: Path | None = None
         self._actors: ActorSet | None = None
         self._state: RunState | None = None
         self._core: Any = None
@@ -143,10 +140,10 @@ class ApexDriver:
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._state = self._actors.create(hook)
             self._plan = self._make_plan(self._actors, self._state)
-            if resume is not None:
-                self.resumed_from: dict[str, Any] | None = self._sync(
-                    self._plan.checkpoints.restore(resume)
-                )
+            if start.candidates:
+                got = self._sync(restore_newest(self._plan.checkpoints, start.candidates, start))
+                self.resumed_path, self.resumed_from = got.path, got.metadata
+            self._tensorboard = self._open_tensorboard(tensorboard_dir)
         except BaseException:
             self._release()
             raise
@@ -163,10 +160,14 @@ class ApexDriver:
         return [] if self._state is None else list(self._state.changes)
 
     def _open_tensorboard(self, log_dir: str | os.PathLike[str] | None) -> TensorBoardSink | None:
+        """The TensorBoard sink; a resumed run's starts past the checkpoint's step, so the
+        events an earlier attempt wrote after it are purged (no fold in the curves)."""
         if log_dir is None:
             return None
+        meta = self.resumed_from or {}
+        purge = int(meta["timesteps_total"]) + 1 if "timesteps_total" in meta else None
         try:
-            sink = TensorBoardSink(log_dir)
+            sink = TensorBoardSink(log_dir, purge_step=purge)
         except TrackingError as exc:
             raise ApexRuntimeError(str(exc)) from None
         sink.write_text("config", self.config.to_yaml())
