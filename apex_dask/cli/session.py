@@ -88,6 +88,7 @@ class RunSession:
         self.signals = StopSignals()
         self.lost_scheduler = False
         self.scheduler_id: str | None = None
+        self.best: str | None = None  # the best evaluation and its weights file, one line
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -259,6 +260,8 @@ class RunSession:
         except Exception as exc:
             final = None
             _note(f"could not halt cleanly: {describe(exc)}")
+        best = getattr(d, "best", None)
+        self.best = None if best is None else best.summary()
         try:
             self._record_final(final)
         except Exception as exc:  # a full disk: what is written stays whole
@@ -303,9 +306,16 @@ class RunSession:
     def _finish(self) -> int:
         drop_empty(self.log_file)  # a log opened on a full disk and never written
         if self.started:
-            print(format_summary(self.results, self._summary_reason()), flush=True)
+            print(format_summary(self.results, self._summary_reason(), self.best), flush=True)
         if self.out is not None and self.started:
-            names = ("results.jsonl", "final.json", "config.yaml", "weights.npz", "placement.json")
+            names = (
+                "results.jsonl",
+                "final.json",
+                "config.yaml",
+                "weights.npz",
+                "weights-best.npz",
+            )
+            names += ("placement.json",)
             wrote = [n for n in names + self.reporter.outputs if (self.out / n).exists()]
             print(f"{PREFIX} wrote {', '.join(wrote)} to {self.out}", flush=True)
         if self.error is not None:

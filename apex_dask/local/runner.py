@@ -18,6 +18,7 @@ from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.algo.worker_base import ActingWorker
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import (
     Hook,
     build_shards,
@@ -102,6 +103,7 @@ class LocalApex:
         self._recent: deque[tuple[float, float, float]] = deque(maxlen=_METRIC_WINDOW)
         self.eval_time_s = 0.0
         self.last_eval: dict[str, Any] | None = None
+        self.best = BestWeights()  # the best greedy evaluation's record and weights
         self._last_eval_at: float | None = None
         self.iteration = 0
         self.start_time = time.perf_counter()
@@ -110,8 +112,7 @@ class LocalApex:
             self._sync(worker)
 
     # -- the round ------------------------------------------------------
-    def elapsed(self) -> float:
-        """Seconds since the runner was built."""
+    def elapsed(self) -> float:  # seconds since the runner was built
         return time.perf_counter() - self.start_time
 
     def _weights(self) -> tuple[int, dict[str, np.ndarray]]:
@@ -214,6 +215,7 @@ class LocalApex:
             "eval_time_s": self.eval_time_s,
         }
         self._window_eval = self.last_eval
+        self.best.offer(self.last_eval, version, weights)  # in memory: self.best.weights
         return self.last_eval
 
     # -- iterations -----------------------------------------------------

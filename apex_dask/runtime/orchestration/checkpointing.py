@@ -41,6 +41,7 @@ from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
 __all__ = ["Checkpointer", "checkpoints_in", "latest_checkpoint"]
 
+
 class Checkpointer(Job):
     """Periodic and on-demand checkpoints of one run's actors and ``state`` under ``root``."""
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from apex_dask.algo.envs import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
 from apex_dask.experiment.tracking import TensorBoardSink, TrackingError, require_tensorboard
@@ -45,7 +46,11 @@ from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_fo
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
-from apex_dask.runtime.orchestration.resume import StartCheckpoints, restore_newest
+from apex_dask.runtime.orchestration.resume import (
+    StartCheckpoints,
+    open_tensorboard,
+    restore_newest,
+)
 from apex_dask.runtime.orchestration.state import RunState
 
 __all__ = ["ApexDriver", "ApexRuntimeError", "train"]
@@ -60,16 +65,20 @@ class ApexDriver:
     is used. ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
     when the config has that field): once training has started, env workers
     wait while transitions trained < rho * (items added to the replay - a few
-    fragments of slack), so a learner
-    slower than its env workers keeps the sample efficiency of the in-process
-    runner (which trains at ``learner.max_replay_ratio``). None: env workers
-    run free, as in Ape-X. ``tensorboard_dir``: every result dict that
-    :meth:`iterate` yields is also written there as TensorBoard scalars (tag =
-    metric name, step = ``timesteps_total``; needs the ``tensorboard`` extra),
-    appending to any log already in the folder; the config goes to the Text
-    tab. ``out_dir`` (the run's output folder) is shown beside the run id on
-    the ``/apex`` page, which lists every run on the scheduler and marks this
-    one done once :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    fragments of slack), so a learner slower than its env workers keeps the
+    sample efficiency of the in-process runner (which trains at
+    ``learner.max_replay_ratio``). None: env workers run free, as in Ape-X.
+    ``tensorboard_dir``: every result dict that :meth:`iterate` yields is also
+    written there as TensorBoard scalars (tag = metric name, step =
+    ``timesteps_total``; needs the ``tensorboard`` extra), appending to any log
+    in the folder (a resumed run purges the events past its checkpoint's step);
+    the config goes to the Text tab. ``out_dir`` (the run's output folder) is
+    shown beside the run id on the ``/apex`` page (marked done once :meth:`stop`
+    returns) and gets the best evaluation's ``weights-best.npz`` (:attr:`best`).
+    ``resume_from``: a checkpoint, or a folder whose newest checkpoint that
+    verifies is restored (:attr:`resumed_path`; skipped ones and leftovers removed
+    from ``checkpoint_dir``: one line each in :attr:`startup_notes`).
+    Raises :class:`ApexRuntimeError` (one line) for an unknown env
     id or a missing tensorboard package (checked before anything starts), a
     cluster without workers or actors that cannot be created.
     """
@@ -143,7 +152,10 @@ class ApexDriver:
             if start.candidates:
                 got = self._sync(restore_newest(self._plan.checkpoints, start.candidates, start))
                 self.resumed_path, self.resumed_from = got.path, got.metadata
-            self._tensorboard = self._open_tensorboard(tensorboard_dir)
+            if tensorboard_dir is not None:  # past the checkpoint's step: no fold in the curves
+                self._tensorboard = open_tensorboard(
+                    tensorboard_dir, self.config, self.run_id, self.resumed_from
+                )
         except BaseException:
             self._release()
             raise
@@ -158,21 +170,6 @@ class ApexDriver:
     def changes(self) -> list[str]:
         """Elastic runs: one line per env worker added or retired and per actor moved."""
         return [] if self._state is None else list(self._state.changes)
-
-    def _open_tensorboard(self, log_dir: str | os.PathLike[str] | None) -> TensorBoardSink | None:
-        """The TensorBoard sink; a resumed run's starts past the checkpoint's step, so the
-        events an earlier attempt wrote after it are purged (no fold in the curves)."""
-        if log_dir is None:
-            return None
-        meta = self.resumed_from or {}
-        purge = int(meta["timesteps_total"]) + 1 if "timesteps_total" in meta else None
-        try:
-            sink = TensorBoardSink(log_dir, purge_step=purge)
-        except TrackingError as exc:
-            raise ApexRuntimeError(str(exc)) from None
-        sink.write_text("config", self.config.to_yaml())
-        sink.write_text("run_id", self.run_id)
-        return sink
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -214,6 +211,7 @@ class ApexDriver:
             results=self._results,
             min_replay_ratio=self._min_replay_ratio,
             checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),
+            best_weights_dir=self._out_dir,
         )
 
     def _sync(self, coro: Any, timeout_s: float | None = None) -> Any:
@@ -315,6 +313,13 @@ class ApexDriver:
     def learner_state(self) -> dict[str, Any]:
         """The learner's full state (online, target, optimizer, counters) as numpy."""
         return self._live().learner.state_dict().result(timeout=self._timeout)
+
+    @property
+    def best(self) -> BestWeights | None:
+        """The best greedy evaluation so far: ``record`` (``eval/return_mean``,
+        ``timesteps_total``, ``weights_version``), ``weights``, ``path`` (``weights-best.npz``
+        under ``out_dir``; None without one) and ``summary()``."""
+        return None if self._plan is None else self._plan.evaluation.best
 
     @property
     def notes(self) -> list[str]:
