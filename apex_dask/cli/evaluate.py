@@ -165,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{PREFIX} {trained.source}: greedy eval {b.get('eval/return_mean', float('nan')):.1f} "
             f"at {int(b.get('timesteps_total', 0)):,} env steps "
-            f"(weights version {trained.version})",
+            f"(weights version {trained.version}; seed {b.get('eval/seed')}, "
+            f"{b.get('eval/episodes')} episodes)",
             flush=True,
         )
     cfg = trained.config

@@ -15,7 +15,10 @@ not timed out, and whose weights are all finite. With a folder it writes
 ``weights-best.npz`` atomically (temporary file, fsync, rename): the arrays of
 ``weights.npz`` (``__version__`` and the network's arrays) plus ``__best__``,
 the record as JSON; then ``weights-best.json``, the same record for people and
-scripts. ``apex-dask-eval RUN --best`` plays the file, ``--export`` takes it.
+scripts. The record: ``eval/return_mean``, ``eval/return_std``,
+``eval/episodes``, ``eval/returns``, ``eval/seed`` (episode i was reset with
+seed + i: ``apex-dask-eval RUN --best --seed S --episodes N`` plays the same
+episodes again), ``timesteps_total``, ``weights_version`` and ``time``. ``apex-dask-eval RUN --best`` plays the file, ``--export`` takes it.
 A folder that already holds a best (a resumed run) sets the bar: its file is
 replaced only by a better evaluation.
 """
@@ -104,7 +107,8 @@ class BestWeights:
         self, evaluation: Mapping[str, Any], version: int, weights: Mapping[str, Any]
     ) -> bool:
         """Keep ``weights`` if ``evaluation`` (``return_mean``, ``return_std``, ``returns``,
-        ``timed_out``, ``timesteps_total`` or ``timesteps``) beats :attr:`bar`; whether it did. A failed write
+        ``timed_out``, ``timesteps_total`` or ``timesteps``, ``seed``: episode i reset with
+        seed + i) beats :attr:`bar`; whether it did. A failed write
         raises ``OSError`` with the previous file in place."""
         mean = evaluation.get("return_mean")
         if not isinstance(mean, int | float) or not math.isfinite(mean) or mean <= self.bar:
@@ -114,10 +118,13 @@ class BestWeights:
         arrays = {str(k): np.array(v) for k, v in weights.items()}  # a copy, kept as it is
         if not arrays or not all(np.isfinite(a).all() for a in arrays.values()):
             return False
+        seed = evaluation.get("seed")
         record = {
             "eval/return_mean": float(mean),
             "eval/return_std": float(evaluation.get("return_std", math.nan)),
             "eval/episodes": len(evaluation.get("returns", ())),
+            "eval/returns": [float(x) for x in evaluation.get("returns", ())],
+            "eval/seed": None if seed is None else int(seed),
             "timesteps_total": int(
                 evaluation.get("timesteps_total", evaluation.get("timesteps", 0))
             ),

@@ -70,7 +70,7 @@ class Evaluation(Job):
             )
             weights = got.pop("weights", None)
             if weights is not None:
-                await self._keep_best(got, weights)
+                await self._keep_best({**got, "seed": seed}, weights)
             return got, now
 
         self._slot = slot
