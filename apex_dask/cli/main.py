@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument(
         "--resume",
         metavar="DIR",
-        help="continue the run that wrote DIR from its newest checkpoint (its config; "
-        "--stop-* and --set stop.*/topology.*/checkpoint.* may change)",
+        help="continue the run that wrote DIR from its newest checkpoint that verifies (its "
+        "config; --stop-* and --set stop.*/topology.*/checkpoint.* may change); rows of "
+        "results.jsonl past it move to results.rewound-N.jsonl",
     )
     o.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     o.add_argument(
