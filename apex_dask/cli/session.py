@@ -308,14 +308,8 @@ class RunSession:
         if self.started:
             print(format_summary(self.results, self._summary_reason(), self.best), flush=True)
         if self.out is not None and self.started:
-            names = (
-                "results.jsonl",
-                "final.json",
-                "config.yaml",
-                "weights.npz",
-                "weights-best.npz",
-            )
-            names += ("placement.json",)
+            names = ("results.jsonl", "final.json", "config.yaml", "weights.npz")
+            names += ("weights-best.npz", "placement.json")
             wrote = [n for n in names + self.reporter.outputs if (self.out / n).exists()]
             print(f"{PREFIX} wrote {', '.join(wrote)} to {self.out}", flush=True)
         if self.error is not None:
