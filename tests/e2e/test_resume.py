@@ -120,6 +120,7 @@ def test_kill_9_of_the_whole_group_then_resume_continues_the_run(tmp_path):
     note = "apex-dask-submit: note: "
     assert f"{note}removed 1 unfinished checkpoint write from {out / 'checkpoints'} (1.0 MB" in said
     assert not left.exists()
+    assert "checkpoint" not in resumed.stderr  # each said once, on the console's stdout
     skipped = next(x for x in said.splitlines() if x.startswith(f"{note}skipped checkpoint"))
     assert skipped.startswith(f"{note}skipped checkpoint {damaged.name}, it does not verify: ")
     assert f"{part}: " in skipped and skipped.endswith(f"moved it to {damaged.name}.damaged")
