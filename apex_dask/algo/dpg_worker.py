@@ -73,9 +73,11 @@ class DPGEnvWorker(ActingWorker):
         **envs: Any,
     ) -> None:
         """``envs``: :class:`ActingWorker`'s ``make_timeout_s``, ``step_timeout_s``,
-        ``restart_failed_envs``, ``max_env_errors_per_min`` and ``where``."""
+        ``restart_failed_envs``, ``max_env_errors_per_1k_steps``,
+        ``max_consecutive_env_errors`` and ``where``."""
         defaults = {"make_timeout_s": 60.0, "step_timeout_s": None, "where": ""}
-        defaults |= {"restart_failed_envs": True, "max_env_errors_per_min": 10}
+        defaults |= {"restart_failed_envs": True, "max_env_errors_per_1k_steps": 10}
+        defaults |= {"max_consecutive_env_errors": 5}
         super().__init__(
             env_factory,
             seed=seed,

@@ -53,9 +53,11 @@ env error. With ``restart_failed_envs`` it is counted (``env_errors``), the
 env is closed (a hung one is abandoned with its thread) and made again, its
 partial episode is dropped from the episode stats and its pending n-step
 steps are dropped; transitions already complete are kept. More than
-``max_env_errors_per_min`` errors within 60 s, or any error with restarts
-off, raise :class:`~apex_dask.algo.env_guard.EnvFailed` (one line naming the
-env, the error and the step); so does an env that fails to be made again
+``max_env_errors_per_1k_steps`` errors within the worker's last 1,000 env
+steps, ``max_consecutive_env_errors`` errors of one env in a row without a
+completed step, or any error with restarts off, raise
+:class:`~apex_dask.algo.env_guard.EnvFailed` (one line naming the env, the
+error and the step); so does an env that fails to be made again
 :data:`REMAKE_TRIES` times in a row. Errors making or resetting the first
 envs always raise it.
 """
@@ -118,7 +120,8 @@ class EnvWorker(ActingWorker):
         make_timeout_s: float = 60.0,
         step_timeout_s: float | None = None,
         restart_failed_envs: bool = True,
-        max_env_errors_per_min: int = 10,
+        max_env_errors_per_1k_steps: int = 10,
+        max_consecutive_env_errors: int = 5,
         vector_mode: str = "sync",
         where: str = "",
     ) -> None:
@@ -132,7 +135,8 @@ class EnvWorker(ActingWorker):
             make_timeout_s=make_timeout_s,
             step_timeout_s=step_timeout_s,
             restart_failed_envs=restart_failed_envs,
-            max_env_errors_per_min=max_env_errors_per_min,
+            max_env_errors_per_1k_steps=max_env_errors_per_1k_steps,
+            max_consecutive_env_errors=max_consecutive_env_errors,
             vector_mode=vector_mode,
             where=where,
         )

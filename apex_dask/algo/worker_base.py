@@ -57,7 +57,8 @@ class ActingWorker:
         make_timeout_s: float,
         step_timeout_s: float | None,
         restart_failed_envs: bool,
-        max_env_errors_per_min: int,
+        max_env_errors_per_1k_steps: int,
+        max_consecutive_env_errors: int,
         vector_mode: str,
         where: str,
     ) -> None:
@@ -76,7 +77,10 @@ class ActingWorker:
             self.env_id, make_timeout_s=make_timeout_s, step_timeout_s=step_timeout_s
         )
         self.policy = EnvErrorPolicy(
-            self.env_id, restart=restart_failed_envs, max_per_min=max_env_errors_per_min
+            self.env_id,
+            restart=restart_failed_envs,
+            max_per_1k_steps=max_env_errors_per_1k_steps,
+            max_consecutive=max_consecutive_env_errors,
         )
         self.seed = int(seed)
         self.rng = np.random.default_rng(seed)

@@ -107,7 +107,8 @@ def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
         "make_timeout_s": cfg.env.make_timeout_s,
         "step_timeout_s": cfg.env.step_timeout_s,
         "restart_failed_envs": cfg.workers.restart_failed_envs,
-        "max_env_errors_per_min": cfg.workers.max_env_errors_per_min,
+        "max_env_errors_per_1k_steps": cfg.workers.max_env_errors_per_1k_steps,
+        "max_consecutive_env_errors": cfg.workers.max_consecutive_env_errors,
     }
 
 

@@ -18,6 +18,7 @@ from apex_dask.algo.results import derive_seed
 from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.algo.worker_base import ActingWorker
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import (
     Hook,
     build_shards,
@@ -36,7 +37,7 @@ from apex_dask.experiment.results import (
     shard_metrics,
 )
 from apex_dask.experiment.stop import StopRule
-from apex_dask.local.checkpoint import load_runner_checkpoint, restore_runner, save_runner
+from apex_dask.local.checkpoint import load_newest_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
 
@@ -101,6 +102,7 @@ class LocalApex:
         self._recent: deque[tuple[float, float, float]] = deque(maxlen=_METRIC_WINDOW)
         self.eval_time_s = 0.0
         self.last_eval: dict[str, Any] | None = None
+        self.best = BestWeights()  # the best greedy evaluation's record and weights
         self._last_eval_at: float | None = None
         self.iteration = 0
         self.start_time = time.perf_counter()
@@ -109,8 +111,7 @@ class LocalApex:
             self._sync(worker)
 
     # -- the round ------------------------------------------------------
-    def elapsed(self) -> float:
-        """Seconds since the runner was built."""
+    def elapsed(self) -> float:  # seconds since the runner was built
         return time.perf_counter() - self.start_time
 
     def _weights(self) -> tuple[int, dict[str, np.ndarray]]:
@@ -215,6 +216,7 @@ class LocalApex:
             "eval_time_s": self.eval_time_s,
         }
         self._window_eval = self.last_eval
+        self.best.offer(self.last_eval, version, weights)  # in memory: self.best.weights
         return self.last_eval
 
     # -- iterations -----------------------------------------------------
@@ -363,8 +365,9 @@ class LocalApex:
 
     @classmethod
     def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
-        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
-        parts, meta = load_runner_checkpoint(path)  # refuses NaN weights, names the file
+        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given),
+        or from the newest good one in a folder of ``ckpt-N`` (``load_newest_runner_checkpoint``)."""
+        parts, meta, _ = load_newest_runner_checkpoint(path)  # refuses NaN weights, names it
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
         restore_runner(apex, parts)
         for worker in apex.workers:
