@@ -29,7 +29,7 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
+from apex_dask.runtime.orchestration.placement import only_workers
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
 from apex_dask.runtime.orchestration.state import RunState
 
@@ -69,7 +70,8 @@ class ApexDriver:
     appending to any log already in the folder; the config goes to the Text
     tab. ``out_dir`` (the run's output folder) is shown beside the run id on
     the ``/apex`` page, which lists every run on the scheduler and marks this
-    one done once :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    one done once :meth:`stop` returns. ``workers`` (names or addresses): place the
+    actors on these workers only (several runs sharing a cluster). Raises :class:`ApexRuntimeError` (one line) for an unknown env
     id or a missing tensorboard package (checked before anything starts), a
     cluster without workers or actors that cannot be created.
     """
@@ -87,6 +89,7 @@ class ApexDriver:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume_from: str | os.PathLike[str] | None = None,
         out_dir: str | os.PathLike[str] | None = None,
+        workers: Sequence[str] | None = None,
     ) -> None:
         self.config = config
         self._out_dir = None if out_dir is None else str(Path(out_dir).resolve())
@@ -134,8 +137,8 @@ class ApexDriver:
             raise ApexRuntimeError("ApexDriver needs a synchronous dask Client (not asynchronous)")
         self._client = client
         try:
-            workers = wait_for_workers(client, 1, worker_wait_s)
-            placement = start_placement(workers, config)
+            found = only_workers(wait_for_workers(client, 1, worker_wait_s), workers)
+            placement = start_placement(found, config)
             if config.topology.elastic:
                 install_handover(client)
             self.dashboard_link: str | None = self._dashboard()
