@@ -145,7 +145,11 @@ def run(args: argparse.Namespace) -> int:
     import_optuna()
     k = args.concurrent or spec.concurrent or 1
     if args.jobs is None:
-        args.jobs = k
+        args.jobs = k  # --cluster: one env-worker job per trial ...
+    if getattr(args, "cluster", None) and not any(
+        o.replace("-", "_").startswith("learner_processes=") for o in args.jobqueue_opt
+    ):
+        args.jobqueue_opt.append(f"learner_processes={k}")  # ... and a learner process each
     check_cluster_flags(args)
     embedded = is_embedded(args)
     _probe(spec, embedded)
@@ -264,8 +268,14 @@ def _open(
     client, cluster = open_cluster(
         args, spec.base, prefix=PREFIX, local_workers=k * w, tls_dir=folder / "tls"
     )
+    from apex_dask.runtime.observability.preload import dashboard_url
+
     where = f"embedded LocalCluster ({k * w} workers)" if embedded else "cluster"
-    say(f"running on the {where}: {getattr(client, 'dashboard_link', '')}")
+    try:
+        link = dashboard_url(client)
+    except Exception:  # no dashboard
+        link = None
+    say(f"running on the {where}" + (f"; trials on {link}" if link else ""))
     return client, cluster
 
 
