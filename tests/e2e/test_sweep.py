@@ -118,6 +118,8 @@ def test_six_trials_two_at_once_pruned_killed_resumed_and_best_trains(tmp_path):
     for lost in by_state["FAIL"]:  # each interrupted trial ran again with its own values
         assert any(t.params == lost.params and t.number > lost.number for t in finished)
     assert {t.params["learner.lr"] for t in finished} == {0.004, 1e-7}
+    # the resumed sampler draws new values (not its first ones again): six different alphas
+    assert len({t.params["replay.alpha"] for t in finished}) == 6
 
     # at least one weak trial was pruned early, and its folder says where
     pruned = by_state.get("PRUNED", [])
@@ -244,3 +246,49 @@ def test_a_grid_over_two_values_runs_exactly_those_configs_on_a_running_schedule
     assert {str(f.resolve()) for f in folders} <= set(shown), runs
     assert all(shown[str(f.resolve())]["done"] for f in folders)
     assert group_left(proc.pid) == []
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_stops_the_running_trials_which_save_and_leaves_nothing_running(tmp_path):
+    optuna = pytest.importorskip("optuna")
+    space = tmp_path / "long.yaml"
+    space.write_text(
+        f"base: {{preset: cartpole, set: {SET}}}\n"
+        "space: {replay.alpha: {uniform: [0.4, 0.7]}}\n"
+        "budget: {time_s: 300}\n"
+    )
+    out = tmp_path / "long"
+    proc = start(str(space), "--trials", "4", "--concurrent", "2", "--out", str(out))
+    deadline = time.monotonic() + 400
+    logs = [out / f"trial-{i:04d}" / "results.jsonl" for i in (0, 1)]
+    while time.monotonic() < deadline and proc.poll() is None:
+        if all(p.is_file() and p.stat().st_size > 0 for p in logs):
+            break  # both trials are training
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[0]
+    os.kill(proc.pid, signal.SIGTERM)
+    log = proc.communicate(timeout=180)[0]
+    assert proc.returncode == 75, log
+    assert f"continue with apex-dask-sweep --resume {out}" in log.splitlines()[-1]
+    assert group_left(proc.pid) == [], "the stopped sweep left processes running"
+    for i in (0, 1):
+        folder = out / f"trial-{i:04d}"
+        status = json.loads((folder / "status.json").read_text())
+        assert status["state"] == "interrupted", status
+        assert (folder / "weights.npz").is_file() and (folder / "final.json").is_file()
+        assert status["steps"] > 0
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    study = optuna.load_study(
+        study_name="apex-sweep",
+        storage=JournalStorage(JournalFileBackend(str(out / "study.journal"))),
+    )
+    states = [(t.number, t.state.name, t.user_attrs.get("interrupted")) for t in study.trials]
+    assert states == [
+        (0, "FAIL", True),
+        (1, "FAIL", True),
+        (2, "WAITING", None),
+        (3, "WAITING", None),
+    ]
+    queued = [study.trials[n].system_attrs["fixed_params"] for n in (2, 3)]
+    assert queued == [study.trials[n].params for n in (0, 1)]  # queued again, same values

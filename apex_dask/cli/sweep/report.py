@@ -105,9 +105,13 @@ def write_best(folder: Path, study: Any, spec: SweepSpec, rows: list[dict[str, A
         f"# run it: apex-dask-submit --config best.yaml --out DIR\n"
     )
     write_text(folder / "best.yaml", header + cfg.to_yaml())
-    return (
+    line = (
         f"trial {best['trial']} ({best['folder']}): {spec.objective.metric} {best['objective']:.4g}"
     )
+    for name in ("weights-best.npz", "weights.npz"):  # the best weights where the run wrote them
+        if (folder / best["folder"] / name).is_file():
+            return f"{line}, weights {best['folder']}/{name}"
+    return line
 
 
 def draw_plots(folder: Path, study: Any) -> list[str]:

@@ -113,8 +113,10 @@ def _storage(optuna: Any, folder: Path) -> Any:
     return JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
 
 
-def _sampler(optuna: Any, spec: SweepSpec) -> Any:
-    seed = spec.sampler.seed
+def _sampler(optuna: Any, spec: SweepSpec, offset: int = 0) -> Any:
+    """The sampler, seeded; ``offset`` (the trials already in a resumed study) moves the
+    seed so a resumed sweep does not draw its first values again."""
+    seed = spec.sampler.seed + offset
     if spec.sampler.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
@@ -146,6 +148,7 @@ def open_study(folder: Path, spec: SweepSpec, trials: int, *, create: bool) -> A
         study.set_user_attr("trials", trials)
     else:
         study = optuna.load_study(storage=storage, study_name=STUDY_NAME, **kwargs)
+        study.sampler = _sampler(optuna, spec, offset=len(study.get_trials(deepcopy=False)))
     queued = int(study.user_attrs.get("grid_enqueued", 0))
     points = spec.space.grid_points()
     if points and trials > queued:  # round-robin over the grid up to the trial count

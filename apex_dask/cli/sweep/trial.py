@@ -144,8 +144,10 @@ class TrialRun:
             message,
             self.pruned_at if state == "pruned" else None,
         )
+        names = ("config.yaml", "results.jsonl", "final.json", "weights.npz", "weights-best.npz")
+        files = [n for n in names if (self.folder / n).is_file()]
         try:
-            write_json(self.folder / "status.json", outcome.as_dict())
+            write_json(self.folder / "status.json", {**outcome.as_dict(), "files": files})
         except Exception:
             pass
         return outcome
