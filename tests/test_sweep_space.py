@@ -192,3 +192,55 @@ def test_a_torn_last_journal_line_is_cut_and_the_study_reads_back(tmp_path):
     )
     again.tell(again.ask(), 2.0)  # appends after a whole line
     assert [t.value for t in again.trials] == [1.0, 2.0]
+
+
+def test_the_sweep_file_defaults_and_its_written_form_read_back_the_same(tmp_path):
+    import yaml
+
+    from apex_dask.cli.sweep.spec import spec_from_dict
+
+    data = {
+        "base": {"preset": "cartpole", "set": {"stop.timesteps": 4000, "eval.episodes": 3}},
+        "space": {"learner": {"lr": {"loguniform": [1e-4, 1e-2]}}},
+    }
+    spec = spec_from_dict(data, tmp_path)
+    assert spec.budget.env_steps == 4000 and spec.budget.time_s is None  # the base's own stop
+    assert (spec.objective.metric, spec.objective.mode, spec.objective.use) == (
+        "eval/return_mean",
+        "max",
+        "best",
+    )
+    assert (spec.sampler.name, spec.pruner.name) == ("tpe", "median")
+    cfg = spec.trial_config({"learner.lr": 1e-3})
+    assert cfg.learner.lr == 1e-3 and cfg.stop.timesteps == 4000 and cfg.eval.episodes == 3
+    (tmp_path / "base.yaml").write_text(spec.base.to_yaml())
+    again = spec_from_dict(yaml.safe_load(yaml.safe_dump(spec.to_dict("base.yaml"))), tmp_path)
+    assert again.base == spec.base and again.space == spec.space
+    assert (again.objective, again.budget, again.pruner) == (
+        spec.objective,
+        spec.budget,
+        spec.pruner,
+    )
+
+
+def test_the_score_is_the_best_or_the_last_finite_value():
+    from apex_dask.cli.sweep.spec import Objective
+    from apex_dask.cli.sweep.trial import Score
+
+    values = [
+        {"eval/return_mean": 20.0},
+        {"x": 1},
+        {"eval/return_mean": float("nan")},
+        {"eval/return_mean": 50.0},
+        {"eval/return_mean": 30.0},
+    ]
+    best, final, low = (
+        Score(Objective()),
+        Score(Objective(use="final")),
+        Score(Objective(mode="min")),
+    )
+    for v in values:
+        for s in (best, final, low):
+            s.update(v)
+    assert (best.value, final.value, low.value) == (50.0, 30.0, 20.0)
+    assert best.count == 3

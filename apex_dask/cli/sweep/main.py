@@ -299,7 +299,9 @@ def _runner(
         say(f"{len(workers)} worker(s) for {k} slots: trials share workers")
     for i, g in enumerate(groups):
         say(f"slot {i}: {g.describe()}")
-    return SweepRunner(folder, spec, study, client, groups, trials=trials, stop=stop, say=say)
+    return SweepRunner(
+        folder, spec, study, client, groups, trials=trials, stop=stop, say=say, quiet=args.quiet
+    )
 
 
 def _exit_code(

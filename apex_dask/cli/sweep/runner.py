@@ -56,9 +56,11 @@ class SweepRunner:
         trials: int,
         stop: threading.Event,
         say: Callable[[str], None],
+        quiet: bool = False,
     ) -> None:
         self.folder, self.spec, self.study, self.client = folder, spec, study, client
         self.groups, self.trials, self.stop, self._say = groups, trials, stop, say
+        self.quiet = quiet
         self.lock = threading.Lock()
         self.active = 0
         self.outcomes: list[TrialOutcome] = []
@@ -122,9 +124,10 @@ class SweepRunner:
         except ConfigError as exc:
             outcome = TrialOutcome(trial.number, "failed", None, 0, 0.0, str(exc))
         else:
-            self.say(
-                f"trial {trial.number} started on {group.learner.name}: {format_params(params)}"
-            )
+            if not self.quiet:
+                self.say(
+                    f"trial {trial.number} started on {group.learner.name}: {format_params(params)}"
+                )
 
             def report(value: float, step: int) -> bool:
                 with self.lock:
