@@ -92,12 +92,18 @@ def run_mode(case: dict, time_s: float, concurrent: int, work: Path) -> dict:
         raise SystemExit(f"sweep failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr}")
     rows = json.loads((out / "trials.json").read_text())["trials"]
     steps = sum(r["steps"] for r in rows)
+    trained = [
+        json.loads((out / r["folder"] / "final.json").read_text()).get("time_s", 0.0) for r in rows
+    ]
     return {
         "concurrent": concurrent,
         "workers": k * w,
         "trials": len(rows),
         "wall_s": round(wall, 1),
         "trial_wall_s": [round(r["wall_s"], 1) for r in rows],
+        # a trial's wall time less its training time: making its actors (and, on cold
+        # workers, importing torch there)
+        "trial_start_s": [round(r["wall_s"] - t, 1) for r, t in zip(rows, trained, strict=True)],
         "steps_sum": steps,
         "steps_per_wall_s": round(steps / wall, 1),
     }
@@ -133,9 +139,12 @@ def main() -> None:
                 ),
             }
     print()
-    head = "| case | K | workers | mode | wall s | sum of trial env steps | env steps / wall s |"
+    head = (
+        "| case | K | workers | mode | wall s | trial start s | sum of trial env steps "
+        "| env steps / wall s |"
+    )
     print(head)
-    print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |")
     for name, r in results["cases"].items():
         for label, m in (
             ("K at once", r["at_once"]),
@@ -143,6 +152,7 @@ def main() -> None:
         ):
             print(
                 f"| {name} | {r['k']} | {m['workers']} | {label} | {m['wall_s']:.0f} | "
+                f"{', '.join(f'{x:.0f}' for x in m['trial_start_s'])} | "
                 f"{m['steps_sum']:,} | {m['steps_per_wall_s']:,.0f} |"
             )
     print()
