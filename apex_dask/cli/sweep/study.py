@@ -147,7 +147,13 @@ def open_study(folder: Path, spec: SweepSpec, trials: int, *, create: bool) -> A
         )
         study.set_user_attr("trials", trials)
     else:
-        study = optuna.load_study(storage=storage, study_name=STUDY_NAME, **kwargs)
+        try:
+            study = optuna.load_study(storage=storage, study_name=STUDY_NAME, **kwargs)
+        except KeyError:
+            raise SweepError(
+                f"{folder / JOURNAL} holds no study (the sweep was stopped before its first "
+                "trial); start it again in a new folder"
+            ) from None
         study.sampler = _sampler(optuna, spec, offset=len(study.get_trials(deepcopy=False)))
     queued = int(study.user_attrs.get("grid_enqueued", 0))
     points = spec.space.grid_points()
