@@ -256,7 +256,9 @@ def _sweep(
     )
     for note in draw_plots(folder, study):
         say(note)
-    return _exit_code(folder, study, signals, runner, error, args)
+    code = _exit_code(folder, study, signals, runner, error, args)
+    signals.restore()  # kept after a stop: a second signal still exits at once
+    return code
 
 
 def _open(
