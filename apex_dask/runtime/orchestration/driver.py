@@ -29,7 +29,7 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
+from apex_dask.runtime.orchestration.placement import only_workers
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
 from apex_dask.runtime.orchestration.resume import (
     StartCheckpoints,
@@ -77,8 +78,8 @@ class ApexDriver:
     returns) and gets the best evaluation's ``weights-best.npz`` (:attr:`best`).
     ``resume_from``: a checkpoint, or a folder whose newest checkpoint that
     verifies is restored (:attr:`resumed_path`; skipped ones and leftovers removed
-    from ``checkpoint_dir``: one line each in :attr:`startup_notes`).
-    Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    from ``checkpoint_dir``: one line each in :attr:`startup_notes`). ``workers``: only
+    these workers (runs sharing a cluster). Raises :class:`ApexRuntimeError` for an unknown env
     id or a missing tensorboard package (checked before anything starts), a
     cluster without workers or actors that cannot be created.
     """
@@ -96,6 +97,7 @@ class ApexDriver:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume_from: str | os.PathLike[str] | None = None,
         out_dir: str | os.PathLike[str] | None = None,
+        workers: Sequence[str] | None = None,
     ) -> None:
         self.config = config
         self._out_dir = None if out_dir is None else str(Path(out_dir).resolve())
@@ -140,8 +142,8 @@ class ApexDriver:
             raise ApexRuntimeError("ApexDriver needs a synchronous dask Client (not asynchronous)")
         self._client = client
         try:
-            workers = wait_for_workers(client, 1, worker_wait_s)
-            placement = start_placement(workers, config)
+            found = only_workers(wait_for_workers(client, 1, worker_wait_s), workers)
+            placement = start_placement(found, config)
             if config.topology.elastic:
                 install_handover(client)
             self.dashboard_link: str | None = self._dashboard()
