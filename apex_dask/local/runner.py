@@ -182,9 +182,7 @@ class LocalApex:
                 td_abs, metrics = self.learner.update(batch.data, batch.weights)
             self.grad_cpu_timer.push(time.thread_time() - c0)
             update = batch.priority_update(td_abs)
-            self.shards[update.shard_id].update_priorities(
-                update.indices, update.priorities, update.generations
-            )
+            self.shards[update.shard_id].update_priorities(*update.args()[:3])
         self._recent.append((metrics["loss"], metrics["mean_q"], metrics["grad_norm"]))
         return True
 
