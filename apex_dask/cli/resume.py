@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apex_dask.algo.checkpoint import CheckpointError, read_manifest
 from apex_dask.cli.checks import UsageError, stop_flags
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import CheckpointError, read_manifest
 
 __all__ = ["RESUMABLE", "ResumePoint", "resolve_resume"]
 

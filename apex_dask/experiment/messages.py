@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apex_dask.algo.replay_sample import PriorityUpdate, ReplaySample
+from apex_dask.algo.replay.sample import PriorityUpdate, ReplaySample
 
 __all__ = ["PriorityUpdate", "ReplayedBatch", "RolloutSummary"]
 
@@ -44,6 +44,6 @@ class RolloutSummary:
 
 ReplayedBatch = ReplaySample
 """A prioritized batch from shard ``shard_id``: the algorithm's own
-:class:`~apex_dask.algo.replay_sample.ReplaySample` (``indices, weights, data,
+:class:`~apex_dask.algo.replay.sample.ReplaySample` (``indices, weights, data,
 shard_id, added``; ``added`` the items ever added to that shard), one type from
 the shard's ``sample`` to the learner in both runners."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from apex_dask.experiment.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:
     from apex_dask.local.runner import LocalApex

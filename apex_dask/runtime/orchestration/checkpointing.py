@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apex_dask.algo.checkpoint import (
+from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import (
     CheckpointError,
     StagedCheckpoint,
     read_manifest,
     read_part,
 )
-from apex_dask.config import ApexConfig
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.orchestration.state import RunState
 from apex_dask.runtime.orchestration.tasks import Job, TaskSet
