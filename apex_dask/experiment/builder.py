@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from apex_dask.algo.agents.registry import agent
 from apex_dask.algo.agents.spec import AgentBuilder, AgentSpec, WorkerSpec
 from apex_dask.algo.envs.factory import EnvFactory, make_env_factory
-from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.config import ApexConfig, ConfigError
 from apex_dask.experiment.stats import derive_seed
+
+if TYPE_CHECKING:
+    from apex_dask.algo.replay.shard import ReplayShard
 
 __all__ = [
     "Hook",
@@ -119,6 +121,8 @@ def shard_actor_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
 
 def build_shards(cfg: ApexConfig) -> list[ReplayShard]:
     """The ``replay.num_shards`` shards of an in-process run."""
+    from apex_dask.algo.replay.shard import ReplayShard  # numba: only where shards are made
+
     return [ReplayShard(**shard_kwargs(cfg, k)) for k in range(cfg.replay.num_shards)]
 
 
