@@ -139,7 +139,8 @@ class ReplayConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """The learner: n-step double dueling DQN with Adam."""
+    """The learner: the batch and queue settings of every agent, and the DQN agent's network
+    and optimizer (the DPG agent's networks are in ``dpg``)."""
 
     batch_size: int = 512
     """Transitions per sampled batch (RLlib ``train_batch_size``)."""
@@ -190,7 +191,7 @@ class LearnerConfig:
 
 @dataclass(frozen=True)
 class EnvWorkersConfig:
-    """The epsilon-greedy env workers (RLlib rollout workers)."""
+    """The env workers (RLlib rollout workers): epsilon-greedy for DQN, noisy for DPG."""
 
     num_workers: int = 32
     """Number of env worker actors; with ``topology.elastic``, the most there may be (the

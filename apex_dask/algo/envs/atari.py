@@ -21,7 +21,7 @@ learner should see into ``info``:
     info["train_terminated"] = terminated or (a life was lost in this step)
     info["train_reward"]     = sign(reward)   (clip_rewards=True; else reward)
 
-:class:`~apex_dask.algo.agents.dqn.worker.EnvWorker` feeds these to its n-step adder
+:class:`~apex_dask.algo.rollout.worker.ActingWorker` feeds these to its n-step adder
 (a life loss cuts the n-step return with discount 0, as DeepMind's
 ``EpisodicLifeEnv`` did) and keeps the raw reward and the true
 ``terminated``/``truncated`` for its episode statistics. Envs without

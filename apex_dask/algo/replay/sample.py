@@ -1,9 +1,8 @@
 """What a replay shard's ``sample`` returns, and what goes back: the two types between a
 shard and the learner.
 
-Both runners hand a :class:`ReplaySample` from the shard to the learner as it is
-(``experiment.messages.ReplayedBatch`` is this type); the learner returns a
-:class:`PriorityUpdate` to ``shard_id``.
+Both runners hand a :class:`ReplaySample` from the shard to the learner as it is;
+the learner returns a :class:`PriorityUpdate` to ``shard_id``.
 """
 
 from __future__ import annotations
@@ -73,8 +72,7 @@ class ReplaySample:
     is the items ever added to the shard when it was drawn (the learner's
     replay-ratio gate reads it); ``shard_id`` the shard it came from, set by
     whoever knows it (:meth:`with_shard_id`; 0 for a lone shard). This one
-    type goes from the shard to the learner in both runners
-    (``experiment.messages.ReplayedBatch`` is it).
+    type goes from the shard to the learner in both runners.
 
     ``lease`` is set on a sample read in place from shared memory
     (:mod:`apex_dask.runtime.actors.shared_batches`): its ``data`` arrays are views into a

@@ -1,4 +1,4 @@
-"""Greedy evaluation episodes of an :class:`~apex_dask.algo.agents.dqn.worker.EnvWorker`.
+"""Greedy evaluation episodes of an env worker (:class:`~apex_dask.algo.rollout.worker.ActingWorker`).
 
 ::
 

@@ -12,8 +12,9 @@ When fewer workers than the ladder's N run (an elastic run that grows up to
 N), the slots are taken in :func:`ladder_fill_order`: the two ends first, then
 always the slot farthest from those taken, so any count spans the ladder from
 ``base`` to ``base ** (1 + alpha)`` (2 of N slots are exactly the 2-worker ladder).
-The epsilon-greedy choice itself is made, batched over a worker's envs, by
-:class:`apex_dask.algo.agents.dqn.worker.EnvWorker` (one draw per env, one forward for the greedy ones).
+The same ladder gives the DPG agent's noise scales. An agent's worker makes
+the exploring choice itself (the DQN agent: one draw per env, one forward for
+the greedy ones).
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ hooks and a :class:`~apex_dask.algo.rollout.vector_nstep.VectorNStepAdder` as
 - ``_episodes_ended(mask)``: envs whose episode ended or failed (noise resets);
 - ``_end_fragment()``: the values of the states the envs act on next.
 
-:class:`~apex_dask.algo.agents.dqn.worker.EnvWorker` (epsilon-greedy, Q-values) and
-:class:`~apex_dask.algo.agents.dpg.worker.DPGEnvWorker` (deterministic policy plus
-noise) are the two.
+Each agent's worker (in its folder under ``agents/``) is one: DQN's
+epsilon-greedy over Q-values, DPG's deterministic policy plus noise.
 """
 
 from __future__ import annotations

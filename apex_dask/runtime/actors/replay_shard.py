@@ -3,8 +3,7 @@
 A shard usually lives on the learner's worker; its methods run on that
 worker's event loop, so none of them may block (each is a few milliseconds
 of numpy at most). ``sample()`` answers with the shard's own
-:class:`~apex_dask.algo.replay.sample.ReplaySample` (``ReplayedBatch`` in
-:mod:`apex_dask.experiment.messages`), its ``shard_id`` filled in.
+:class:`~apex_dask.algo.replay.sample.ReplaySample`, its ``shard_id`` filled in.
 """
 
 from __future__ import annotations

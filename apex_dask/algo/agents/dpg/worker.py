@@ -1,6 +1,6 @@
 """A DPG env worker: a deterministic policy plus per-worker noise, with initial priorities.
 
-Usage loop (the same as :class:`~apex_dask.algo.agents.dqn.worker.EnvWorker`'s)::
+Usage loop (every agent's worker's)::
 
     worker = DPGEnvWorker(make_env_factory("Pendulum-v1"), sigma=0.3, seed=1,
                           rollout=RolloutSpec(), options=DPGOptions())
