@@ -227,10 +227,10 @@ def test_no_agent_imports_another_agents_folder():
         f"{module} -> {target}"
         for module, targets in GRAPH.items()
         for target in targets
-        if module.startswith("apex_dask.algo.agents.")
+        if module.startswith("apex_dask.algo.agents.registry.")
         and (mine := _algo_place(module)[1]) is not None
         and (theirs := _algo_place(target)[1]) is not None
-        and target.startswith("apex_dask.algo.agents.")
+        and target.startswith("apex_dask.algo.agents.registry.")
         and theirs != mine
     ]
     assert bad == []

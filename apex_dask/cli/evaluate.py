@@ -8,9 +8,12 @@ Examples::
     apex-dask-eval runs/breakout --checkpoint ckpt-000012 --scheduler-file ~/sched.json
     apex-dask-eval runs/cartpole --video videos/ --video-episodes 2
     apex-dask-eval runs/cartpole --export cartpole.pt --episodes 0   # export only
+    apex-dask-eval runs/cartpole --best                       # the best evaluation's weights
+    apex-dask-eval runs/cartpole --best --export best.pt --episodes 0
     apex-dask-eval runs/pendulum --export pendulum.pt                # a dpg run: its actor
 
-It reads ``RUN_DIR/config.yaml`` and ``RUN_DIR/weights.npz`` (or a
+It reads ``RUN_DIR/config.yaml`` and ``RUN_DIR/weights.npz`` (or
+``weights-best.npz``, the weights of the run's best greedy evaluation, or a
 checkpoint), checks them (the env can be made here, the weights fit the
 config's network), plays the episodes over the cluster's workers
 (:mod:`apex_dask.runtime.orchestration.episodes`), prints a table and writes
@@ -66,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="play a checkpoint's weights instead of weights.npz: the newest, or NAME "
         "(e.g. ckpt-000007, or a path)",
     )
+    w.add_argument(
+        "--best",
+        action="store_true",
+        help="play weights-best.npz instead of weights.npz: the weights of the run's best "
+        "greedy evaluation (written whenever the evaluation mean improved)",
+    )
     e = p.add_argument_group("episodes")
     e.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes (default 10)")
     e.add_argument(
@@ -116,6 +125,8 @@ def check_args(args: argparse.Namespace) -> None:
     import math
 
     check_cluster_flags(args)
+    if getattr(args, "best", False) and args.checkpoint is not None:
+        raise UsageError("--best and --checkpoint each choose the weights: give one of them")
     if args.episodes < 0 or (args.episodes == 0 and not args.export):
         raise UsageError(f"--episodes {args.episodes} must be >= 1 (0 only with --export)")
     if not (math.isfinite(args.epsilon) and 0.0 <= args.epsilon <= 1.0):
@@ -148,7 +159,16 @@ def check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    trained = load_run(args.run_dir, args.checkpoint)
+    trained = load_run(args.run_dir, args.checkpoint, best=args.best)
+    if trained.best is not None:
+        b = trained.best
+        print(
+            f"{PREFIX} {trained.source}: greedy eval {b.get('eval/return_mean', float('nan')):.1f} "
+            f"at {int(b.get('timesteps_total', 0)):,} env steps "
+            f"(weights version {trained.version}; seed {b.get('eval/seed')}, "
+            f"{b.get('eval/episodes')} episodes)",
+            flush=True,
+        )
     cfg = trained.config
     spaces = probe_env(cfg)
     check_fits(trained, spaces)
@@ -226,6 +246,8 @@ def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
         "weights": trained.source,
         "weights_version": trained.version,
     }
+    if trained.best is not None:  # weights-best.npz: the evaluation that chose them
+        about["best_eval"] = trained.best
     program, meta = export_policy(
         target,
         agent_spec(cfg),

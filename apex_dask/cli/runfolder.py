@@ -5,10 +5,12 @@
     run = load_run("runs/cartpole")                          # config.yaml + weights.npz
     run = load_run("runs/cartpole", checkpoint="latest")     # the newest checkpoint
     run = load_run("runs/cartpole", checkpoint="ckpt-000007")
+    run = load_run("runs/cartpole", best=True)               # weights-best.npz
     check_fits(run, spaces)                                  # the config's network takes them
 
-Nothing is unpickled: ``weights.npz`` is loaded with ``allow_pickle=False``
-and a checkpoint's learner part through :mod:`apex_dask.experiment.checkpoint`
+Nothing is unpickled: ``weights.npz`` and ``weights-best.npz`` are loaded
+with ``allow_pickle=False`` once their array headers are checked against the
+file (:mod:`apex_dask.experiment.npz_check`), and a checkpoint's learner part through :mod:`apex_dask.experiment.checkpoint`
 (SHA-256 checked). A checkpoint brings its own config (the one the weights
 were trained with). Every problem is a one-line :class:`UsageError`.
 """
@@ -39,11 +41,15 @@ class TrainedRun:
     weights: dict[str, np.ndarray]
     version: int
     source: str
-    """``weights.npz`` or ``checkpoints/<name>``."""
+    """``weights.npz``, ``weights-best.npz`` or ``checkpoints/<name>``."""
+    best: dict[str, Any] | None = None
+    """With ``weights-best.npz``: its evaluation (``eval/return_mean``, ``timesteps_total``,
+    ``weights_version``)."""
 
 
-def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
-    """Read ``run_dir``'s config and weights (``checkpoint``: ``"latest"`` or a name/path)."""
+def load_run(run_dir: str, checkpoint: str | None = None, best: bool = False) -> TrainedRun:
+    """Read ``run_dir``'s config and weights (``checkpoint``: ``"latest"`` or a name/path;
+    ``best``: ``weights-best.npz``, the best greedy evaluation's)."""
     folder = Path(run_dir).expanduser()
     if not folder.exists():
         raise UsageError(f"run folder {run_dir!r} does not exist; {HINT}")
@@ -57,6 +63,8 @@ def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
         cfg = ApexConfig.from_yaml(folder / "config.yaml")
     except ConfigError as exc:
         raise UsageError(f"{folder / 'config.yaml'}: {exc}") from None
+    if best:
+        return _best(folder, cfg)
     path = folder / "weights.npz"
     if not path.is_file():
         from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
@@ -74,8 +82,24 @@ def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
     return TrainedRun(folder, cfg, weights, version, "weights.npz")
 
 
+def _best(folder: Path, cfg: ApexConfig) -> TrainedRun:
+    from apex_dask.experiment.best_weights import BEST_FILE, read_best_record
+
+    path = folder / BEST_FILE
+    if not path.is_file():
+        raise UsageError(
+            f"{str(folder)!r} has no {BEST_FILE} (written at the first greedy evaluation: "
+            "a run with eval.episodes > 0 that evaluated at least once); drop --best"
+        )
+    weights, version = _read_npz(path)
+    return TrainedRun(folder, cfg, weights, version, BEST_FILE, read_best_record(path))
+
+
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
+    from apex_dask.experiment.npz_check import check_npz
+
     try:
+        check_npz(path)  # a header declaring a huge shape: this line, not a MemoryError
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -84,6 +108,7 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:100]})"
         ) from None
     version = arrays.pop("__version__", None)
+    arrays.pop("__best__", None)  # weights-best.npz: its evaluation, as JSON
     if version is None or version.shape != () or not arrays:
         raise UsageError(
             f"{path} is not a weights file written by apex-dask-submit (no __version__)"

@@ -51,16 +51,20 @@ class StopSignals:
     """The CLI's handlers for SIGINT, SIGTERM and SIGUSR1 (see the module docstring)."""
 
     HANDLED = ("SIGINT", "SIGTERM", "SIGUSR1")
+    saving = {"SIGINT": "the weights", "SIGTERM": "a checkpoint and the weights"}
+    """What the first signal's line says is saved (a sweep sets its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = PREFIX) -> None:
+        self.prefix = prefix
         self.phase = "startup"
         self.requested: str | None = None
         self._previous: dict[int, Any] = {}
 
     @classmethod
-    def install(cls) -> StopSignals:
+    def install(cls, prefix: str = PREFIX) -> StopSignals:
+        """Install the handlers (main thread only); ``prefix`` starts their lines."""
         global _ACTIVE
-        self = _ACTIVE = cls()
+        self = _ACTIVE = cls(prefix)
         if threading.current_thread() is threading.main_thread():
             for name in cls.HANDLED:
                 signum = getattr(signal, name, None)
@@ -92,17 +96,19 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.requested is not None and name in ("SIGINT", "SIGTERM"):
             code = EXIT_INTERRUPTED if name == "SIGINT" else EXIT_TERMINATED
-            _say(f"{name} again: exiting now, without saving more (exit {code})")
+            _say(f"{name} again: exiting now, without saving more (exit {code})", self.prefix)
             _kill_children()
             os._exit(code)
         if self.requested is not None:
             return  # a repeated SIGUSR1: already stopping
         self.requested = name
         if self.phase == "startup":
-            _say(f"{name}: stopping while the run starts (Ctrl-C again to exit at once)")
+            _say(
+                f"{name}: stopping while the run starts (Ctrl-C again to exit at once)", self.prefix
+            )
             raise Interrupted(name)
-        what = "a checkpoint and " if name != "SIGINT" else ""
-        _say(f"{name}: stopping, saving {what}the weights (Ctrl-C again to exit at once)")
+        what = self.saving.get(name, self.saving["SIGTERM"])
+        _say(f"{name}: stopping, saving {what} (Ctrl-C again to exit at once)", self.prefix)
 
 
 _ACTIVE: StopSignals | None = None
@@ -150,9 +156,9 @@ def _kill_children() -> None:
             pass
 
 
-def _say(line: str) -> None:
+def _say(line: str, prefix: str = PREFIX) -> None:
     try:
-        sys.stderr.write(f"\n{PREFIX} {line}\n")
+        sys.stderr.write(f"\n{prefix} {line}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,9 +229,15 @@ class EnvWorkersConfig:
     """An env that raises, hangs (``env.step_timeout_s``) or returns a non-finite observation
     or reward is counted (``faults/env_errors``), closed and made again; its partial episode
     is dropped, complete n-step transitions are kept. false: the first env error ends the run."""
-    max_env_errors_per_min: int = 10
-    """With ``restart_failed_envs``: more env errors than this within 60 s in one env worker
-    end the run (an env that fails on every step)."""
+    max_env_errors_per_1k_steps: int = 10
+    """With ``restart_failed_envs``: more env errors than this within the last 1,000 env
+    steps of one env worker (all its envs) end the run. Relative to the work done: an env
+    that fails once every few thousand steps is survived at any step rate. (Replaces
+    ``max_env_errors_per_min``, which ended fast envs' runs and let slow broken ones go on.)"""
+    max_consecutive_env_errors: int = 5
+    """With ``restart_failed_envs``: an env that fails this many times in a row, made again
+    each time, without completing a step in between ends the run (a broken env, however
+    slow)."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +329,9 @@ class ApexConfig:
             )
         tree = self.to_dict()
         for key, value in overrides.items():
+            if key in RETIRED:  # accepted and ignored, with one line saying what replaced it
+                warnings.warn(RETIRED[key], FutureWarning, stacklevel=2)
+                continue
             key, value = _renamed(key, value)
             set_dotted(tree, key, value, list(_FIELD_DOCS))
         return build(ApexConfig, tree, "", list(_FIELD_DOCS))
@@ -340,6 +350,18 @@ class ApexConfig:
     def field_docs() -> dict[str, str]:
         """Dotted field name -> its docstring (for ``--help`` and docs)."""
         return dict(_FIELD_DOCS)
+
+
+RETIRED = {
+    "workers.max_env_errors_per_min": (
+        "workers.max_env_errors_per_min is no longer used and is ignored: a cap per minute "
+        "ended runs of fast envs and let slow broken ones go on; env errors are now capped "
+        "by workers.max_env_errors_per_1k_steps (default 10) and "
+        "workers.max_consecutive_env_errors (default 5)"
+    ),
+}
+"""Keys that are accepted (old config files and checkpoints still load) but ignored; each
+gives one ``FutureWarning`` line naming what replaced it."""
 
 
 def _renamed(key: Any, value: Any) -> tuple[Any, Any]:

@@ -176,7 +176,8 @@ def validate(cfg: Any) -> None:
     positive("workers.envs_per_worker", w.envs_per_worker)
     if w.vector_mode not in ("native", "sync"):
         raise bad("workers.vector_mode", w.vector_mode, "must be native or sync")
-    positive("workers.max_env_errors_per_min", w.max_env_errors_per_min)
+    positive("workers.max_env_errors_per_1k_steps", w.max_env_errors_per_1k_steps)
+    positive("workers.max_consecutive_env_errors", w.max_consecutive_env_errors)
     positive("env.make_timeout_s", cfg.env.make_timeout_s)
     if cfg.env.step_timeout_s is not None:
         positive("env.step_timeout_s", cfg.env.step_timeout_s)

@@ -72,7 +72,8 @@ def worker_spec(cfg: ApexConfig) -> WorkerSpec:
         make_timeout_s=ec.make_timeout_s,
         step_timeout_s=ec.step_timeout_s,
         restart_failed_envs=w.restart_failed_envs,
-        max_env_errors_per_min=w.max_env_errors_per_min,
+        max_env_errors_per_1k_steps=w.max_env_errors_per_1k_steps,
+        max_consecutive_env_errors=w.max_consecutive_env_errors,
     )
     return WorkerSpec(agent_spec(cfg), rollout)
 

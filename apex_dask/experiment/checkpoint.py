@@ -17,9 +17,14 @@ to the destination, :func:`write_part` fills it from anywhere that sees the
 same filesystem, and :meth:`StagedCheckpoint.commit` writes the manifest,
 fsyncs and renames the directory into place. A crash at any moment leaves
 the previous complete checkpoint (a directory with a manifest) and at most a
-hidden temporary one. Any problem on load (a missing, truncated or altered
-file, a foreign format) raises :class:`CheckpointError`, one line naming the
-file and the problem.
+hidden temporary one (:mod:`apex_dask.experiment.checkpoint_folder` removes those
+and picks the newest checkpoint that verifies). Any problem on load (a
+missing, truncated or altered file, a foreign format, a manifest entry naming
+a file outside the checkpoint's folder, an ``.npz`` header declaring more
+data than its file holds) raises :class:`DamagedCheckpoint`, a
+:class:`CheckpointError`: one line naming the file and the problem. Nothing
+is allocated from a declared size before it is checked against the file
+(:mod:`apex_dask.experiment.npz_check`).
 """
 
 from __future__ import annotations
@@ -37,15 +42,19 @@ from typing import Any
 
 import numpy as np
 
+from apex_dask.experiment.npz_check import NpzProblem, check_npz
+
 __all__ = [
     "FORMAT",
     "MANIFEST",
     "CheckpointError",
+    "DamagedCheckpoint",
     "StagedCheckpoint",
     "load_checkpoint",
     "read_manifest",
     "read_part",
     "save_checkpoint",
+    "verify_checkpoint",
     "write_part",
 ]
 
@@ -56,6 +65,11 @@ _TREE = "__tree__"
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be written or read; the message is one line."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A checkpoint whose files are not what its manifest says (missing, cut short,
+    altered, outside its folder, unreadable): an older checkpoint may still serve."""
 
 
 # -- trees <-> (JSON, arrays) ---------------------------------------------------
@@ -156,23 +170,53 @@ def write_part(directory: str | os.PathLike[str], name: str, tree: Any) -> dict[
     return {"file": path.name, "sha256": stream.sha256.hexdigest(), "bytes": stream.written}
 
 
-def read_part(directory: str | os.PathLike[str], entry: Mapping[str, Any]) -> Any:
-    """The tree of one manifest ``entry``, after checking its size and checksum."""
-    path = Path(directory) / str(entry["file"])
+def _part_path(directory: str | os.PathLike[str], entry: Any) -> Path:
+    """The file of manifest ``entry`` in ``directory`` (:class:`DamagedCheckpoint` for an
+    entry that is not ``{file, sha256, bytes}`` or names a file outside ``directory``)."""
+    folder = Path(directory)
+    if not isinstance(entry, Mapping):
+        raise DamagedCheckpoint(f"{folder / MANIFEST}: a part entry is not a mapping")
+    name, digest, size = entry.get("file"), entry.get("sha256"), entry.get("bytes")
+    if not isinstance(name, str) or not isinstance(digest, str):
+        raise DamagedCheckpoint(f"{folder / MANIFEST}: a part entry has no file name or sha256")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise DamagedCheckpoint(f"{folder / MANIFEST}: part {name!r} has no valid byte count")
+    path = folder / name
+    inside = name == Path(name).name and name not in ("", ".", "..") and "\\" not in name
+    if not inside or path.resolve().parent != folder.resolve():
+        raise DamagedCheckpoint(
+            f"{folder / MANIFEST}: part file {name!r} is outside the checkpoint folder "
+            "(refused; a part is a plain file name inside it)"
+        )
+    return path
+
+
+def _check_file(path: Path, entry: Mapping[str, Any], checksum: bool) -> None:
     if not path.is_file():
-        raise CheckpointError(f"{path}: missing (the checkpoint is incomplete)")
+        raise DamagedCheckpoint(f"{path}: missing (the checkpoint is incomplete)")
     size = path.stat().st_size
     if size != entry["bytes"]:
-        raise CheckpointError(f"{path}: {size} bytes, the manifest says {entry['bytes']}")
-    if _sha256(path) != entry["sha256"]:
-        raise CheckpointError(f"{path}: checksum mismatch (the file was altered or corrupted)")
+        raise DamagedCheckpoint(f"{path}: {size} bytes, the manifest says {entry['bytes']}")
+    if checksum and _sha256(path) != entry["sha256"]:
+        raise DamagedCheckpoint(f"{path}: checksum mismatch (the file was altered or corrupted)")
+    try:  # a file whose checksum matches may still declare more than it holds
+        check_npz(path)
+    except NpzProblem as exc:
+        raise DamagedCheckpoint(f"{path}: unreadable ({exc})") from None
+
+
+def read_part(directory: str | os.PathLike[str], entry: Mapping[str, Any]) -> Any:
+    """The tree of one manifest ``entry``, after checking where it is, its size, its arrays'
+    declared sizes and its checksum (:class:`DamagedCheckpoint` if any is wrong)."""
+    path = _part_path(directory, entry)
+    _check_file(path, entry, checksum=True)
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         spec = json.loads(arrays.pop(_TREE).tobytes().decode())
         return _decode(spec, arrays)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, io.UnsupportedOperation) as exc:
-        raise CheckpointError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+        raise DamagedCheckpoint(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
 
 
 class StagedCheckpoint:
@@ -247,7 +291,8 @@ def save_checkpoint(
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest of the checkpoint at ``path`` (:class:`CheckpointError` if none)."""
+    """The manifest of the checkpoint at ``path``, every part entry checked to name a file
+    inside ``path`` (:class:`CheckpointError` if none; :class:`DamagedCheckpoint` if bad)."""
     src = Path(path)
     manifest_path = src / MANIFEST
     if not manifest_path.is_file():
@@ -255,10 +300,25 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{manifest_path}: unreadable ({exc})") from None
+        raise DamagedCheckpoint(f"{manifest_path}: unreadable ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
         raise CheckpointError(f"{manifest_path}: format {found!r}, expected {FORMAT!r}")
+    parts, metadata = manifest.get("parts"), manifest.setdefault("metadata", {})
+    if not isinstance(parts, dict) or not isinstance(metadata, dict):
+        raise DamagedCheckpoint(f"{manifest_path}: no parts or metadata mapping")
+    for entry in parts.values():
+        _part_path(src, entry)
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike[str], *, checksums: bool = True) -> dict[str, Any]:
+    """The manifest of ``path`` once every part is checked as :func:`read_part` does
+    (without ``checksums``: all but the SHA-256, reading only headers); raises
+    :class:`CheckpointError` naming the first problem."""
+    manifest = read_manifest(path)
+    for entry in manifest["parts"].values():
+        _check_file(_part_path(path, entry), entry, checksums)
     return manifest
 
 

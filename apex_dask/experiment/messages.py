@@ -41,4 +41,3 @@ class RolloutSummary:
     episode_lengths: tuple[int, ...] = ()
     env_errors: int = 0
     warnings: tuple[str, ...] = ()
-

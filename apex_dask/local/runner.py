@@ -16,6 +16,7 @@ from apex_dask.algo.envs.probe import probe_spaces
 from apex_dask.algo.rollout.exploration import lowest_epsilon_workers
 from apex_dask.algo.rollout.worker import ActingWorker
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import (
     Hook,
     agent_spec,
@@ -37,7 +38,7 @@ from apex_dask.experiment.results import (
 from apex_dask.experiment.stats import derive_seed
 from apex_dask.experiment.stop import StopRule
 from apex_dask.experiment.timers import Timer, WindowStat
-from apex_dask.local.checkpoint import load_runner_checkpoint, restore_runner, save_runner
+from apex_dask.local.checkpoint import load_newest_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
 
@@ -100,6 +101,7 @@ class LocalApex:
         self._recent: deque[tuple[float, float, float]] = deque(maxlen=_METRIC_WINDOW)
         self.eval_time_s = 0.0
         self.last_eval: dict[str, Any] | None = None
+        self.best = BestWeights()  # the best greedy evaluation's record and weights
         self._last_eval_at: float | None = None
         self.iteration = 0
         self.start_time = time.perf_counter()
@@ -108,8 +110,7 @@ class LocalApex:
             self._sync(worker)
 
     # -- the round ------------------------------------------------------
-    def elapsed(self) -> float:
-        """Seconds since the runner was built."""
+    def elapsed(self) -> float:  # seconds since the runner was built
         return time.perf_counter() - self.start_time
 
     def _weights(self) -> tuple[int, dict[str, np.ndarray]]:
@@ -214,6 +215,7 @@ class LocalApex:
             "eval_time_s": self.eval_time_s,
         }
         self._window_eval = self.last_eval
+        self.best.offer(self.last_eval, version, weights)  # in memory: self.best.weights
         return self.last_eval
 
     # -- iterations -----------------------------------------------------
@@ -362,8 +364,9 @@ class LocalApex:
 
     @classmethod
     def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
-        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
-        parts, meta = load_runner_checkpoint(path)  # refuses NaN weights, names the file
+        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given),
+        or from the newest good one in a folder of ``ckpt-N`` (``load_newest_runner_checkpoint``)."""
+        parts, meta, _ = load_newest_runner_checkpoint(path)  # refuses NaN weights, names it
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
         restore_runner(apex, parts)
         for worker in apex.workers:

@@ -27,7 +27,7 @@ from apex_dask.algo.rollout.spec import RolloutSpec
 def _native(env_id: str, num_envs: int = 1, seed: int = 1, **kwargs):
     factory = make_env_factory(env_id, **kwargs)
     guard = EnvGuard(env_id)
-    policy = EnvErrorPolicy(env_id, restart=True, max_per_min=10)
+    policy = EnvErrorPolicy(env_id, restart=True, max_per_1k_steps=10)
     rng = np.random.default_rng(0)
     return NativeAtariEnvs(
         factory, num_envs=num_envs, seed=seed, guard=guard, policy=policy, rng=rng, noop_max=0

@@ -149,6 +149,41 @@ def test_a_corrupt_checkpoint_is_refused_naming_the_file(trained, client, tmp_pa
         ApexDriver(config(), client, resume_from=copy)
 
 
+def test_resume_skips_a_damaged_newest_checkpoint_and_removes_leftovers(trained, client, tmp_path):
+    """keep=2 keeps an older good checkpoint; a resume uses it, naming the one it skipped
+    (a flipped byte only the shard actor's SHA-256 finds) and the bytes freed. The damaged
+    one is moved aside, so the next save's rotation keeps the good one."""
+    import shutil
+
+    from apex_dask.experiment.checkpoint import load_checkpoint
+
+    root = tmp_path / "checkpoints"
+    good, bad = root / "ckpt-000001", root / "ckpt-000002"
+    shutil.copytree(latest_checkpoint(trained["root"]), good)
+    shutil.copytree(good, bad)
+    data = bytearray((bad / "shard_1.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (bad / "shard_1.npz").write_bytes(bytes(data))
+    killed = root / ".ckpt-000003.tmp-k1"  # a write killed half-way
+    killed.mkdir()
+    (killed / "shard_0.npz").write_bytes(b"\0" * 10_000)
+    with ApexDriver(config(), client, checkpoint_dir=root, resume_from=root) as d:
+        version, weights = d.learner_weights()
+        notes, resumed = list(d.startup_notes), d.resumed_path
+    assert not killed.exists()
+    assert notes[0] == f"removed 1 unfinished checkpoint write from {root} (10.0 kB freed)"
+    assert notes[1].startswith("skipped checkpoint ckpt-000002, it does not verify: ")
+    assert "shard_1.npz: checksum mismatch" in notes[1]
+    assert notes[1].endswith("; moved it to ckpt-000002.damaged")
+    assert len(notes) == 2 and resumed == good
+    assert (root / "ckpt-000002.damaged" / "shard_1.npz").exists()
+    assert [p.name for p in checkpoints_in(root)] == ["ckpt-000001", "ckpt-000002"]  # + "end"
+    saved = load_checkpoint(good)[0]["learner"]
+    assert version == saved["counters"]["version"]
+    for name, arr in saved["online"].items():
+        np.testing.assert_array_equal(weights[name], arr)
+
+
 def test_a_checkpoint_of_another_network_is_refused(trained, client):
     other = config(**{"learner.hiddens": [64]})
     with pytest.raises(CheckpointError, match="learner.npz: does not fit this learner"):

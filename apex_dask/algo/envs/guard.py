@@ -7,8 +7,9 @@ makes and drives its envs through this module::
     env = guard.make(factory)                  # EnvFault if it raises or does not return
     out = guard.call(env.step, action)         # EnvFault if it hangs (step_timeout_s)
     check_finite(obs, reward, env_id, step)    # EnvFault on NaN / inf
-    policy = EnvErrorPolicy(env_id, restart=True, max_per_min=10)
-    policy.record(fault)                       # EnvFailed: the run must end
+    policy = EnvErrorPolicy(env_id, restart=True, max_per_1k_steps=10, max_consecutive=5)
+    policy.completed(steps)                    # env steps made: the window counts them
+    policy.record(fault, where, slot=j)        # EnvFailed: the run must end
 
 A call that must be bounded runs on a daemon thread and the caller waits
 for it at most ``timeout_s``. A thread cannot be killed: a call that does
@@ -23,7 +24,6 @@ from __future__ import annotations
 import math
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -236,32 +236,74 @@ class EnvErrorPolicy:
     """What an env error does to the run: count and go on, or stop.
 
     ``restart=False``: the first error raises :class:`EnvFailed`. Else each
-    error is counted; more than ``max_per_min`` within the last 60 s raise
-    :class:`EnvFailed` naming the env, the count and the last error.
+    error is counted, and the run ends (:class:`EnvFailed`, one line naming the
+    env, the count, the key and the last error) when
+
+    - more than ``max_per_1k_steps`` errors fall within the last 1,000 env steps
+      this worker made (its envs' steps together; the caller reports them with
+      :meth:`completed`): a cap relative to the work done, so an env that fails
+      once every few thousand steps is survived at any step rate, and one that
+      fails every few steps is not, however slow; or
+    - one env (``slot``) fails ``max_consecutive`` times in a row without
+      completing a step (each time made again): a broken env ends the run after
+      a few errors, whatever its speed.
     """
 
-    def __init__(self, env_id: str, *, restart: bool = True, max_per_min: int = 10) -> None:
+    WINDOW = 1000
+    """The env steps the rate cap looks back over."""
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        restart: bool = True,
+        max_per_1k_steps: int = 10,
+        max_consecutive: int = 5,
+    ) -> None:
         self.env_id = env_id
         self.restart = bool(restart)
-        self.max_per_min = int(max_per_min)
+        self.max_per_1k_steps = int(max_per_1k_steps)
+        self.max_consecutive = int(max_consecutive)
         self.count = 0
-        self._recent: deque[float] = deque()
+        self.steps = 0
+        """Env steps completed (all of this worker's envs)."""
+        self.streaks: dict[Any, int] = {}
+        """Errors in a row of each env slot that has not completed a step since."""
+        self._recent: deque[int] = deque()  # self.steps at each recent error
 
-    def record(self, fault: BaseException, where: str = "") -> None:
-        """Count ``fault``; raise :class:`EnvFailed` if the run must end."""
+    def completed(self, steps: int, slot: Any = None) -> None:
+        """``steps`` env steps were made: by env ``slot`` (its errors in a row end), or,
+        with None, by every env."""
+        self.steps += int(steps)
+        if self.streaks:
+            if slot is None:
+                self.streaks.clear()
+            else:
+                self.streaks.pop(slot, None)
+
+    def record(self, fault: BaseException, where: str = "", slot: Any = 0) -> None:
+        """Count ``fault`` of env ``slot``; raise :class:`EnvFailed` if the run must end."""
         self.count += 1
         at = f" ({where})" if where else ""
+        last = getattr(fault, "detail", fault)
         if not self.restart:
             raise EnvFailed(
                 f"{fault}{at}; set workers.restart_failed_envs=true to restart failed envs"
             )
-        now = time.monotonic()
-        self._recent.append(now)
-        while self._recent and self._recent[0] < now - 60.0:
-            self._recent.popleft()
-        if len(self._recent) > self.max_per_min:
+        streak = self.streaks[slot] = self.streaks.get(slot, 0) + 1
+        if streak >= self.max_consecutive:
             raise EnvFailed(
-                f"env {self.env_id!r} failed {len(self._recent)} times within 60 s{at}, over "
-                f"workers.max_env_errors_per_min={self.max_per_min}; last: "
-                f"{getattr(fault, 'detail', fault)}"
+                f"env {self.env_id!r} failed {streak} times in a row without completing a "
+                f"step{at}, workers.max_consecutive_env_errors={self.max_consecutive}; "
+                f"last: {last}"
+            )
+        recent = self._recent
+        recent.append(self.steps)
+        while recent[0] <= self.steps - self.WINDOW:
+            recent.popleft()
+        if len(recent) > self.max_per_1k_steps:
+            raise EnvFailed(
+                f"env {self.env_id!r} failed {len(recent)} times within {self.WINDOW:,} env "
+                f"steps{at}, over workers.max_env_errors_per_1k_steps={self.max_per_1k_steps}; "
+                f"last: {last}"
             )

@@ -177,6 +177,7 @@ class NativeAtariEnvs:
         self._lives = lives
         train_reward = np.sign(reward) if self.clip_rewards else reward
         self._obs = obs
+        self.policy.completed(self.num_envs)
         active = np.ones(self.num_envs, bool)
         return VectorStep(
             obs, next_obs, reward, train_reward, term, trunc, train_term, active, any_end, True

@@ -169,6 +169,10 @@ class GuardedEnvs:
                 except EnvFault as fault:
                     faults.setdefault(j, fault)
         if not faults and not (any(terms) or any(truncs) or any(train_terms)):  # most steps
+            policy = self.policy  # policy.completed(n), inlined: the hot path
+            policy.steps += n
+            if policy.streaks:
+                policy.streaks.clear()
             self._obs, on, no = next_obs, self._on, self._off
             return VectorStep(next_obs, next_obs, reward, train_reward, no, no, no, on, False, True)
         term, trunc = np.array(terms, bool), np.array(truncs, bool)
@@ -191,6 +195,8 @@ class GuardedEnvs:
             active[j] = False
             term[j] = trunc[j] = train_term[j] = False
             reward[j] = train_reward[j] = 0.0
+        for j in np.flatnonzero(active):  # their errors in a row end
+            self.policy.completed(1, int(j))
         ended = term | trunc
         self._obs = next_obs.copy()  # the reset or new envs' first observations below
         for j in range(self.num_envs):
@@ -217,7 +223,7 @@ class GuardedEnvs:
 
     def replace(self, j: int, fault: EnvFault) -> None:
         """Count ``fault`` (EnvFailed if the run must end); env ``j`` made again and reset."""
-        self.policy.record(fault, self.where)
+        self.policy.record(fault, self.where, j)
         self.guard.discard(self.envs[j])
         for attempt in range(1, REMAKE_TRIES + 1):
             env = None
@@ -233,7 +239,7 @@ class GuardedEnvs:
                         f"{again}{self._at()}; it failed to be made again {attempt} times "
                         "in a row after an env error"
                     ) from None
-                self.policy.record(again, self.where)
+                self.policy.record(again, self.where, j)
         self.envs[j] = env
 
     def close(self) -> None:

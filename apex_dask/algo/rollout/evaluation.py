@@ -88,7 +88,7 @@ def greedy_episodes(
             shown = frames if i == 0 else None
             got = _episode(worker, worker._eval_env, ep_seed, max_steps, deadline, shown)
         except EnvFault as fault:
-            worker.policy.record(fault, worker.where)  # EnvFailed: the run ends
+            worker.policy.record(fault, worker.where, "eval")  # EnvFailed: the run ends
             if worker._eval_env is not None:
                 worker._guard.discard(worker._eval_env)
             worker._eval_env = None  # made again for the next episode
@@ -96,6 +96,7 @@ def greedy_episodes(
         if got is None:
             timed_out = True
             break
+        worker.policy.completed(got[1], "eval")
         returns.append(got[0])
         lengths.append(got[1])
     return {

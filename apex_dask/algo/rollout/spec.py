@@ -42,8 +42,12 @@ class RolloutSpec:
     """Seconds one ``step``/``reset`` may take (None: unbounded)."""
     restart_failed_envs: bool = True
     """Make a failed env again (else the first env error ends the run)."""
-    max_env_errors_per_min: int = 10
-    """With restarts: more env errors than this within 60 s end the run."""
+    max_env_errors_per_1k_steps: int = 10
+    """With restarts: more env errors than this within the worker's last 1,000 env steps
+    end the run."""
+    max_consecutive_env_errors: int = 5
+    """With restarts: one env failing this many times in a row without a completed step
+    ends the run."""
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,10 @@ class ActingWorker:
             self.env_id, make_timeout_s=r.make_timeout_s, step_timeout_s=r.step_timeout_s
         )
         self.policy = EnvErrorPolicy(
-            self.env_id, restart=r.restart_failed_envs, max_per_min=r.max_env_errors_per_min
+            self.env_id,
+            restart=r.restart_failed_envs,
+            max_per_1k_steps=r.max_env_errors_per_1k_steps,
+            max_consecutive=r.max_consecutive_env_errors,
         )
         self.seed = int(seed)
         self.rng = np.random.default_rng(seed)

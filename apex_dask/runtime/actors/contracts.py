@@ -113,6 +113,7 @@ class EnvWorkerHandle(Protocol):
         seed: int | None = None,
         max_steps: int | None = None,
         timeout_s: float | None = None,
+        weights_above: float | None = None,
     ) -> ActorCall[dict[str, Any]]: ...
 
     def set_shard(self, shard_id: int, handle: Any) -> ActorCall[None]: ...

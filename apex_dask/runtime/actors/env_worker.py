@@ -107,6 +107,7 @@ class EnvWorkerActor:
         self.weight_syncs = 0
         self._errors_reported = 0
         self._last_eval: dict[str, Any] | None = None
+        self._applied: dict[str, Any] | None = None  # the evaluator's weights, as pulled
         self._t0 = time.monotonic()
         self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
 
@@ -169,6 +170,8 @@ class EnvWorkerActor:
         version, weights = pickle.loads(blob)
         if version > self._worker.weights_version:
             self._worker.set_weights(version, weights)
+            if self.index < 0:  # the evaluator: a best evaluation sends back what it played
+                self._applied = weights
         return int(self._worker.weights_version)
 
     async def evaluate(
@@ -177,9 +180,12 @@ class EnvWorkerActor:
         seed: int | None = None,
         max_steps: int | None = None,
         timeout_s: float | None = None,
+        weights_above: float | None = None,
     ) -> dict[str, Any]:
         """Sync to the newest weights, then ``num_episodes`` greedy episodes of at most
-        ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats."""
+        ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats.
+        With ``weights_above``: a mean return above it sends the weights played along
+        (``weights``), the ones a run keeps as its best."""
         await self.sync_weights()
         frames = None if self._animation is None else self._animation.frames()
         try:
@@ -196,6 +202,9 @@ class EnvWorkerActor:
             self._pool.submit(self._send_animation, frames, out)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
+        mean = out.get("return_mean")
+        if weights_above is not None and self._applied is not None and mean > weights_above:
+            out["weights"] = self._applied  # NaN (no episode finished) is never above
         out["env_errors"] = self._new_env_errors()
         out["warnings"] = _take_warnings()
         self._last_eval = out

@@ -29,7 +29,7 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +37,21 @@ import numpy as np
 
 from apex_dask.algo.envs.factory import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
-from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
+from apex_dask.experiment.tracking import TensorBoardSink, TrackingError, require_tensorboard
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
 from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
+from apex_dask.runtime.orchestration.placement import only_workers
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.resume import (
+    StartCheckpoints,
+    open_tensorboard,
+    restore_newest,
+)
 from apex_dask.runtime.orchestration.state import RunState
 
 __all__ = ["ApexDriver", "ApexRuntimeError", "train"]
@@ -60,16 +66,20 @@ class ApexDriver:
     is used. ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
     when the config has that field): once training has started, env workers
     wait while transitions trained < rho * (items added to the replay - a few
-    fragments of slack), so a learner
-    slower than its env workers keeps the sample efficiency of the in-process
-    runner (which trains at ``learner.max_replay_ratio``). None: env workers
-    run free, as in Ape-X. ``tensorboard_dir``: every result dict that
-    :meth:`iterate` yields is also written there as TensorBoard scalars (tag =
-    metric name, step = ``timesteps_total``; needs the ``tensorboard`` extra),
-    appending to any log already in the folder; the config goes to the Text
-    tab. ``out_dir`` (the run's output folder) is shown beside the run id on
-    the ``/apex`` page, which lists every run on the scheduler and marks this
-    one done once :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an unknown env
+    fragments of slack), so a learner slower than its env workers keeps the
+    sample efficiency of the in-process runner (which trains at
+    ``learner.max_replay_ratio``). None: env workers run free, as in Ape-X.
+    ``tensorboard_dir``: every result dict that :meth:`iterate` yields is also
+    written there as TensorBoard scalars (tag = metric name, step =
+    ``timesteps_total``; needs the ``tensorboard`` extra), appending to any log
+    in the folder (a resumed run purges the events past its checkpoint's step);
+    the config goes to the Text tab. ``out_dir`` (the run's output folder) is
+    shown beside the run id on the ``/apex`` page (marked done once :meth:`stop`
+    returns) and gets the best evaluation's ``weights-best.npz`` (:attr:`best`).
+    ``resume_from``: a checkpoint, or a folder whose newest checkpoint that
+    verifies is restored (:attr:`resumed_path`; skipped ones and leftovers removed
+    from ``checkpoint_dir``: one line each in :attr:`startup_notes`). ``workers``: only
+    these workers (runs sharing a cluster). Raises :class:`ApexRuntimeError` for an unknown env
     id or a missing tensorboard package (checked before anything starts), a
     cluster without workers or actors that cannot be created.
     """
@@ -87,29 +97,27 @@ class ApexDriver:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume_from: str | os.PathLike[str] | None = None,
         out_dir: str | os.PathLike[str] | None = None,
+        workers: Sequence[str] | None = None,
     ) -> None:
         self.config = config
         self._out_dir = None if out_dir is None else str(Path(out_dir).resolve())
         self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        resume = None
-        if resume_from is not None:
-            resume = latest_checkpoint(resume_from)
-            if resume is None:
-                raise ApexRuntimeError(
-                    f"no checkpoint in {str(resume_from)!r} (nothing to resume); "
-                    "start a new run instead"
-                )
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         try:
             self._env_factory = env_factory(config)
             hook = resolve_hook(config, before_learn_on_batch)
-        except (UnknownEnvError, ConfigError) as exc:
+            if tensorboard_dir is not None:  # its sink opens once the step to go on from is known
+                require_tensorboard()
+        except (UnknownEnvError, ConfigError, TrackingError) as exc:
             raise ApexRuntimeError(str(exc)) from None
-        self._tensorboard = self._open_tensorboard(tensorboard_dir)
+        start = StartCheckpoints.prepare(self._checkpoint_dir, resume_from)
+        self.startup_notes = start.notes  # leftovers removed, checkpoints skipped: one line each
+        self._tensorboard: TensorBoardSink | None = None
         self._cluster = None
         self._stopped = False
         self._saved_at = -1
-        self.resumed_from = None
+        self.resumed_from: dict[str, Any] | None = None
+        self.resumed_path: Path | None = None
         self._actors: ActorSet | None = None
         self._state: RunState | None = None
         self._core: Any = None
@@ -134,8 +142,8 @@ class ApexDriver:
             raise ApexRuntimeError("ApexDriver needs a synchronous dask Client (not asynchronous)")
         self._client = client
         try:
-            workers = wait_for_workers(client, 1, worker_wait_s)
-            placement = start_placement(workers, config)
+            found = only_workers(wait_for_workers(client, 1, worker_wait_s), workers)
+            placement = start_placement(found, config)
             if config.topology.elastic:
                 install_handover(client)
             self.dashboard_link: str | None = self._dashboard()
@@ -143,9 +151,12 @@ class ApexDriver:
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._state = self._actors.create(hook)
             self._plan = self._make_plan(self._actors, self._state)
-            if resume is not None:
-                self.resumed_from: dict[str, Any] | None = self._sync(
-                    self._plan.checkpoints.restore(resume)
+            if start.candidates:
+                got = self._sync(restore_newest(self._plan.checkpoints, start.candidates, start))
+                self.resumed_path, self.resumed_from = got.path, got.metadata
+            if tensorboard_dir is not None:  # past the checkpoint's step: no fold in the curves
+                self._tensorboard = open_tensorboard(
+                    tensorboard_dir, self.config, self.run_id, self.resumed_from
                 )
         except BaseException:
             self._release()
@@ -161,17 +172,6 @@ class ApexDriver:
     def changes(self) -> list[str]:
         """Elastic runs: one line per env worker added or retired and per actor moved."""
         return [] if self._state is None else list(self._state.changes)
-
-    def _open_tensorboard(self, log_dir: str | os.PathLike[str] | None) -> TensorBoardSink | None:
-        if log_dir is None:
-            return None
-        try:
-            sink = TensorBoardSink(log_dir)
-        except TrackingError as exc:
-            raise ApexRuntimeError(str(exc)) from None
-        sink.write_text("config", self.config.to_yaml())
-        sink.write_text("run_id", self.run_id)
-        return sink
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -213,6 +213,7 @@ class ApexDriver:
             results=self._results,
             min_replay_ratio=self._min_replay_ratio,
             checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),
+            best_weights_dir=self._out_dir,
         )
 
     def _sync(self, coro: Any, timeout_s: float | None = None) -> Any:
@@ -314,6 +315,13 @@ class ApexDriver:
     def learner_state(self) -> dict[str, Any]:
         """The learner's full state (online, target, optimizer, counters) as numpy."""
         return self._live().learner.state_dict().result(timeout=self._timeout)
+
+    @property
+    def best(self) -> BestWeights | None:
+        """The best greedy evaluation so far: ``record`` (``eval/return_mean``,
+        ``timesteps_total``, ``weights_version``), ``weights``, ``path`` (``weights-best.npz``
+        under ``out_dir``; None without one) and ``summary()``."""
+        return None if self._plan is None else self._plan.evaluation.best
 
     @property
     def notes(self) -> list[str]:

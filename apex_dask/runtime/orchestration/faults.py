@@ -2,7 +2,8 @@
 
 - A bug (a method failed) stops the run with one line; so does an env error the
   env worker did not survive (:class:`~apex_dask.algo.envs.guard.EnvFailed`:
-  restarts off, or over ``workers.max_env_errors_per_min``).
+  restarts off, or over ``workers.max_env_errors_per_1k_steps`` or
+  ``workers.max_consecutive_env_errors``).
 - A lost peer (the Dask worker holding the actor died, or a call timed out;
   :func:`~apex_dask.runtime.actors.calls.peer_lost`) starts a check: a lost
   learner or shard is rebuilt first (:mod:`.recovery`); if the env worker's

@@ -54,9 +54,11 @@ env error. With ``restart_failed_envs`` it is counted (``env_errors``), the
 env is closed (a hung one is abandoned with its thread) and made again, its
 partial episode is dropped from the episode stats and its pending n-step
 steps are dropped; transitions already complete are kept. More than
-``max_env_errors_per_min`` errors within 60 s, or any error with restarts
-off, raise :class:`~apex_dask.algo.envs.guard.EnvFailed` (one line naming the
-env, the error and the step); so does an env that fails to be made again
+``max_env_errors_per_1k_steps`` errors within the worker's last 1,000 env
+steps, ``max_consecutive_env_errors`` errors of one env in a row without a
+completed step, or any error with restarts off, raise
+:class:`~apex_dask.algo.envs.guard.EnvFailed` (one line naming the env, the
+error and the step); so does an env that fails to be made again
 :data:`REMAKE_TRIES` times in a row. Errors making or resetting the first
 envs always raise it.
 """
