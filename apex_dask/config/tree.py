@@ -364,8 +364,21 @@ RETIRED = {
 gives one ``FutureWarning`` line naming what replaced it."""
 
 
+RENAMED_ENV_IDS = {
+    "apex_dask.algo.benchmark_envs:ApexSleepy-v0": "apex_dask.algo.envs.benchmark:ApexSleepy-v0",
+}
+"""Env ids that moved with their module: the old id still works, with one line naming the new."""
+
+
 def _renamed(key: Any, value: Any) -> tuple[Any, Any]:
-    """Keys that were renamed, as their new key and value (old config files keep working)."""
+    """Keys (and env ids) that were renamed, as their new key and value (old config files
+    keep working)."""
+    if key == "env.env_id" and value in RENAMED_ENV_IDS:
+        new = RENAMED_ENV_IDS[value]
+        warnings.warn(
+            f"env.env_id {value} is now {new}; the old id still works", FutureWarning, stacklevel=3
+        )
+        return key, new
     if key == "replay.colocate_with_learner":
         if isinstance(value, str):
             value = value.strip().lower() in ("true", "yes", "on", "1")
