@@ -15,11 +15,15 @@ imports the builders only, which import their parts when they make them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apex_dask.algo.agents.dpg.builder import BUILDER as DPG
 from apex_dask.algo.agents.dqn.builder import BUILDER as DQN
-from apex_dask.algo.agents.spec import AgentBuilder, AgentSpec, ScriptedPolicy, WorkerSpec
+from apex_dask.algo.agents.spec import AgentBuilder, AgentSpec, Policy, ScriptedPolicy, WorkerSpec
+
+if TYPE_CHECKING:  # torch: imported when a part is made, not with the registry
+    from apex_dask.algo.agents.base import LearnerProtocol
+    from apex_dask.algo.rollout.worker import ActingWorker
 
 __all__ = [
     "AGENTS",
@@ -50,14 +54,16 @@ def agent(name: str) -> AgentBuilder:
         raise UnknownAgentError(f"no agent {name!r}; the agents are {', '.join(AGENTS)}") from None
 
 
-def make_learner(spec: AgentSpec, observation_space: Any, action_space: Any, *, seed: int) -> Any:
+def make_learner(
+    spec: AgentSpec, observation_space: Any, action_space: Any, *, seed: int
+) -> LearnerProtocol:
     """The learner of ``spec``'s agent (the contract of :mod:`apex_dask.algo.agents.base`)."""
     return agent(spec.algo).make_learner(spec.options, observation_space, action_space, seed)
 
 
 def make_env_worker(
     spec: WorkerSpec, env_factory: Callable[[], Any], *, epsilon: float, seed: int, where: str = ""
-) -> Any:
+) -> ActingWorker:
     """An env worker of ``spec``'s agent (an :class:`~apex_dask.algo.rollout.worker.ActingWorker`)
     exploring with ``epsilon`` (the DPG agent: its noise scale)."""
     builder = agent(spec.agent.algo)
@@ -68,7 +74,7 @@ def make_env_worker(
 
 def make_policy(
     spec: AgentSpec, observation_space: Any, action_space: Any, weights: Mapping[str, Any]
-) -> Any:
+) -> Policy:
     """The greedy policy of trained weights (``WeightsMismatch`` if they do not fit)."""
     return agent(spec.algo).make_policy(spec.options, observation_space, action_space, weights)
 

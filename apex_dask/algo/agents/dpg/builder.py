@@ -8,13 +8,17 @@ It reads the ``dpg`` section and the learner's shared keys (``adam_eps``,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from apex_dask.algo.agents.dpg.options import DPGOptions
 from apex_dask.algo.agents.spec import AgentSpec, ScriptedPolicy
 from apex_dask.algo.rollout.spec import RolloutSpec
+
+if TYPE_CHECKING:  # torch: imported when a part is made
+    from apex_dask.algo.agents.base import LearnerProtocol
+    from apex_dask.algo.rollout.worker import ActingWorker
 
 __all__ = ["BUILDER", "DPGBuilder"]
 
@@ -89,7 +93,7 @@ class DPGBuilder:
 
     def make_learner(
         self, options: DPGOptions, observation_space: Any, action_space: Any, seed: int
-    ) -> Any:
+    ) -> LearnerProtocol:
         from apex_dask.algo.agents.dpg.learner import DPGLearner
 
         return DPGLearner(observation_space, action_space, options, seed=seed)
@@ -103,7 +107,7 @@ class DPGBuilder:
         epsilon: float,
         seed: int,
         where: str,
-    ) -> Any:
+    ) -> ActingWorker:
         from apex_dask.algo.agents.dpg.worker import DPGEnvWorker
 
         return DPGEnvWorker(

@@ -10,13 +10,17 @@ reading the registry stays cheap.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.spec import AgentSpec, ScriptedPolicy
 from apex_dask.algo.rollout.spec import RolloutSpec
+
+if TYPE_CHECKING:  # torch: imported when a part is made
+    from apex_dask.algo.agents.base import LearnerProtocol
+    from apex_dask.algo.rollout.worker import ActingWorker
 
 __all__ = ["BUILDER", "DQNBuilder"]
 
@@ -76,7 +80,7 @@ class DQNBuilder:
 
     def make_learner(
         self, options: DQNOptions, observation_space: Any, action_space: Any, seed: int
-    ) -> Any:
+    ) -> LearnerProtocol:
         from apex_dask.algo.agents.dqn.learner import Learner
 
         return Learner(observation_space, action_space, options, seed=seed)
@@ -90,7 +94,7 @@ class DQNBuilder:
         epsilon: float,
         seed: int,
         where: str,
-    ) -> Any:
+    ) -> ActingWorker:
         from apex_dask.algo.agents.dqn.worker import EnvWorker
 
         return EnvWorker(
