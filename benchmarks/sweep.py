@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-SLEEPY = "apex_dask.algo.benchmark_envs:ApexSleepy-v0"
+SLEEPY = "apex_dask.algo.envs.benchmark:ApexSleepy-v0"
 
 CASES = {
     "cartpole": {

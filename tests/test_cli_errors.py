@@ -140,7 +140,10 @@ def test_action_spaces_each_agent_refuses_name_the_other_agent():
     import numpy as np
     from gymnasium import spaces
 
-    from apex_dask.cli.checks import action_space_problem
+    from apex_dask.algo.agents.registry import agent
+
+    def action_space_problem(algo: str, act: spaces.Space) -> str | None:
+        return agent(algo).check_spaces(spaces.Box(-1.0, 1.0, (3,), np.float32), act)
 
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
     unbounded = spaces.Box(-np.inf, np.inf, (2,), np.float32)

@@ -202,3 +202,16 @@ def test_the_retired_per_minute_env_error_cap_is_ignored_with_one_line_naming_th
     assert "workers.max_env_errors_per_1k_steps" in text
     assert "workers.max_consecutive_env_errors" in text
     assert "max_env_errors_per_min" not in ApexConfig().to_yaml()
+
+
+def test_the_old_sleepy_env_id_still_works_with_one_line_naming_the_new_one():
+    import warnings
+
+    old = "apex_dask.algo.benchmark_envs:ApexSleepy-v0"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", FutureWarning)
+        cfg = ApexConfig.preset("cartpole").override({"env.env_id": old})
+        from_file = ApexConfig.from_dict({"preset": "cartpole", "env": {"env_id": old}})
+    assert cfg.env.env_id == from_file.env.env_id == "apex_dask.algo.envs.benchmark:ApexSleepy-v0"
+    lines = {str(w.message) for w in seen}
+    assert len(lines) == 1 and "apex_dask.algo.envs.benchmark:ApexSleepy-v0" in lines.pop()

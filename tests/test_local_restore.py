@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from apex_dask.local import LocalApex
 
 SMALL = {

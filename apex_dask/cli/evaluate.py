@@ -41,7 +41,7 @@ from apex_dask.cli.exitcodes import (
     EXIT_TERMINATED,
     classify,
 )
-from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run, policy_keys
+from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run
 from apex_dask.cli.watch import quiet_teardown_logs, route_logs
 
 __all__ = ["build_parser", "main", "run"]
@@ -144,7 +144,7 @@ def check_args(args: argparse.Namespace) -> None:
         video = Path(args.video).expanduser()
         if video.exists() and not video.is_dir():
             raise UsageError(f"--video {args.video!r} is a file; give a folder")
-        from apex_dask.algo.video import video_problem
+        from apex_dask.algo.play.video import video_problem
 
         problem = video_problem()
         if problem:
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     from apex_dask.cli.clusterflags import open_cluster
-    from apex_dask.experiment.builder import env_factory
+    from apex_dask.experiment.builder import agent_spec, env_factory
 
     factory = env_factory(cfg)
     render = None
@@ -202,11 +202,11 @@ def run(args: argparse.Namespace) -> int:
         played = play_on_cluster(
             client,
             factory,
+            agent_spec(cfg),
             trained.weights,
             episodes=args.episodes,
             base_seed=seed,
             epsilon=args.epsilon,
-            **policy_keys(cfg),
             max_steps=cfg.eval.max_episode_steps,
             record=range(args.video_episodes) if args.video else (),
             render_factory=render,
@@ -234,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
-    from apex_dask.algo.export import export_dpg_policy, export_policy
+    from apex_dask.algo.play.export import export_policy
+    from apex_dask.experiment.builder import agent_spec
 
     cfg = trained.config
     about = {
@@ -247,22 +248,14 @@ def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
     }
     if trained.best is not None:  # weights-best.npz: the evaluation that chose them
         about["best_eval"] = trained.best
-    obs_space, act_space, w = spaces.observation_space, spaces.action_space, trained.weights
-    keys = policy_keys(cfg)
-    if cfg.algo == "dpg":
-        program, meta = export_dpg_policy(
-            target, obs_space, act_space, w, **keys["dpg"], about=about
-        )
-    else:
-        program, meta = export_policy(
-            target,
-            obs_space,
-            act_space,
-            w,
-            hiddens=keys["hiddens"],
-            dueling=keys["dueling"],
-            about=about,
-        )
+    program, meta = export_policy(
+        target,
+        agent_spec(cfg),
+        spaces.observation_space,
+        spaces.action_space,
+        trained.weights,
+        about=about,
+    )
     print(f"{PREFIX} exported the greedy policy to {program} (spaces and preprocessing: {meta})")
 
 

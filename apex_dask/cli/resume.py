@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apex_dask.algo.checkpoint import CheckpointError
-from apex_dask.algo.checkpoint_folder import pick_checkpoint
 from apex_dask.cli.checks import UsageError, stop_flags
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import CheckpointError
+from apex_dask.experiment.checkpoint_folder import pick_checkpoint
 
 __all__ = ["RESUMABLE", "ResumePoint", "resolve_resume"]
 

@@ -10,7 +10,7 @@
 
 Nothing is unpickled: ``weights.npz`` and ``weights-best.npz`` are loaded
 with ``allow_pickle=False`` once their array headers are checked against the
-file (:mod:`apex_dask.algo.npz_check`), and a checkpoint's learner part through :mod:`apex_dask.algo.checkpoint`
+file (:mod:`apex_dask.experiment.npz_check`), and a checkpoint's learner part through :mod:`apex_dask.experiment.checkpoint`
 (SHA-256 checked). A checkpoint brings its own config (the one the weights
 were trained with). Every problem is a one-line :class:`UsageError`.
 """
@@ -27,7 +27,7 @@ import numpy as np
 from apex_dask.cli.checks import EnvSpaces, UsageError
 from apex_dask.config import ApexConfig, ConfigError
 
-__all__ = ["TrainedRun", "check_fits", "load_run", "policy_keys"]
+__all__ = ["TrainedRun", "check_fits", "load_run"]
 
 HINT = "give the --out folder of an apex-dask-submit run"
 
@@ -96,7 +96,7 @@ def _best(folder: Path, cfg: ApexConfig) -> TrainedRun:
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
-    from apex_dask.algo.npz_check import check_npz
+    from apex_dask.experiment.npz_check import check_npz
 
     try:
         check_npz(path)  # a header declaring a huge shape: this line, not a MemoryError
@@ -117,7 +117,7 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
 
 
 def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
-    from apex_dask.algo.checkpoint import CheckpointError, read_manifest, read_part
+    from apex_dask.experiment.checkpoint import CheckpointError, read_manifest, read_part
     from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
 
     root = folder / "checkpoints"
@@ -151,39 +151,18 @@ def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
     return TrainedRun(folder, cfg, weights, version, source)
 
 
-def policy_keys(cfg: ApexConfig) -> dict[str, Any]:
-    """The network keys :func:`apex_dask.algo.play.make_policy` takes, from a run's config."""
-    d = cfg.dpg
-    return {
-        "algo": cfg.algo,
-        "hiddens": tuple(cfg.learner.hiddens),
-        "dueling": bool(cfg.learner.dueling),
-        "dpg": {
-            "actor_hiddens": tuple(d.actor_hiddens),
-            "critic_hiddens": tuple(d.critic_hiddens),
-            "twin_q": bool(d.twin_q),
-        },
-    }
-
-
 def check_fits(run: TrainedRun, spaces: EnvSpaces) -> None:
-    """The config's network for these spaces takes the weights (else one line): the
-    Q-network (``dqn``) or the actor and critic (``dpg``)."""
-    from apex_dask.algo.play import WeightsMismatch, make_policy
+    """The config's network for these spaces takes the weights (else one line naming the
+    keys that shape it)."""
+    from apex_dask.algo.agents.base import WeightsMismatch
+    from apex_dask.algo.agents.registry import make_policy
+    from apex_dask.experiment.builder import agent_of, agent_spec
 
     cfg = run.config
     try:
-        make_policy(spaces.observation_space, spaces.action_space, run.weights, **policy_keys(cfg))
+        make_policy(agent_spec(cfg), spaces.observation_space, spaces.action_space, run.weights)
     except WeightsMismatch as exc:
-        if cfg.algo == "dpg":
-            d = cfg.dpg
-            keys = (
-                f"dpg.actor_hiddens={list(d.actor_hiddens)}, "
-                f"dpg.critic_hiddens={list(d.critic_hiddens)}, dpg.twin_q={d.twin_q}"
-            )
-        else:
-            lc = cfg.learner
-            keys = f"learner.hiddens={list(lc.hiddens)}, learner.dueling={lc.dueling}"
+        keys = agent_of(cfg).network_keys(cfg)
         raise UsageError(
             f"{run.source} of {str(run.folder)!r} does not fit the config's network "
             f"(algo {cfg.algo}, env {cfg.env.env_id}, {keys}): {exc}"

@@ -140,7 +140,8 @@ class ReplayConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """The learner: n-step double dueling DQN with Adam."""
+    """The learner: the batch and queue settings of every agent, and the DQN agent's network
+    and optimizer (the DPG agent's networks are in ``dpg``)."""
 
     batch_size: int = 512
     """Transitions per sampled batch (RLlib ``train_batch_size``)."""
@@ -191,7 +192,7 @@ class LearnerConfig:
 
 @dataclass(frozen=True)
 class EnvWorkersConfig:
-    """The epsilon-greedy env workers (RLlib rollout workers)."""
+    """The env workers (RLlib rollout workers): epsilon-greedy for DQN, noisy for DPG."""
 
     num_workers: int = 32
     """Number of env worker actors; with ``topology.elastic``, the most there may be (the
@@ -363,8 +364,21 @@ RETIRED = {
 gives one ``FutureWarning`` line naming what replaced it."""
 
 
+RENAMED_ENV_IDS = {
+    "apex_dask.algo.benchmark_envs:ApexSleepy-v0": "apex_dask.algo.envs.benchmark:ApexSleepy-v0",
+}
+"""Env ids that moved with their module: the old id still works, with one line naming the new."""
+
+
 def _renamed(key: Any, value: Any) -> tuple[Any, Any]:
-    """Keys that were renamed, as their new key and value (old config files keep working)."""
+    """Keys (and env ids) that were renamed, as their new key and value (old config files
+    keep working)."""
+    if key == "env.env_id" and value in RENAMED_ENV_IDS:
+        new = RENAMED_ENV_IDS[value]
+        warnings.warn(
+            f"env.env_id {value} is now {new}; the old id still works", FutureWarning, stacklevel=3
+        )
+        return key, new
     if key == "replay.colocate_with_learner":
         if isinstance(value, str):
             value = value.strip().lower() in ("true", "yes", "on", "1")

@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apex_dask.algo.results import episode_metrics, mean_or_nan, window_stat_metrics
-from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.flow import (
     ROLLOUTS_LOST,
     ROLLOUTS_SENT,
@@ -25,6 +23,8 @@ from apex_dask.experiment.flow import (
     ShardFlow,
     rollouts_lost,
 )
+from apex_dask.experiment.stats import episode_metrics, mean_or_nan, window_stat_metrics
+from apex_dask.experiment.timers import Timer, WindowStat
 
 __all__ = [
     "IterationWindow",
@@ -109,7 +109,7 @@ def learner_metrics(
 ) -> dict[str, float]:
     """The learner's ``learner/*`` stats, its ``flow/*`` counters and ``counters``.
 
-    ``learner`` is an :class:`apex_dask.algo.learner.Learner`; ``recent`` the
+    ``learner`` is an :class:`apex_dask.algo.agents.dqn.learner.Learner`; ``recent`` the
     last updates' ``(loss, mean_q, grad_norm)``.
     """
     return {

@@ -9,7 +9,7 @@
 
 Both :func:`save_runner` and :func:`load_newest_runner_checkpoint` first
 remove what an interrupted write of that checkpoint left beside it
-(``.<name>.tmp-*``; :func:`~apex_dask.algo.checkpoint_folder.remove_leftovers`),
+(``.<name>.tmp-*``; :func:`~apex_dask.experiment.checkpoint_folder.remove_leftovers`),
 with one logged line saying how much was freed. Given a folder of ``ckpt-N``
 checkpoints, :func:`load_newest_runner_checkpoint` takes the newest that
 verifies, logging one line for each newer one it skipped and why.
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.checkpoint import (
+from apex_dask.experiment.checkpoint import (
     MANIFEST,
     CheckpointError,
     load_checkpoint,
     save_checkpoint,
 )
-from apex_dask.algo.checkpoint_folder import remove_leftovers, resume_candidates, skip_line
+from apex_dask.experiment.checkpoint_folder import remove_leftovers, resume_candidates, skip_line
 
 if TYPE_CHECKING:
     from apex_dask.local.runner import LocalApex

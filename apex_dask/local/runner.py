@@ -11,22 +11,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from apex_dask.algo.agents import make_env_worker, make_learner
-from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.exploration import lowest_epsilon_workers
-from apex_dask.algo.results import derive_seed
-from apex_dask.algo.timers import Timer, WindowStat
-from apex_dask.algo.worker_base import ActingWorker
+from apex_dask.algo.agents.registry import make_env_worker, make_learner
+from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.rollout.exploration import lowest_epsilon_workers
+from apex_dask.algo.rollout.worker import ActingWorker
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import (
     Hook,
+    agent_spec,
     build_shards,
     env_factory,
-    env_worker_kwargs,
     exploration_ladder,
-    learner_kwargs,
+    learner_seed,
     resolve_hook,
+    worker_spec,
 )
 from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
 from apex_dask.experiment.results import (
@@ -36,7 +35,9 @@ from apex_dask.experiment.results import (
     learner_metrics,
     shard_metrics,
 )
+from apex_dask.experiment.stats import derive_seed
 from apex_dask.experiment.stop import StopRule
+from apex_dask.experiment.timers import Timer, WindowStat
 from apex_dask.local.checkpoint import load_newest_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
@@ -62,23 +63,21 @@ class LocalApex:
         self.hook_calls = 0
         self.env_factory = env_factory(cfg)
         obs_space, act_space = probe_spaces(self.env_factory, cfg.env.make_timeout_s)
-        self.learner = make_learner(obs_space, act_space, **learner_kwargs(cfg))
+        self.learner = make_learner(agent_spec(cfg), obs_space, act_space, seed=learner_seed(cfg))
         self.epsilons = exploration_ladder(cfg)
-        worker_kwargs = env_worker_kwargs(cfg)
+        spec = worker_spec(cfg)
         self.workers = [
             make_env_worker(
+                spec,
                 self.env_factory,
                 epsilon=float(eps),
                 seed=derive_seed(cfg.seed, "worker", i),
                 where=f"env worker {i}",
-                **worker_kwargs,
             )
             for i, eps in enumerate(self.epsilons)
         ]
         self.evaluator = (
-            make_env_worker(
-                self.env_factory, epsilon=0.0, seed=derive_seed(cfg.seed, "eval"), **worker_kwargs
-            )
+            make_env_worker(spec, self.env_factory, epsilon=0.0, seed=derive_seed(cfg.seed, "eval"))
             if cfg.eval.episodes > 0
             else None
         )
@@ -131,15 +130,15 @@ class LocalApex:
         for i, worker in enumerate(self.workers):
             out = worker.sample()
             k = int(self.rng.integers(len(self.shards)))
-            self.shards[k].add(out["batch"], out["priorities"])
+            self.shards[k].add(out.batch, out.priorities)
             self.rollouts += 1
             self.worker_rollouts[i] += 1
             self.shard_rollouts[k] += 1
-            self.steps_sampled += out["steps"]
+            self.steps_sampled += out.steps
             if i in self.selected_workers:
-                self._window.episode_returns += out["episode_returns"]
-                self._window.episode_lengths += out["episode_lengths"]
-            self._since_sync[i] += out["steps"]
+                self._window.episode_returns += out.episode_returns
+                self._window.episode_lengths += out.episode_lengths
+            self._since_sync[i] += out.steps
             if self._since_sync[i] >= delay and self.learner.version > worker.weights_version:
                 self._sync(worker)
                 self._since_sync[i] = 0

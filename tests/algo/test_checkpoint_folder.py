@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import (
+from apex_dask.experiment.checkpoint import (
     CheckpointError,
     DamagedCheckpoint,
     StagedCheckpoint,
@@ -20,7 +20,7 @@ from apex_dask.algo.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from apex_dask.algo.checkpoint_folder import (
+from apex_dask.experiment.checkpoint_folder import (
     checkpoints_in,
     pick_checkpoint,
     remove_leftovers,

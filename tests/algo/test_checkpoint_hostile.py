@@ -18,7 +18,12 @@ import zipfile
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, read_part, save_checkpoint
+from apex_dask.experiment.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_part,
+    save_checkpoint,
+)
 
 
 def _reseal(ckpt, part: str) -> None:

@@ -12,8 +12,10 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.device_batches import BatchStager, ResultPipe, check_device_options
-from apex_dask.algo.learner import Learner, NonFiniteLossError
+from apex_dask.algo.agents.base import NonFiniteLossError
+from apex_dask.algo.agents.device_batches import BatchStager, ResultPipe, check_device_options
+from apex_dask.algo.agents.dqn.learner import Learner
+from apex_dask.algo.agents.dqn.options import DQNOptions
 
 OBS = spaces.Box(0, 255, (4, 12, 12), np.uint8)
 ACT = spaces.Discrete(3)
@@ -37,7 +39,7 @@ def frames_batch(rng: np.random.Generator, n: int = 8) -> tuple[dict[str, np.nda
 
 
 def learner(**kw) -> Learner:
-    return Learner(OBS, ACT, hiddens=(16,), device=kw.pop("device", "cpu"), **kw)
+    return Learner(OBS, ACT, DQNOptions(hiddens=(16,), device=kw.pop("device", "cpu"), **kw))
 
 
 def weights_of(lr: Learner) -> dict[str, np.ndarray]:
@@ -162,7 +164,7 @@ def test_device_options_are_checked_with_a_one_line_message(options, message):
 
 
 def test_the_configs_option_values_are_the_learners():
-    from apex_dask.algo.device_batches import AMP_MODES, MEMORY_FORMATS
+    from apex_dask.algo.agents.device_batches import AMP_MODES, MEMORY_FORMATS
     from apex_dask.config.validate import LEARNER_AMP, LEARNER_MEMORY_FORMATS
 
     assert (LEARNER_AMP, LEARNER_MEMORY_FORMATS) == (AMP_MODES, MEMORY_FORMATS)
@@ -201,31 +203,3 @@ def test_cuda_non_finite_update_is_skipped_and_blocks_publishing():
     with pytest.raises(NonFiniteLossError):
         lr.get_weights()
     assert all(np.array_equal(before[k], v) for k, v in weights_of(lr).items())
-
-
-def test_pipelined_priorities_read_a_whole_update_after_the_release_name_their_own_items():
-    """The pipelined path hands update k's priorities back after batch k's shared-memory
-    slot was released and refilled with batch k+1: they must still name batch k's items."""
-    from apex_dask.algo.replay_sample import ReplaySample
-    from apex_dask.algo.shared_batches import SharedBatchReader, SharedBatchWriter
-
-    rng = np.random.default_rng(5)
-    writer, reader = SharedBatchWriter(slots=1, prefix="apextest"), SharedBatchReader()
-    lr, sent = learner(pipeline=True), []
-    try:
-        samples = []
-        for _ in range(4):
-            data, w = frames_batch(rng)
-            samples.append(ReplaySample(rng.integers(0, 10**6, 8), w, data, rng.integers(1, 9, 8)))
-            batch = reader.open(writer.write(samples[-1]))  # the one slot, rewritten each time
-            done = lr.submit(batch.data, batch.weights, tag=batch)
-            batch.release()
-            sent += [d.tag.priority_update(d.td_abs) for d in done]
-        sent += [d.tag.priority_update(d.td_abs) for d in lr.drain()]
-    finally:
-        reader.close()
-        writer.close()
-    assert len(sent) == 4
-    for update, sample in zip(sent, samples, strict=True):
-        np.testing.assert_array_equal(update.indices, sample.indices)
-        np.testing.assert_array_equal(update.generations, sample.generations)

@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from agent_parts import dqn_worker
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from apex_dask.algo.env_guard import EnvFailed  # noqa: E402
-from apex_dask.algo.env_worker import EnvWorker  # noqa: E402
-from apex_dask.algo.envs import make_env_factory  # noqa: E402
+from apex_dask.algo.agents.dqn.worker import EnvWorker  # noqa: E402
+from apex_dask.algo.envs.factory import make_env_factory  # noqa: E402
+from apex_dask.algo.envs.guard import EnvFailed  # noqa: E402
 
 RAISE = "misbehaving_envs:RaiseEvery-v0"
 SLOW_STEP_S = 0.0005  # a simulator at about 1,500 steps/s at most, not CartPole's 20,000+
@@ -29,7 +30,7 @@ SLOW_STEP_S = 0.0005  # a simulator at about 1,500 steps/s at most, not CartPole
 
 def _worker(env_kwargs: dict, **kw) -> EnvWorker:
     kw = {"epsilon": 0.5, "seed": 0, "hiddens": (16,), "fragment_length": 200, **kw}
-    return EnvWorker(make_env_factory(RAISE, {"episode_len": 200, **env_kwargs}), **kw)
+    return dqn_worker(make_env_factory(RAISE, {"episode_len": 200, **env_kwargs}), **kw)
 
 
 @pytest.mark.parametrize(

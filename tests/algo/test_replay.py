@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from apex_dask.algo.replay import ReplayShard
-from apex_dask.algo.replay_sample import item_checksums
-from apex_dask.algo.sumtree import HAVE_NUMBA
+from apex_dask.algo.replay.sample import item_checksums
+from apex_dask.algo.replay.shard import ReplayShard
+from apex_dask.algo.replay.sumtree import HAVE_NUMBA
 
 BACKENDS = ["numpy"] + (["numba"] if HAVE_NUMBA else [])
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import load_checkpoint
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay.shard import ReplayShard
+from apex_dask.experiment.checkpoint import load_checkpoint
 
 FIXTURES = Path(__file__).parent / "data" / "replay_checkpoints"
 SHARDS = {

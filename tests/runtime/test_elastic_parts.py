@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 
-from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.algo.rollout.exploration import apex_epsilons
 from apex_dask.config import ApexConfig
 from apex_dask.runtime.actors.replay_shard import ReplayShardActor
 from apex_dask.runtime.orchestration.elastic import env_hosts, free_slots, start_placement

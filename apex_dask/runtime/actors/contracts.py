@@ -101,7 +101,7 @@ class LearnerHandle(Protocol):
 
 
 class EnvWorkerHandle(Protocol):
-    """An epsilon-greedy env worker or the evaluator (:class:`~.env_worker.EnvWorkerActor`)."""
+    """An env worker of the run's agent, or the evaluator (:class:`~.env_worker.EnvWorkerActor`)."""
 
     def sample_into(self, shard_ids: int | Sequence[int]) -> ActorCall[Any]: ...
 

@@ -3,8 +3,7 @@
 A shard usually lives on the learner's worker; its methods run on that
 worker's event loop, so none of them may block (each is a few milliseconds
 of numpy at most). ``sample()`` answers with the shard's own
-:class:`~apex_dask.algo.replay_sample.ReplaySample` (``ReplayedBatch`` in
-:mod:`apex_dask.experiment.messages`), its ``shard_id`` filled in.
+:class:`~apex_dask.algo.replay.sample.ReplaySample`, its ``shard_id`` filled in.
 """
 
 from __future__ import annotations
@@ -16,35 +15,35 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
-from apex_dask.algo.replay_sample import ReplaySample
-from apex_dask.algo.shared_batches import SharedBatch, SharedBatchWriter
+from apex_dask.algo.replay.sample import ReplaySample
+from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.shared_batches import SharedBatch, SharedBatchWriter
 
 __all__ = ["ReplayShardActor"]
 
 
 class ReplayShardActor:
-    """One prioritized replay shard (:class:`apex_dask.algo.replay.ReplayShard`).
+    """One prioritized replay shard (:class:`apex_dask.algo.replay.shard.ReplayShard`).
 
     ``sample()`` returns None until the shard holds ``learning_starts`` items
     (the run's ``learning_starts / num_shards``); then a
-    :class:`~apex_dask.algo.replay_sample.ReplaySample` with ``batch_size``
+    :class:`~apex_dask.algo.replay.sample.ReplaySample` with ``batch_size``
     items drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha and weights
     w_i = (N P(i))^-beta / max_j w_j (``beta`` constant), this shard's
     ``shard_id`` and ``added``: the items ever added to it (the learner's
     replay-ratio gate reads it; ``added()`` answers the same count).
 
     ``sample_shared(reader)`` answers the same batch written into a slot of the
-    shard's shared-memory block (:mod:`apex_dask.algo.shared_batches`, ``shared_slots``
+    shard's shared-memory block (:mod:`apex_dask.runtime.actors.shared_batches`, ``shared_slots``
     slots): only a small reference crosses the wire to a learner on the same host.
     With every slot held by the reader it waits for one up to ``shared_wait_s``,
     then answers the batch itself.
 
     Other keyword arguments (``storage``) go to
-    :class:`~apex_dask.algo.replay.ReplayShard` unchanged.
+    :class:`~apex_dask.algo.replay.shard.ReplayShard` unchanged.
 
     Flow counters (``stats()``): ``rollouts_stored`` (``add`` calls),
     ``batches_sampled`` (non-None ``sample`` replies) and
@@ -68,7 +67,7 @@ class ReplayShardActor:
         shared_wait_s: float = 1.0,
         **storage: Any,
     ) -> None:
-        from apex_dask.algo.replay import ReplayShard
+        from apex_dask.algo.replay.shard import ReplayShard
 
         self.shard_id = int(shard_id)
         self._shard = ReplayShard(capacity, alpha=alpha, eps=eps, seed=seed, **storage)
@@ -121,7 +120,7 @@ class ReplayShardActor:
     ) -> list[SharedBatch | ReplaySample] | None:
         """As :meth:`sample`, up to ``count`` batches (as many as there are free slots, at
         least one) in shared-memory slots for ``reader`` (the learner's
-        :class:`~apex_dask.algo.shared_batches.SharedBatchReader` id); a batch travels
+        :class:`~apex_dask.runtime.actors.shared_batches.SharedBatchReader` id); a batch travels
         itself when no slot frees within ``shared_wait_s`` or shared memory is short."""
         if self._writer is None:
             self._writer = SharedBatchWriter(self._shared_slots, prefix=f"apex{self.shard_id}")

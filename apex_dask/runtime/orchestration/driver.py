@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.envs import UnknownEnvError
+from apex_dask.algo.envs.factory import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
 from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import Hook, env_factory, resolve_hook

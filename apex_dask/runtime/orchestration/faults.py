@@ -1,7 +1,7 @@
 """What the plan does when a call to an env worker (or the evaluator) fails.
 
 - A bug (a method failed) stops the run with one line; so does an env error the
-  env worker did not survive (:class:`~apex_dask.algo.env_guard.EnvFailed`:
+  env worker did not survive (:class:`~apex_dask.algo.envs.guard.EnvFailed`:
   restarts off, or over ``workers.max_env_errors_per_1k_steps`` or
   ``workers.max_consecutive_env_errors``).
 - A lost peer (the Dask worker holding the actor died, or a call timed out;
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from apex_dask.algo.env_guard import EnvFailed
+from apex_dask.algo.envs.guard import EnvFailed
 from apex_dask.runtime.actors.calls import peer_lost
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.launch import ActorSet
