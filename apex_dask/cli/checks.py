@@ -229,7 +229,8 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
             pass
     from apex_dask.experiment.builder import agent_of
 
-    problem = agent_of(cfg).check_spaces(obs, act)
+    agent = agent_of(cfg)
+    problem = agent.check_spaces(obs, act, agent.agent_spec(cfg).options)
     if problem is not None:
         raise UsageError(
             f"env {env_id!r} has observation space {_short(obs, 60)} and action space "

@@ -36,6 +36,7 @@ from apex_dask.config.plumbing import (
     set_dotted,
 )
 from apex_dask.config.presets import PRESETS
+from apex_dask.config.renames import RETIRED, renamed
 from apex_dask.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -161,6 +162,35 @@ class LearnerConfig:
     """Dueling head: Q = V + A - mean(A)."""
     hiddens: tuple[int, ...] = (256,)
     """Hidden layer sizes of the MLP (vector observations) or after the CNN (images)."""
+    num_atoms: int = 1
+    """C51 when > 1 (RLlib ``num_atoms``; the C51 paper: 51): a categorical return
+    distribution over this many atoms spanning [v_min, v_max], projected n-step
+    double-Q targets, per-item cross-entropy priorities. 1: a scalar Q head."""
+    v_min: float = -10.0
+    """Lowest atom (C51) or lowest bin edge (HL-Gauss); RLlib ``v_min``."""
+    v_max: float = 10.0
+    """Highest atom (C51) or highest bin edge (HL-Gauss); RLlib ``v_max``."""
+    noisy: bool = False
+    """Noisy nets (RLlib ``noisy``): factorised Gaussian noisy layers in the MLP layers and
+    the head, new noise per acting pass and per update; evaluation and export use the
+    mean weights. The env workers' epsilons are then 0 (``workers.epsilon_with_noisy``)."""
+    sigma0: float = 0.5
+    """Noisy nets: initial noise scale, sigma = sigma0 / sqrt(fan-in); RLlib ``sigma0``."""
+    loss: str = "huber"
+    """``huber``: the TD loss of a scalar Q head (C51 has its own cross-entropy);
+    ``hl_gauss``: a histogram over ``num_bins`` bins of [v_min, v_max] trained on
+    Gaussian-smoothed targets (Farebrother et al. 2024)."""
+    num_bins: int = 51
+    """HL-Gauss (``loss: hl_gauss``): bins over [v_min, v_max] (>= 2)."""
+    hl_gauss_sigma_ratio: float = 0.75
+    """HL-Gauss: the smoothing Gaussian's sigma in bin widths (the paper's 0.75)."""
+    layer_norm: bool = False
+    """LayerNorm before each ReLU of the MLP layers and the image encoder (as PQN)."""
+    encoder: str = "auto"
+    """Image encoder: ``auto`` (the Nature CNN, or one 16x3x3 conv for frames under 36
+    pixels) or ``impala`` (the 15-layer IMPALA ResNet). Images only."""
+    impala_scale: int = 1
+    """Channel multiplier of the IMPALA encoder's stages (16, 32, 32 times this)."""
     target_update_freq: int = 500_000
     """Copy the online net to the target net every this many transitions trained."""
     inqueue_size: int = 16
@@ -209,6 +239,9 @@ class EnvWorkersConfig:
     """Ape-X epsilons: eps_i = base ** (1 + alpha * i / (N - 1)). In (0, 1]."""
     epsilon_alpha: float = 7.0
     """Ape-X epsilon exponent spread (>= 0)."""
+    epsilon_with_noisy: bool = False
+    """With ``learner.noisy``: keep the epsilon ladder on top of the noise (RLlib's Ape-X
+    did). false: every env worker acts greedily on its own noise draws (NoisyNet, Rainbow)."""
     rollouts_in_flight: int = 2
     """Sample requests kept in flight per env worker (RLlib num_async=2)."""
     rollouts_per_call: int = 1
@@ -332,7 +365,7 @@ class ApexConfig:
             if key in RETIRED:  # accepted and ignored, with one line saying what replaced it
                 warnings.warn(RETIRED[key], FutureWarning, stacklevel=2)
                 continue
-            key, value = _renamed(key, value)
+            key, value = renamed(key, value)
             set_dotted(tree, key, value, list(_FIELD_DOCS))
         return build(ApexConfig, tree, "", list(_FIELD_DOCS))
 
@@ -350,40 +383,6 @@ class ApexConfig:
     def field_docs() -> dict[str, str]:
         """Dotted field name -> its docstring (for ``--help`` and docs)."""
         return dict(_FIELD_DOCS)
-
-
-RETIRED = {
-    "workers.max_env_errors_per_min": (
-        "workers.max_env_errors_per_min is no longer used and is ignored: a cap per minute "
-        "ended runs of fast envs and let slow broken ones go on; env errors are now capped "
-        "by workers.max_env_errors_per_1k_steps (default 10) and "
-        "workers.max_consecutive_env_errors (default 5)"
-    ),
-}
-"""Keys that are accepted (old config files and checkpoints still load) but ignored; each
-gives one ``FutureWarning`` line naming what replaced it."""
-
-
-RENAMED_ENV_IDS = {
-    "apex_dask.algo.benchmark_envs:ApexSleepy-v0": "apex_dask.algo.envs.benchmark:ApexSleepy-v0",
-}
-"""Env ids that moved with their module: the old id still works, with one line naming the new."""
-
-
-def _renamed(key: Any, value: Any) -> tuple[Any, Any]:
-    """Keys (and env ids) that were renamed, as their new key and value (old config files
-    keep working)."""
-    if key == "env.env_id" and value in RENAMED_ENV_IDS:
-        new = RENAMED_ENV_IDS[value]
-        warnings.warn(
-            f"env.env_id {value} is now {new}; the old id still works", FutureWarning, stacklevel=3
-        )
-        return key, new
-    if key == "replay.colocate_with_learner":
-        if isinstance(value, str):
-            value = value.strip().lower() in ("true", "yes", "on", "1")
-        return "replay.placement", "learner_process" if value else "spread"
-    return key, value
 
 
 _FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig", sections, _dpg)

@@ -83,10 +83,11 @@ class AgentBuilder(Protocol):
         ...
 
     def check_spaces(
-        self, observation_space: spaces.Space, action_space: spaces.Space
+        self, observation_space: spaces.Space, action_space: spaces.Space, options: Any = None
     ) -> str | None:
-        """Why this agent cannot act in an env with these spaces (naming the agent or the
-        wrapper that can), or None."""
+        """Why this agent cannot act in an env with these spaces (naming the agent, the
+        wrapper or the setting that can), with ``options`` (its :meth:`agent_spec`'s; None:
+        the spaces alone), or None."""
         ...
 
     def agent_spec(self, cfg: Any) -> AgentSpec:

@@ -46,15 +46,25 @@ on next, then ``batch, priorities = adder.take(next_states)``.
 Continuous actions (``action_shape=(d,)``, the DPG workers): the adder keeps two
 values per step instead of a row of Q-values, ``[Q(s_t, a_t), V(s_t)]`` with
 ``V(s) = Q(s, mu(s))``, and ``|td| = |R + discount * V(s_{t+k}) - Q(s_t, a_t)|``.
+
+Heads with more than one value per action (C51's log-probabilities over its atoms):
+``value_shape=(K,)`` keeps a ``(num_actions, K)`` row per step, and ``priority``
+turns a take's rows into priorities: ``priority(taken, next_rows, reward, discount)``
+with ``taken`` (M, K) the rows of ``(s_t, a_t)``, ``next_rows`` (M, A, K) those of the
+bootstrap states (``discount`` is 0 after a termination).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["VectorNStepAdder"]
+__all__ = ["PriorityFn", "VectorNStepAdder"]
+
+PriorityFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""``priority(taken, next_rows, reward, discount) -> float32 priorities`` (see above)."""
 
 
 class VectorNStepAdder:
@@ -71,6 +81,8 @@ class VectorNStepAdder:
         num_actions: int = 1,
         action_shape: tuple = (),
         action_dtype: Any = np.int64,
+        value_shape: tuple = (),
+        priority: PriorityFn | None = None,
     ) -> None:
         if int(n_step) < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step!r}")
@@ -81,6 +93,10 @@ class VectorNStepAdder:
         self._act_shape, self._act_dtype = tuple(action_shape), action_dtype
         self.continuous = bool(self._act_shape)  # values [Q(s_t, a_t), V(s_t)] per step
         self.num_actions = 2 if self.continuous else int(num_actions)
+        self._value_shape = tuple(value_shape)
+        if self._value_shape and priority is None:
+            raise ValueError("value_shape needs a priority function")
+        self._priority = priority
         self._powers = np.array([self.gamma**i for i in range(n + 1)])
         self._shape, self._dtype = tuple(obs_shape), obs_dtype
         self._len = 0  # rows used: steps carried over, then this fragment's
@@ -100,8 +116,8 @@ class VectorNStepAdder:
             "_trunc": np.zeros((rows, m), bool),
             "_active": np.ones((rows, m), bool),  # True unless written otherwise
             "_start": np.ones((rows, m), bool),  # a step whose transition is still to come
-            "_qs": np.zeros((rows + 1, m, a), np.float32),  # Q(s_t, .)
-            "_final_q": np.zeros((rows, m, a), np.float32),  # Q of _next, at time limits
+            "_qs": np.zeros((rows + 1, m, a, *self._value_shape), np.float32),  # Q(s_t, .)
+            "_final_q": np.zeros((rows, m, a, *self._value_shape), np.float32),  # of _next
         }
         used = self._len + 1
         for name, arr in fresh.items():
@@ -226,14 +242,20 @@ class VectorNStepAdder:
         if is_end.any():
             next_obs[is_end] = self._next[last[is_end], env[is_end]]
         action = self._action[step, env]
-        boot = self._boot(self._qs[step + kk, env])
-        if is_end.any():
-            boot[is_end] = self._boot(self._final_q[last[is_end], env[is_end]])
         reward = ret[step, env].astype(np.float32)
         discount = np.where(done, 0.0, self._powers[kk]).astype(np.float32)
         q_taken = self._qs[step, env, 0 if self.continuous else action]
-        target = reward + discount * np.where(done, np.float32(0.0), boot)
-        priorities = np.abs(q_taken - target).astype(np.float32)
+        if self._priority is not None:
+            rows_next = self._qs[step + kk, env]
+            if is_end.any():
+                rows_next[is_end] = self._final_q[last[is_end], env[is_end]]
+            priorities = self._priority(q_taken, rows_next, reward, discount)
+        else:
+            boot = self._boot(self._qs[step + kk, env])
+            if is_end.any():
+                boot[is_end] = self._boot(self._final_q[last[is_end], env[is_end]])
+            target = reward + discount * np.where(done, np.float32(0.0), boot)
+            priorities = np.abs(q_taken - target).astype(np.float32)
         batch = {
             "env": env,
             "obs": self._obs[step, env],

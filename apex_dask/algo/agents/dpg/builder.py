@@ -37,7 +37,9 @@ class DPGBuilder:
             )
         return None
 
-    def check_spaces(self, observation_space: Any, action_space: Any) -> str | None:
+    def check_spaces(
+        self, observation_space: Any, action_space: Any, options: Any = None
+    ) -> str | None:
         from gymnasium import spaces
 
         act = action_space

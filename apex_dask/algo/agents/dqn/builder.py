@@ -1,7 +1,8 @@
 """The DQN agent's builder: n-step double dueling DQN with per-worker epsilons (``algo: dqn``).
 
-It reads the ``learner`` section's network and optimizer keys and the
-``workers`` section's epsilon ladder; see
+It reads the ``learner`` section's network, value-head and optimizer keys and the
+``workers`` section's epsilon ladder (all zeros with noisy nets, unless
+``workers.epsilon_with_noisy``); see
 :class:`~apex_dask.algo.agents.spec.AgentBuilder` for what each method makes.
 Heavy modules (torch, the networks) are imported when a part is made, so
 reading the registry stays cheap.
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.options import LOSSES, DQNOptions
 from apex_dask.algo.agents.spec import AgentSpec, ScriptedPolicy
+from apex_dask.algo.agents.torso_size import ENCODERS, conv_size, image_chw, linear_params, mlp_size
 from apex_dask.algo.rollout.spec import RolloutSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made
@@ -31,9 +33,37 @@ class DQNBuilder:
     name = "dqn"
 
     def check_config(self, cfg: Any) -> tuple[str, Any, str] | None:
-        return None  # every section's own checks cover it
+        """The value-head and encoder keys, alone and together (one problem at a time)."""
+        lc = cfg.learner
+        if lc.loss not in LOSSES:
+            return "learner.loss", lc.loss, f"must be one of {', '.join(LOSSES)}"
+        if lc.num_atoms < 1:
+            return "learner.num_atoms", lc.num_atoms, "must be >= 1 (1: a scalar Q head; C51: 51)"
+        if lc.num_atoms > 1 and lc.loss == "hl_gauss":
+            return (
+                "learner.loss",
+                lc.loss,
+                f"cannot be combined with learner.num_atoms={lc.num_atoms} (C51 has its own "
+                "cross-entropy loss): set learner.num_atoms=1 for HL-Gauss, or "
+                "learner.loss=huber for C51",
+            )
+        if (lc.num_atoms > 1 or lc.loss == "hl_gauss") and not lc.v_min < lc.v_max:
+            return "learner.v_max", lc.v_max, f"must be > learner.v_min ({lc.v_min})"
+        if lc.loss == "hl_gauss" and lc.num_bins < 2:
+            return "learner.num_bins", lc.num_bins, "must be >= 2 with learner.loss=hl_gauss"
+        if lc.loss == "hl_gauss" and not lc.hl_gauss_sigma_ratio > 0:
+            return "learner.hl_gauss_sigma_ratio", lc.hl_gauss_sigma_ratio, "must be > 0"
+        if lc.noisy and not lc.sigma0 > 0:
+            return "learner.sigma0", lc.sigma0, "must be > 0 with learner.noisy=true"
+        if lc.encoder not in ENCODERS:
+            return "learner.encoder", lc.encoder, f"must be one of {', '.join(ENCODERS)}"
+        if lc.impala_scale < 1:
+            return "learner.impala_scale", lc.impala_scale, "must be >= 1"
+        return None
 
-    def check_spaces(self, observation_space: Any, action_space: Any) -> str | None:
+    def check_spaces(
+        self, observation_space: Any, action_space: Any, options: DQNOptions | None = None
+    ) -> str | None:
         from gymnasium import spaces
 
         if isinstance(action_space, spaces.Box):
@@ -52,6 +82,11 @@ class DQNBuilder:
                 "the Q-networks take an observation Box of rank 1 (vector) or 2-3 (image): "
                 "wrap the env (e.g. FlattenObservation)"
             )
+        if options is not None and options.encoder == "impala" and len(obs.shape) == 1:
+            return (
+                "learner.encoder=impala is an image encoder and these observations are "
+                "vectors: set learner.encoder=auto (the MLP)"
+            )
         return None
 
     def agent_spec(self, cfg: Any) -> AgentSpec:
@@ -69,13 +104,28 @@ class DQNBuilder:
             amp=lc.amp,
             compile=lc.compile,
             memory_format=lc.memory_format,
+            num_atoms=lc.num_atoms,
+            v_min=lc.v_min,
+            v_max=lc.v_max,
+            noisy=lc.noisy,
+            sigma0=lc.sigma0,
+            loss=lc.loss,
+            num_bins=lc.num_bins,
+            hl_gauss_sigma_ratio=lc.hl_gauss_sigma_ratio,
+            layer_norm=lc.layer_norm,
+            encoder=lc.encoder,
+            impala_scale=lc.impala_scale,
         )
         return AgentSpec(self.name, options)
 
     def exploration_ladder(self, cfg: Any, num_workers: int) -> np.ndarray:
+        """Ape-X's epsilons; with noisy nets 0 for every worker (the noise explores, as in
+        NoisyNet and Rainbow) unless ``workers.epsilon_with_noisy``."""
         from apex_dask.algo.rollout.exploration import apex_epsilons
 
         w = cfg.workers
+        if cfg.learner.noisy and not w.epsilon_with_noisy:
+            return np.zeros(num_workers)
         return apex_epsilons(num_workers, w.epsilon_base, w.epsilon_alpha)
 
     def make_learner(
@@ -102,42 +152,45 @@ class DQNBuilder:
         )
 
     def make_network(self, options: DQNOptions, observation_space: Any, action_space: Any) -> Any:
-        from apex_dask.algo.agents.dqn.networks import build_q_network
+        from apex_dask.algo.agents.dqn.networks import q_network
 
-        return build_q_network(observation_space, action_space, options.hiddens, options.dueling)
+        return q_network(observation_space, action_space, options)
 
     def network_size(
         self, options: DQNOptions, observation_space: Any, action_space: Any
     ) -> tuple[int, int]:
-        """By arithmetic, as :func:`~apex_dask.algo.agents.dqn.networks.build_q_network`
-        builds it (no torch import: the pre-start memory check stays quick)."""
-        params = acts = 0
+        """By arithmetic, as :func:`~apex_dask.algo.agents.dqn.networks.q_network` builds it
+        (no torch import: the pre-start memory check stays quick)."""
+        o = options
         shape = tuple(int(d) for d in observation_space.shape)
+        params = acts = 0
         if len(shape) == 1:
             features = shape[0]
         else:
-            if len(shape) == 2:
-                c, h, w = 1, *shape
-            elif shape[2] <= min(shape[0], shape[1]):  # HWC, as the network guesses
-                h, w, c = shape
-            else:
-                c, h, w = shape
-            convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)] if min(h, w) >= 36 else [(16, 3, 1)]
-            for out, k, stride in convs:
-                params += out * (c * k * k + 1)
-                c, h, w = out, (h - k) // stride + 1, (w - k) // stride + 1
-                acts += c * h * w
-            features = c * h * w
-        for width in options.hiddens:
-            params += (features + 1) * width
-            acts += width
-            features = width
-        heads = int(action_space.n) + (1 if options.dueling else 0)
-        return params + (features + 1) * heads, acts + heads
+            chw = image_chw(shape)[0]
+            params, acts, features = conv_size(
+                chw, encoder=o.encoder, layer_norm=o.layer_norm, impala_scale=o.impala_scale
+            )
+        p, a, features = mlp_size(features, o.hiddens, layer_norm=o.layer_norm, noisy=o.noisy)
+        k, n = o.num_outputs, int(action_space.n)
+        streams = [k, n * k] if o.dueling else [n * k]
+        params += p + sum(linear_params(features, out, o.noisy) for out in streams)
+        return params, acts + a + sum(streams)
 
     def network_keys(self, cfg: Any) -> str:
-        lc = cfg.learner
-        return f"learner.hiddens={list(lc.hiddens)}, learner.dueling={lc.dueling}"
+        lc, d = cfg.learner, DQNOptions()
+        keys = [f"learner.hiddens={list(lc.hiddens)}", f"learner.dueling={lc.dueling}"]
+        shaping = {  # the other keys that shape the network, named where not the default
+            "num_atoms": (lc.num_atoms, d.num_atoms),
+            "noisy": (lc.noisy, d.noisy),
+            "loss": (lc.loss, d.loss),
+            "num_bins": (lc.num_bins if lc.loss == "hl_gauss" else d.num_bins, d.num_bins),
+            "layer_norm": (lc.layer_norm, d.layer_norm),
+            "encoder": (lc.encoder, d.encoder),
+            "impala_scale": (lc.impala_scale, d.impala_scale),
+        }
+        keys += [f"learner.{k}={v}" for k, (v, default) in shaping.items() if v != default]
+        return ", ".join(keys)
 
     def make_policy(
         self,

@@ -7,9 +7,12 @@ Usage loop (a runner or actor owns the queueing around it)::
     shard.update_priorities(sample.indices, td_abs, sample.generations)  # new priorities
     version, weights = learner.get_weights()             # for env workers
 
-Each update minimises the importance-weighted Huber loss of
-:func:`apex_dask.algo.agents.dqn.loss.dqn_loss` with Adam, clipping the global gradient
-norm to ``grad_clip``. ``steps_trained`` counts *transitions* (batch rows);
+Each update minimises the importance-weighted loss of the value head
+(:mod:`apex_dask.algo.agents.dqn.loss`: the Huber TD loss of a scalar head, C51's or
+HL-Gauss's cross-entropy) with Adam, clipping the global gradient norm to ``grad_clip``.
+With noisy layers, new noise is drawn for the online and the target net before each
+update, from the learner's own generator (on its device; saved in its state, so a
+restored learner makes the same next update). ``steps_trained`` counts *transitions* (batch rows);
 the target net becomes a copy of the online net whenever
 ``steps_trained - steps_trained_at_last_copy >= target_update_freq``
 (RLlib's ``UpdateTargetNetwork(by_steps_trained=True)``). ``version`` grows by
@@ -75,9 +78,11 @@ from apex_dask.algo.agents.device_batches import (
     check_device_options,
     device_memory,
 )
-from apex_dask.algo.agents.dqn.loss import dqn_loss
-from apex_dask.algo.agents.dqn.networks import build_q_network
+from apex_dask.algo.agents.dqn.heads import bin_edges, support
+from apex_dask.algo.agents.dqn.loss import c51_loss, dqn_loss, hl_gauss_loss
+from apex_dask.algo.agents.dqn.networks import q_network
 from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.noisy import draw_noise
 
 __all__ = ["AMP_MODES", "MEMORY_FORMATS", "Learner", "NonFiniteLossError", "check_device_options"]
 
@@ -117,19 +122,33 @@ class Learner(LearnerBase):
         self.target_update_freq = int(o.target_update_freq)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            online = build_q_network(observation_space, action_space, o.hiddens, o.dueling)
+            online = q_network(observation_space, action_space, o)
         self.online = online.to(self.device)
         if o.memory_format == "channels_last":
             self.online = self.online.to(memory_format=torch.channels_last)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.head = o.head
+        values = support(o)
+        self._support = None if values is None else torch.from_numpy(values).to(self.device)
+        self._edges = torch.from_numpy(bin_edges(o)).to(self.device)
+        self._sigma = float(o.hl_gauss_sigma_ratio) * (o.v_max - o.v_min) / o.num_bins
+        self.noisy = bool(o.noisy)
+        self._noise: torch.Generator | None = None
+        if self.noisy:
+            self._noise = torch.Generator(device=self.device)
+            self._noise.manual_seed(int(seed) + 1)
         # the pipelined path skips a non-finite step on the device (fused Adam's found_inf)
         fused = {"fused": True} if self.pipeline else {}
         self.optimizer = torch.optim.Adam(
             self.online.parameters(), lr=o.lr, eps=o.adam_eps, **fused
         )
-        self._nets = (self.online, self.target)
+        # what the loss calls: Q-values (scalar head) or logits (C51, HL-Gauss)
+        scalar = self.head == "scalar"
+        self._nets = (
+            (self.online, self.target) if scalar else (self.online.logits, self.target.logits)
+        )
         if o.compile:
-            self._nets = (torch.compile(self.online), torch.compile(self.target))
+            self._nets = (torch.compile(self._nets[0]), torch.compile(self._nets[1]))
         self._stager: BatchStager | None = None
         self._results: ResultPipe | None = None
         if self.pipeline:
@@ -145,11 +164,30 @@ class Learner(LearnerBase):
         return batch
 
     def _loss(self, batch: Mapping[str, torch.Tensor], w: torch.Tensor) -> Any:
-        online, target = self._nets
+        if self._noise is not None:  # new noise for this update, online and target
+            draw_noise(self.online, self._noise)
+            draw_noise(self.target, self._noise)
         if self.amp == "bf16":
             kind = torch.device(self.device).type
             with torch.autocast(kind, dtype=torch.bfloat16):
-                return dqn_loss(online, target, batch, w, double_q=self.double_q)
+                return self._head_loss(batch, w)
+        return self._head_loss(batch, w)
+
+    def _head_loss(self, batch: Mapping[str, torch.Tensor], w: torch.Tensor) -> Any:
+        online, target = self._nets
+        if self.head == "c51":
+            return c51_loss(online, target, batch, w, self._support, double_q=self.double_q)
+        if self.head == "hl_gauss":
+            return hl_gauss_loss(
+                online,
+                target,
+                batch,
+                w,
+                self._support,
+                self._edges,
+                self._sigma,
+                double_q=self.double_q,
+            )
         return dqn_loss(online, target, batch, w, double_q=self.double_q)
 
     def _count(self, n: int) -> None:
@@ -290,15 +328,19 @@ class Learner(LearnerBase):
         self._last_target_update = self.steps_trained
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain dict of CPU numpy arrays: ``online``, ``target``, ``optimizer``, ``counters``.
+        """Plain dict of CPU numpy arrays: ``online``, ``target``, ``optimizer``, ``counters``
+        (and ``noise_rng``, the noise generator's state, with noisy layers).
         Raises :class:`NonFiniteLossError` if a queued update was not finite."""
         self.check_finite()
-        return {
+        state = {
             "online": module_weights(self.online),
             "target": module_weights(self.target),
             "optimizer": to_numpy_tree(self.optimizer.state_dict()),
             "counters": self.counters(),
         }
+        if self._noise is not None:
+            state["noise_rng"] = self._noise.get_state().numpy().copy()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (nets, optimizer, counters)."""
@@ -314,3 +356,9 @@ class Learner(LearnerBase):
                     where = p.device if self.pipeline else torch.device("cpu")
                     st["step"] = st["step"].to(where, torch.float32)
         self._load_counters(state["counters"])
+        if self._noise is not None:
+            saved = state.get("noise_rng")
+            try:
+                self._noise.set_state(torch.as_tensor(np.asarray(saved, np.uint8)))
+            except (RuntimeError, TypeError, ValueError):  # none saved, or another device's
+                self._noise.manual_seed(1 + int(self.num_updates))

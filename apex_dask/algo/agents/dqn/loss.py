@@ -1,4 +1,4 @@
-"""The n-step double-DQN loss and its TD errors (the new replay priorities).
+"""The n-step double-DQN losses of each value head and their new replay priorities.
 
 For a batch of n-step transitions (s, a, R, s', discount) from
 :mod:`apex_dask.algo.rollout.nstep` (``discount`` = gamma^k, or 0 after termination):
@@ -12,19 +12,36 @@ For a batch of n-step transitions (s, a, R, s', discount) from
 with importance weights w_i from prioritized replay. The new priority of item
 i is |td_i| (the replay shard adds its eps). The same maths in numpy
 (:func:`td_errors_numpy`) gives env workers their initial priorities.
+
+The distributional heads (:mod:`apex_dask.algo.agents.dqn.heads` has their maths) take
+the networks' ``logits`` (B, A, K) and choose ``a*`` by the expected values:
+
+* :func:`c51_loss`: ``L = (1/B) sum_i w_i * CE_i``, ``CE_i = -sum_j m_ij log p_j(s_i, a_i)``
+  with ``m_i`` the projection of ``R_i + discount_i * z`` under the target net's
+  ``p(s'_i, a*)``; the new priority is ``CE_i`` (as Rainbow prioritises by its
+  distributional loss).
+* :func:`hl_gauss_loss`: ``y`` as above on the expected values, ``CE_i`` against the
+  HL-Gauss histogram of ``y_i``; the new priority is ``|Q(s_i, a_i) - y_i|`` on the
+  expected value.
+
+``mean_q`` is the mean expected Q(s, a) of the replayed actions for every head.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
+from apex_dask.algo.agents.dqn.heads import categorical_projection, hl_gauss_target
 from apex_dask.algo.agents.losses import LossOutput, weighted_td_loss
 
-__all__ = ["dqn_loss", "q_targets", "td_errors_numpy"]
+__all__ = ["c51_loss", "dqn_loss", "hl_gauss_loss", "q_targets", "td_errors_numpy"]
+
+Logits = Callable[[torch.Tensor], torch.Tensor]
+"""A network's ``logits``: observations -> (B, A, K)."""
 
 
 def q_targets(
@@ -67,6 +84,69 @@ def dqn_loss(
     td = q_taken - y
     loss = weighted_td_loss(td, weights, delta=huber_delta)
     return LossOutput(loss=loss, td_abs=td.detach().abs(), mean_q=q_taken.detach().mean())
+
+
+def _log_probs(logits: Logits, obs: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits(obs).float(), dim=2)
+
+
+def _taken(logp: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    return logp[torch.arange(logp.shape[0], device=logp.device), action.long()]
+
+
+def _expected(logp: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    return (logp.exp() * values).sum(dim=-1)
+
+
+def c51_loss(
+    online: Logits,
+    target: Logits,
+    batch: Mapping[str, torch.Tensor],
+    weights: torch.Tensor,
+    atoms: torch.Tensor,
+    *,
+    double_q: bool = True,
+) -> LossOutput:
+    """C51's weighted cross-entropy; ``td_abs`` holds each item's cross-entropy (the new
+    priorities). ``online`` / ``target``: the networks' ``logits``; ``atoms`` (N,)."""
+    logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
+    with torch.no_grad():
+        logp_next = _log_probs(target, batch["next_obs"])
+        chooser = _log_probs(online, batch["next_obs"]) if double_q else logp_next
+        best = _expected(chooser, atoms).argmax(dim=1)
+        probs = _taken(logp_next, best).exp()
+        m = categorical_projection(probs, batch["reward"], batch["discount"], atoms)
+    ce = -(m * logp_taken).sum(dim=1)
+    loss = (weights * ce).mean()
+    mean_q = _expected(logp_taken.detach(), atoms).mean()
+    return LossOutput(loss=loss, td_abs=ce.detach(), mean_q=mean_q)
+
+
+def hl_gauss_loss(
+    online: Logits,
+    target: Logits,
+    batch: Mapping[str, torch.Tensor],
+    weights: torch.Tensor,
+    centers: torch.Tensor,
+    edges: torch.Tensor,
+    sigma: float,
+    *,
+    double_q: bool = True,
+) -> LossOutput:
+    """HL-Gauss's weighted cross-entropy; ``td_abs`` is |Q(s, a) - y| on the expected
+    values (the new priorities). ``centers`` (K,), ``edges`` (K + 1,) of the bins."""
+    logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
+    q_taken = _expected(logp_taken.detach(), centers)
+    with torch.no_grad():
+        q_next_target = _expected(_log_probs(target, batch["next_obs"]), centers)
+        q_next_online = (
+            _expected(_log_probs(online, batch["next_obs"]), centers) if double_q else None
+        )
+        y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
+        probs = hl_gauss_target(y, edges, sigma)
+    ce = -(probs * logp_taken).sum(dim=1)
+    loss = (weights * ce).mean()
+    return LossOutput(loss=loss, td_abs=(q_taken - y).abs(), mean_q=q_taken.mean())
 
 
 def td_errors_numpy(

@@ -1,7 +1,8 @@
 """The DQN agent's greedy policy: for playing episodes, and as a TorchScript program.
 
 With probability ``epsilon`` a step takes a uniform random action, else
-``argmax_a Q(s, a)``. Vector observations run through the numpy MLP
+``argmax_a Q(s, a)`` (for C51 and HL-Gauss the expected value; noisy layers at their
+mean weights). Vector observations run through the numpy MLP
 (:class:`~apex_dask.algo.agents.dqn.networks.NumpyMLPQ`, as the env workers do),
 images through torch.
 
@@ -26,9 +27,9 @@ from gymnasium import spaces
 from apex_dask.algo.agents.base import check_weights, load_weights
 from apex_dask.algo.agents.dqn.networks import (
     NumpyMLPQ,
-    build_q_network,
     input_scale,
     is_image_space,
+    q_network,
 )
 from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.spec import ScriptedPolicy
@@ -47,13 +48,13 @@ class QPolicy:
         options: DQNOptions | None = None,
     ) -> None:
         o = options if options is not None else DQNOptions()
-        self.net = build_q_network(observation_space, action_space, o.hiddens, o.dueling)
+        self.net = q_network(observation_space, action_space, o)
         check_weights(self.net, weights)
         load_weights(self.net, weights)
         self.net.eval()
         self.numpy_net = None
         if len(observation_space.shape) == 1:
-            self.numpy_net = NumpyMLPQ({k: np.asarray(v) for k, v in weights.items()})
+            self.numpy_net = NumpyMLPQ({k: np.asarray(v) for k, v in weights.items()}, o)
         self.num_actions = int(action_space.n)
         self.offset = int(action_space.start)
         self.dtype = observation_space.dtype
@@ -99,7 +100,7 @@ def scripted_policy(
 ) -> ScriptedPolicy:
     """The greedy policy as TorchScript (see the module docstring); ``WeightsMismatch``
     if the weights do not fit the network ``options`` build."""
-    net = build_q_network(observation_space, action_space, options.hiddens, options.dueling)
+    net = q_network(observation_space, action_space, options)
     check_weights(net, weights)
     load_weights(net, weights)
     net.eval()
@@ -110,6 +111,16 @@ def scripted_policy(
         traced = torch.jit.trace(net, example)
         program = torch.jit.script(GreedyProgram(traced, rank, int(action_space.start)))
     inside = ["Q-network (state dict of the learner's online net)", "argmax over actions"]
+    if options.head != "scalar":
+        k = options.num_outputs
+        what = "atoms" if options.head == "c51" else "bins"
+        inside.insert(
+            1,
+            f"Q = expected value of the softmax over {k} {what} on "
+            f"[{options.v_min:g}, {options.v_max:g}] ({options.head})",
+        )
+    if options.noisy:
+        inside.insert(1, "noisy layers at their mean weights (no noise)")
     if is_image_space(observation_space):
         scale = input_scale(observation_space)
         inside.insert(0, f"input scaling: observations as float32 times {scale:.10g}")

@@ -40,7 +40,15 @@ extra per fragment, every transition ships in the fragment that completed
 it, and all of a fragment's priorities come from the weights it acted
 with. The priorities equal ``td_errors(batch)``: |td| with the double-DQN
 target, online = target = the synced weights,
-``|R + discount * Q(s', argmax_b Q(s', b)) - Q(s, a)|``.
+``|R + discount * Q(s', argmax_b Q(s', b)) - Q(s, a)|`` (HL-Gauss: on the expected
+values). For C51 each step keeps the log-probabilities of every action's atoms instead,
+and a transition's priority is the learner's cross-entropy with online = target
+(:func:`~apex_dask.algo.agents.dqn.heads.c51_priorities_numpy`). Actions are the argmax
+of the expected value.
+
+Noisy nets: new noise (from the worker's own seeded generator) for each acting pass,
+the one per vector step (and the one at the fragment's end); the priorities come from
+those passes' values. Greedy evaluation uses the mean weights.
 
 Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
 gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
@@ -72,9 +80,11 @@ import numpy as np
 import torch
 
 from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.heads import c51_priorities_numpy, log_softmax_numpy, support
 from apex_dask.algo.agents.dqn.loss import td_errors_numpy
-from apex_dask.algo.agents.dqn.networks import NumpyMLPQ, build_q_network
+from apex_dask.algo.agents.dqn.networks import NumpyMLPQ, q_network
 from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.noisy import noise_numpy, noisy_layers
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.algo.rollout.vector_nstep import VectorNStepAdder
 from apex_dask.algo.rollout.worker import ActingWorker
@@ -106,13 +116,16 @@ class EnvWorker(ActingWorker):
         super().__init__(env_factory, r, seed=seed, where=where)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self._net = build_q_network(
-                self.observation_space, self.action_space, o.hiddens, o.dueling
-            )
+            self._net = q_network(self.observation_space, self.action_space, o)
         self._net.eval()
+        self.options = o
         self._numpy_net: NumpyMLPQ | None = None
         if len(self.observation_space.shape) == 1:
-            self._numpy_net = NumpyMLPQ(module_weights(self._net))
+            self._numpy_net = NumpyMLPQ(module_weights(self._net), o)
+        self._noisy = noisy_layers(self._net)
+        self._noise_rng = np.random.default_rng([seed, 2]) if self._noisy else None
+        self._support = support(o)
+        self._c51 = o.head == "c51"
         self.epsilon = float(epsilon)
         self.double_q = bool(o.double_q)
         self.num_actions = int(self.action_space.n)
@@ -132,22 +145,51 @@ class EnvWorker(ActingWorker):
             self._obs_dtype,
             self.fragment_length,
             num_actions=self.num_actions,
+            value_shape=(o.num_atoms,) if self._c51 else (),
+            priority=self._c51_priorities if self._c51 else None,
         )
-        self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
+        # (Q, values kept for the priorities) of self._obs under the current weights
+        self._q_next: tuple[np.ndarray, np.ndarray] | None = None
         self._requote = False
         self._draws: tuple[np.ndarray, np.ndarray] | None = None
         self._explore_at: list[bool] = []
 
     # -- policy ---------------------------------------------------------
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values (B, A) float32 of a batch of observations under the synced weights."""
+    def values(self, obs: np.ndarray, noise: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``(Q (B, A), kept values)`` float32 of a batch under the synced weights: the kept
+        values are the Q-values, or C51's log-probabilities (B, A, atoms). ``noise``: draw
+        new noise for the noisy layers (acting); else their mean weights."""
+        draws = None
+        if noise and self._noise_rng is not None:
+            draws = noise_numpy(
+                self._noise_rng, [(m.in_features, m.out_features) for m in self._noisy]
+            )
         if self._numpy_net is not None:
-            return self._numpy_net.q_values(obs)
+            return self._numpy_net.values(obs, draws)
+        if self._noisy:  # noise in train mode, the mean weights in eval mode
+            if draws is not None:
+                for layer, (f_in, f_out) in zip(self._noisy, draws, strict=True):
+                    layer.set_noise(torch.from_numpy(f_in), torch.from_numpy(f_out))
+            self._net.train(draws is not None)
         with torch.inference_mode():
-            return self._net(torch.as_tensor(obs)).numpy()
+            x = torch.as_tensor(obs)
+            if self._support is None:
+                q = self._net(x).numpy()
+                return q, q
+            logp = log_softmax_numpy(self._net.logits(x).float().numpy())
+        return (np.exp(logp) * self._support).sum(axis=-1, dtype=np.float32), logp
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values (B, A) float32 of a batch of observations under the synced (mean) weights."""
+        return self.values(obs)[0]
 
     def _greedy(self, obs: np.ndarray) -> int:
         return int(np.argmax(self.q_values(obs[None])[0]))
+
+    def _c51_priorities(
+        self, taken: np.ndarray, rows_next: np.ndarray, reward: np.ndarray, discount: np.ndarray
+    ) -> np.ndarray:
+        return c51_priorities_numpy(taken, rows_next, reward, discount, self._support)
 
     def _explore(self) -> tuple[np.ndarray, np.ndarray] | None:
         """A fragment's exploration draws: (explore?, random action) per step and env."""
@@ -161,7 +203,7 @@ class EnvWorker(ActingWorker):
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
         """Act with these weights (a learner's ``get_weights()``) from now on."""
         if self._numpy_net is not None:
-            self._numpy_net = NumpyMLPQ(weights)
+            self._numpy_net = NumpyMLPQ(weights, self.options)
         else:
             self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
         self.weights_version = int(version)
@@ -176,7 +218,7 @@ class EnvWorker(ActingWorker):
 
     def _actions(self, t: int) -> np.ndarray:
         """Epsilon-greedy with the fragment's draws, from one forward pass."""
-        actions = self._forward().argmax(axis=1)
+        actions = self._forward()[0].argmax(axis=1)
         if self._explore_at[t]:
             draws = self._draws
             actions = np.where(draws[0][t], draws[1][t], actions)
@@ -185,16 +227,16 @@ class EnvWorker(ActingWorker):
     def _end_fragment(self) -> None:
         self._forward(keep=True)
 
-    def _forward(self, keep: bool = False) -> np.ndarray:
-        """Q-values of the envs' observations (one pass, with the last step's time-limit
-        final observations and, after new weights, the pending steps as extra rows); their
-        values go to the adder. ``keep``: the pass at a fragment's end, kept for the next
-        fragment's first step."""
+    def _forward(self, keep: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Q-values and kept values of the envs' observations (one pass, with the last
+        step's time-limit final observations and, after new weights, the pending steps as
+        extra rows); the kept values go to the adder. ``keep``: the pass at a fragment's
+        end, kept for the next fragment's first step."""
         n, adder = self.num_envs, self.adder
         cached, self._q_next = self._q_next, None
         finals = len(adder.finals())
         if cached is not None and not finals:
-            adder.set_q(cached)
+            adder.set_q(cached[1])
             return cached
         parts = [self._obs, adder.final_obs()] if finals else [self._obs]
         pending = 0
@@ -204,24 +246,29 @@ class EnvWorker(ActingWorker):
             pending = len(actions)
             if pending:
                 parts.append(obs)
-        q = self.q_values(np.concatenate(parts) if len(parts) > 1 else parts[0])
+        q, kept = self.values(np.concatenate(parts) if len(parts) > 1 else parts[0], noise=True)
         if pending:
-            adder.set_pending_q(q[len(q) - pending :])
-        q_envs = q[:n]
-        adder.set_q(q_envs, q[n : n + finals] if finals else None)
+            adder.set_pending_q(kept[len(kept) - pending :])
+        out = (q[:n], kept[:n])
+        adder.set_q(out[1], kept[n : n + finals] if finals else None)
         if keep:
-            self._q_next = q_envs
-        return q_envs
+            self._q_next = out
+        return out
 
     def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
-        """float32 |td| of a batch under the synced weights (online = target), from two
-        new passes: what :meth:`sample`'s priorities equal, made from its acting passes."""
+        """float32 priorities of a batch under the synced weights (online = target; noisy
+        layers at their mean weights), from two new passes: what :meth:`sample`'s
+        priorities equal (without noise), made from its acting passes. |td| for scalar and
+        HL-Gauss heads, the cross-entropy for C51."""
         n = len(batch["action"])
         if n == 0:
             return np.zeros(0, np.float32)
-        q_all = self.q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
-        q, q_next = q_all[:n], q_all[n:]
+        q_all, kept = self.values(np.concatenate([batch["obs"], batch["next_obs"]]))
         b = batch
+        if self._c51:
+            taken = kept[np.arange(n), b["action"]]
+            return c51_priorities_numpy(taken, kept[n:], b["reward"], b["discount"], self._support)
+        q, q_next = q_all[:n], q_all[n:]
         return td_errors_numpy(
             q, q_next, q_next, b["action"], b["reward"], b["discount"], self.double_q
         )
