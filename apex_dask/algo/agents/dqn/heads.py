@@ -133,11 +133,15 @@ def c51_priorities_numpy(
 ) -> np.ndarray:
     """Per-item C51 cross-entropy with online = target (one set of weights):
     ``logp_taken`` (M, N) of ``(s, a)``, ``logp_next`` (M, A, N) of ``s'``; ``a*`` is the
-    argmax of the expected values at ``s'``. A terminal item has ``discount`` 0."""
+    argmax of the expected values at ``s'``. A terminal item has ``discount`` 0 (its
+    ``logp_next`` row is not read)."""
     if len(logp_taken) == 0:
         return np.zeros(0, np.float32)
     q_next = expected_value_numpy(logp_next, atoms)
     best = np.argmax(q_next, axis=1)
     probs = np.exp(logp_next[np.arange(len(best)), best])
+    # a terminal item's target is R whatever s' holds (and an env worker keeps no values
+    # of terminal states): any distribution sums to 1 there
+    probs[np.asarray(discount) == 0] = 1.0 / probs.shape[1]
     m = categorical_projection_numpy(probs, reward, discount, atoms)
     return (-(m * logp_taken).sum(axis=1)).astype(np.float32)

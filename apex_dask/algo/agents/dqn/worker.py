@@ -165,7 +165,8 @@ class EnvWorker(ActingWorker):
                 self._noise_rng, [(m.in_features, m.out_features) for m in self._noisy]
             )
         if self._numpy_net is not None:
-            return self._numpy_net.values(obs, draws)
+            q, logp = self._numpy_net.values(obs, draws)
+            return q, (logp if self._c51 else q)
         if self._noisy:  # noise in train mode, the mean weights in eval mode
             if draws is not None:
                 for layer, (f_in, f_out) in zip(self._noisy, draws, strict=True):
@@ -177,7 +178,8 @@ class EnvWorker(ActingWorker):
                 q = self._net(x).numpy()
                 return q, q
             logp = log_softmax_numpy(self._net.logits(x).float().numpy())
-        return (np.exp(logp) * self._support).sum(axis=-1, dtype=np.float32), logp
+        q = (np.exp(logp) * self._support).sum(axis=-1, dtype=np.float32)
+        return q, (logp if self._c51 else q)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values (B, A) float32 of a batch of observations under the synced (mean) weights."""
