@@ -46,6 +46,14 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         (["--config", "/nonexistent/run.yaml"], ["cannot read config file"]),
         (["--preset", "cartpole", "--set", "algo=dpg"], ["Discrete(2)", "dpg", "algo=dqn"]),
         (["--preset", "pendulum", "--set", "algo=dqn"], ["Box(", "dqn", "algo=dpg"]),
+        (
+            ["--set", "learner.num_atoms=51", "--set", "learner.loss=hl_gauss"],
+            ["learner.loss='hl_gauss'", "learner.num_atoms=51", "learner.loss=huber"],
+        ),
+        (
+            ["--preset", "cartpole", "--set", "learner.encoder=impala"],
+            ["learner.encoder=impala", "vectors", "learner.encoder=auto"],
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needles):

@@ -16,8 +16,9 @@ from gymnasium import spaces
 from trained_runs import cartpole_run, minatar_run, pendulum_model, pendulum_run
 
 from apex_dask.algo.agents.base import module_weights
-from apex_dask.algo.agents.dqn.networks import build_q_network
+from apex_dask.algo.agents.dqn.networks import build_q_network, q_network
 from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.registry import make_policy
 from apex_dask.algo.agents.spec import AgentSpec
 from apex_dask.algo.play.export import export_policy
 from apex_dask.cli.evaluate import main
@@ -110,6 +111,49 @@ def test_exported_policy_agrees_on_1000_observations(tmp_path, case):
     }
     if obs_space.dtype == np.uint8:
         assert any("1/255" in x or "0.003921568627" in x for x in doc["inside"]), doc["inside"]
+
+
+HEADS = {
+    "c51 + noisy, vector": (
+        spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        spaces.Discrete(3),
+        DQNOptions(hiddens=(64,), num_atoms=51, noisy=True),
+    ),
+    "hl_gauss + layer norm, minatar-like grid": (
+        spaces.Box(0, 1, (10, 10, 4), bool),
+        spaces.Discrete(6),
+        DQNOptions(hiddens=(32,), loss="hl_gauss", layer_norm=True),
+    ),
+    "impala c51 + noisy, uint8 frames": (
+        spaces.Box(0, 255, (4, 40, 40), np.uint8),
+        spaces.Discrete(5, start=1),
+        DQNOptions(hiddens=(32,), encoder="impala", num_atoms=11, noisy=True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADS))
+def test_exported_policy_of_each_head_acts_as_the_eval_policy_on_1000_observations(tmp_path, case):
+    """The argmax of the expected value under the mean weights, in the program and in
+    ``apex-dask-eval``'s policy alike."""
+    obs_space, act_space, options = HEADS[case]
+    torch.manual_seed(4)
+    net = q_network(obs_space, act_space, options).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0.0, 0.5)
+    weights = module_weights(net)
+    spec = AgentSpec("dqn", options)
+    program, meta = export_policy(tmp_path / "p.pt", spec, obs_space, act_space, weights)
+    obs = observations(obs_space, 1000, seed=6)
+    policy = make_policy(spec, obs_space, act_space, weights)
+    want = [policy.act(o) for o in obs]
+    assert want == network_actions(net, obs, int(act_space.start))
+    assert len(set(want)) > 1, "the check needs more than one action to mean anything"
+    got = load_elsewhere(program, obs, tmp_path)
+    assert got["batch"] == want and got["singles"] == want[:50]
+    inside = " ".join(json.loads(meta.read_text())["inside"])
+    assert "expected value" in inside and ("mean weights" in inside) == options.noisy
 
 
 def test_cli_export_of_a_run_without_playing(tmp_path, capsys):
