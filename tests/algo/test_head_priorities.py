@@ -23,6 +23,7 @@ from apex_dask.algo.agents.dqn.worker import EnvWorker
 from apex_dask.algo.agents.noisy import noisy_layers
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.replay.codec import decode_batch
 from apex_dask.algo.rollout.spec import RolloutSpec
 
 HEADS = {
@@ -48,10 +49,11 @@ def _check(factory, options: DQNOptions, rollout: RolloutSpec, fragments: int) -
         learner.update_target()  # online = target = what the worker acts with
         worker.set_weights(*learner.get_weights())
         out = worker.sample()
+        data = decode_batch(out.batch) if "frames" in out.batch else out.batch
         assert out.priorities.dtype == np.float32 and len(out.priorities)
-        td, _ = learner.update(out.batch, np.ones(len(out.priorities), np.float32))
+        td, _ = learner.update(data, np.ones(len(out.priorities), np.float32))
         np.testing.assert_allclose(out.priorities, td, rtol=2e-4, atol=2e-5)
-        done, discount = out.batch["done"], out.batch["discount"]
+        done, discount = data["done"], data["discount"]
         seen[0] += int((~done & (discount > 0.99**3 * 1.0001)).sum())  # cut by a time limit
         seen[1] += int(done.sum())  # terminals
     return seen
@@ -72,6 +74,18 @@ def test_minatar_worker_priorities_equal_the_learners(head):
     options = DQNOptions(hiddens=(32,), device="cpu", **HEADS[head])
     rollout = RolloutSpec(fragment_length=16, num_envs=2, n_step=3, gamma=0.99)
     assert _check(factory, options, rollout, 3)[0] > 0  # (terminals: the CartPole test)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ale_py") is None or importlib.util.find_spec("cv2") is None,
+    reason="needs ale_py and opencv",
+)
+def test_atari_frame_stacks_with_c51_and_noisy_layers():
+    """Frame dedup (rollouts sent in the compact form) with a C51 noisy head."""
+    factory = make_env_factory("ALE/Breakout-v5", {"max_episode_steps": 200})
+    options = DQNOptions(hiddens=(32,), device="cpu", **HEADS["c51_noisy_ln"])
+    rollout = RolloutSpec(fragment_length=30, num_envs=2, frame_stack=4)
+    assert sum(_check(factory, options, rollout, 2)) > 0
 
 
 def test_noisy_workers_draw_new_noise_per_pass_and_evaluate_on_the_mean():

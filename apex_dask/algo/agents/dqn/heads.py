@@ -64,12 +64,23 @@ def support(options: DQNOptions) -> np.ndarray | None:
 
 
 # -- torch (the learner) ----------------------------------------------------------
+def _bounds(values: torch.Tensor, bounds: tuple[float, float] | None) -> tuple[float, float]:
+    # reading them from a device tensor would sync the host with the device: the learner
+    # passes them as numbers
+    return bounds if bounds is not None else (float(values[0]), float(values[-1]))
+
+
 def categorical_projection(
-    probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, atoms: torch.Tensor
+    probs: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    atoms: torch.Tensor,
+    bounds: tuple[float, float] | None = None,
 ) -> torch.Tensor:
-    """Phi: (B, N) next-state probabilities -> (B, N) target probabilities on ``atoms``."""
+    """Phi: (B, N) next-state probabilities -> (B, N) target probabilities on ``atoms``
+    (``bounds``: ``(v_min, v_max)``, else read from ``atoms``)."""
     n = atoms.shape[0]
-    v_min, v_max = float(atoms[0]), float(atoms[-1])
+    v_min, v_max = _bounds(atoms, bounds)
     dz = (v_max - v_min) / (n - 1)
     tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * atoms.unsqueeze(0)).clamp(v_min, v_max)
     b = (tz - v_min) / dz
@@ -82,9 +93,12 @@ def categorical_projection(
     return m
 
 
-def hl_gauss_target(y: torch.Tensor, edges: torch.Tensor, sigma: float) -> torch.Tensor:
-    """(B,) scalar targets -> (B, K) HL-Gauss probabilities over the bins of ``edges``."""
-    y = y.clamp(float(edges[0]), float(edges[-1]))
+def hl_gauss_target(
+    y: torch.Tensor, edges: torch.Tensor, sigma: float, bounds: tuple[float, float] | None = None
+) -> torch.Tensor:
+    """(B,) scalar targets -> (B, K) HL-Gauss probabilities over the bins of ``edges``
+    (``bounds``: ``(v_min, v_max)``, else read from ``edges``)."""
+    y = y.clamp(*_bounds(edges, bounds))
     cdf = torch.erf((edges.unsqueeze(0) - y.unsqueeze(1)) / (math.sqrt(2.0) * sigma))
     mass = cdf[:, -1:] - cdf[:, :1]
     return (cdf[:, 1:] - cdf[:, :-1]) / mass

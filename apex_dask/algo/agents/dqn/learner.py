@@ -132,6 +132,8 @@ class Learner(LearnerBase):
         self._support = None if values is None else torch.from_numpy(values).to(self.device)
         self._edges = torch.from_numpy(bin_edges(o)).to(self.device)
         self._sigma = float(o.hl_gauss_sigma_ratio) * (o.v_max - o.v_min) / o.num_bins
+        ends = bin_edges(o) if values is None or o.head == "hl_gauss" else values
+        self._bounds = (float(ends[0]), float(ends[-1]))  # as float32 numbers, read on the host
         self.noisy = bool(o.noisy)
         self._noise: torch.Generator | None = None
         if self.noisy:
@@ -176,7 +178,9 @@ class Learner(LearnerBase):
     def _head_loss(self, batch: Mapping[str, torch.Tensor], w: torch.Tensor) -> Any:
         online, target = self._nets
         if self.head == "c51":
-            return c51_loss(online, target, batch, w, self._support, double_q=self.double_q)
+            return c51_loss(
+                online, target, batch, w, self._support, double_q=self.double_q, bounds=self._bounds
+            )
         if self.head == "hl_gauss":
             return hl_gauss_loss(
                 online,
@@ -187,6 +191,7 @@ class Learner(LearnerBase):
                 self._edges,
                 self._sigma,
                 double_q=self.double_q,
+                bounds=self._bounds,
             )
         return dqn_loss(online, target, batch, w, double_q=self.double_q)
 

@@ -106,16 +106,18 @@ def c51_loss(
     atoms: torch.Tensor,
     *,
     double_q: bool = True,
+    bounds: tuple[float, float] | None = None,
 ) -> LossOutput:
     """C51's weighted cross-entropy; ``td_abs`` holds each item's cross-entropy (the new
-    priorities). ``online`` / ``target``: the networks' ``logits``; ``atoms`` (N,)."""
+    priorities). ``online`` / ``target``: the networks' ``logits``; ``atoms`` (N,);
+    ``bounds``: ``(v_min, v_max)`` as numbers (no device sync to read them)."""
     logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
     with torch.no_grad():
         logp_next = _log_probs(target, batch["next_obs"])
         chooser = _log_probs(online, batch["next_obs"]) if double_q else logp_next
         best = _expected(chooser, atoms).argmax(dim=1)
         probs = _taken(logp_next, best).exp()
-        m = categorical_projection(probs, batch["reward"], batch["discount"], atoms)
+        m = categorical_projection(probs, batch["reward"], batch["discount"], atoms, bounds)
     ce = -(m * logp_taken).sum(dim=1)
     loss = (weights * ce).mean()
     mean_q = _expected(logp_taken.detach(), atoms).mean()
@@ -132,6 +134,7 @@ def hl_gauss_loss(
     sigma: float,
     *,
     double_q: bool = True,
+    bounds: tuple[float, float] | None = None,
 ) -> LossOutput:
     """HL-Gauss's weighted cross-entropy; ``td_abs`` is |Q(s, a) - y| on the expected
     values (the new priorities). ``centers`` (K,), ``edges`` (K + 1,) of the bins."""
@@ -143,7 +146,7 @@ def hl_gauss_loss(
             _expected(_log_probs(online, batch["next_obs"]), centers) if double_q else None
         )
         y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
-        probs = hl_gauss_target(y, edges, sigma)
+        probs = hl_gauss_target(y, edges, sigma, bounds)
     ce = -(probs * logp_taken).sum(dim=1)
     loss = (weights * ce).mean()
     return LossOutput(loss=loss, td_abs=(q_taken - y).abs(), mean_q=q_taken.mean())
