@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         "started); 3 a fault ended the sweep; 75 SIGTERM/SIGUSR1 (--resume it); 130 Ctrl-C.",
     )
     p.add_argument("space", nargs="?", metavar="SPACE.yaml", help="the sweep file")
+    from apex_dask.cli.rllib import add_rllib_flags
+
+    add_rllib_flags(p.add_argument_group("from RLlib (docs/rllib.md)"))
     p.add_argument(
         "--trials",
         type=int,
@@ -110,13 +113,39 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, SweepSpec, bool]:
         check_resumable(folder)
         spec = load_sweep(folder / "sweep.yaml")
         return folder, spec, True
-    if not args.space:
-        raise UsageError("give a sweep file (SPACE.yaml) or --resume DIR; see docs/sweeps.md")
-    spec = load_sweep(args.space)
+    from apex_dask.cli.rllib import check_rllib_flags
+
+    check_rllib_flags(args, exclusive=("space",))
+    if args.from_rllib:
+        spec = _from_rllib(args)
+    elif not args.space:
+        raise UsageError(
+            "give a sweep file (SPACE.yaml), --from-rllib FILE or --resume DIR; see docs/sweeps.md"
+        )
+    else:
+        spec = load_sweep(args.space)
     out = args.out or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     folder = check_out(out)
     assert folder is not None
     return folder, spec, False
+
+
+def _from_rllib(args: argparse.Namespace) -> SweepSpec:
+    """The sweep of an RLlib file's Tune samplers (``grid_search``, ...), the table printed."""
+    from apex_dask.cli.rllib import conversion, print_conversion
+    from apex_dask.cli.sweep.spec import spec_from_dict
+    from apex_dask.config.rllib import sweep_file
+
+    conv = conversion(args, "apex-dask-sweep")
+    if not conv.space:
+        raise UsageError(
+            f"{conv.experiment.source}: no Tune sampler (grid_search, ...) to sweep; run it "
+            f"with apex-dask-submit --from-rllib {args.from_rllib}"
+        )
+    base = conv.config()
+    print_conversion(conv, base, yaml_out=False)
+    path = Path(args.from_rllib).expanduser()
+    return spec_from_dict(sweep_file(conv, base), path.parent, name=path.name)
 
 
 def _probe(spec: SweepSpec, embedded: bool) -> None:

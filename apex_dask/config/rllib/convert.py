@@ -92,6 +92,8 @@ class Conversion:
     refusals: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     not_reproduced: list[str] = field(default_factory=list)
+    sampled: list[str] = field(default_factory=list)
+    """The RLlib keys whose values are Tune samplers (the sweep's space)."""
 
     def config(self) -> Any:
         """The apex_dask config (a sweep's base: the sampled keys at their defaults)."""
@@ -258,8 +260,8 @@ class _Converter:
                 f"a Tune {sampler.kind} over a key that is converted ({key}); "
                 "list the values as grid_search"
             ), {}
-        dist = sampler.distribution(values)
-        return Mapped(constant, f"Tune {sampler.kind} -> {key}: {show(dist)}"), {key: dist}
+        dist = {key: sampler.distribution(values)}
+        return Mapped(constant, f"Tune's {sampler.kind}", sweep=dist), dist
 
     # -- collecting ------------------------------------------------------
     def _merge(self, row: Row, targets: dict[str, Any]) -> None:
@@ -338,6 +340,8 @@ class _Converter:
             return self._plain(e, e.value, self.ctx)
         out, dist = self._sampled(e, sampler)
         self.conv.space.update(dist)
+        if dist:
+            self.conv.sampled.append(e.key)
         return out
 
     def _trials(self) -> None:
@@ -349,6 +353,7 @@ class _Converter:
         if not self.conv.space and n > 1:
             seed = int(self.conv.overrides.get("seed", 0))
             self.conv.space = {"seed": {"grid": list(range(seed, seed + n))}}
+            self.conv.sampled.append("num_samples")
             self.conv.trials = n
         else:
             self.conv.trials = n * grid

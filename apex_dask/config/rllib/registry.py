@@ -2,7 +2,8 @@
 how a file's era is told from its keys.
 
 The table is the concatenation of the rule lists (:mod:`.rules_env`,
-:mod:`.rules_dqn`, :mod:`.rules_ddpg`, :mod:`.rules_model`, :mod:`.rules_run`);
+:mod:`.rules_dqn`, :mod:`.rules_explore`, :mod:`.rules_ddpg`, :mod:`.rules_model`,
+:mod:`.rules_run`, :mod:`.rules_ray`);
 each spelling belongs to exactly one rule. Adding a key is one row there.
 """
 
@@ -14,7 +15,9 @@ from apex_dask.config.rllib.rules import Rule
 from apex_dask.config.rllib.rules_ddpg import DDPG_RULES
 from apex_dask.config.rllib.rules_dqn import DQN_RULES
 from apex_dask.config.rllib.rules_env import ENV_RULES
+from apex_dask.config.rllib.rules_explore import EXPLORE_RULES
 from apex_dask.config.rllib.rules_model import MODEL_RULES, STEPPING_RULES
+from apex_dask.config.rllib.rules_ray import RAY_RULES
 from apex_dask.config.rllib.rules_run import RUN_RULES
 
 __all__ = ["ERAS", "RULES", "SECTIONS", "defaults", "era_of", "find_rule"]
@@ -22,10 +25,12 @@ __all__ = ["ERAS", "RULES", "SECTIONS", "defaults", "era_of", "find_rule"]
 RULES: list[Rule] = [
     *ENV_RULES,
     *DQN_RULES,
+    *EXPLORE_RULES,
     *DDPG_RULES,
     *MODEL_RULES,
     *STEPPING_RULES,
     *RUN_RULES,
+    *RAY_RULES,
 ]
 
 SECTIONS = (

@@ -1,6 +1,7 @@
 """What a conversion prints: the table of keys, the apex_dask YAML (the table as its
 comments), the sweep file for Tune samplers, and the Markdown table of every rule
-(``docs/rllib.md``; ``python -m apex_dask.config.rllib.report`` prints it).
+(``docs/rllib.md``: ``python -c "from apex_dask.config.rllib.report import markdown_table;
+print(markdown_table())"`` prints it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def row_line(row: Row) -> str:
     out = row.outcome
     head = f"{row.key} = {show(row.value)} -> "
     if isinstance(out, Mapped):
+        if out.sweep:
+            swept = "; ".join(f"{k} over {show(v)}" for k, v in out.sweep.items())
+            more = f", {_targets(out.targets)}" if out.targets else ""
+            return head + f"apex-dask-sweep: {swept}{more} ({out.note})"
         if out.targets:
             return head + _targets(out.targets) + (f" ({out.note})" if out.note else "")
         return head + "no change" + (f": {out.note}" if out.note else "")
@@ -109,7 +114,3 @@ def markdown_table() -> str:
         run = "both" if len(r.algos) == 2 else r.algos[0]
         lines.append(f"| {_cell(keys)} | {run} | {_cell(r.to)} | {_cell(r.how)} |")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(markdown_table())

@@ -46,6 +46,8 @@ class Mapped:
 
     targets: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    sweep: dict[str, Any] = field(default_factory=dict)
+    """A Tune sampler's apex-dask-sweep distribution (apex_dask key -> distribution)."""
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ _ALE = re.compile(r"^ALE/(?P<game>[A-Za-z]+)(?P<ram>-ram)?-v5$")
 PIPELINE = (
     "apex_dask's Atari pipeline, as RLlib's deepmind wrappers: frame skip 4 with a max over "
     "the last 2 frames, up to 30 no-op starts, FIRE on reset, a lost life a training terminal, "
-    "sign-clipped training rewards, 84x84 gray frames, 4 stacked"
+    "sign-clipped training rewards, 84x84 gray frames, 4 stacked (replay stores each frame "
+    "once: replay.frame_stack 4)"
 )
 
 
@@ -123,8 +124,12 @@ def map_env_id(env_id: Any, ctx: Ctx) -> Outcome:
 
 
 def _atari_keys(ctx: Ctx) -> dict[str, Any]:
-    """Atari ids: reward clipping as RLlib's ``clip_rewards`` default (None: on for Atari)."""
-    return {} if ctx.has("clip_rewards") else {"env.clip_rewards": True}
+    """Atari ids: reward clipping as RLlib's ``clip_rewards`` default (None: on for Atari),
+    and each frame stored once in replay (storage only: the same samples)."""
+    keys: dict[str, Any] = {"replay.frame_stack": 4}
+    if not ctx.has("clip_rewards"):
+        keys["env.clip_rewards"] = True
+    return keys
 
 
 def _env_config(key: str):
