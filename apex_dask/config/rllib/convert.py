@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apex_dask.config.rllib.files import Experiment, RLlibError
-from apex_dask.config.rllib.registry import SECTIONS, defaults, era_of, find_rule
+from apex_dask.config.rllib.registry import SECTIONS, defaults, era_of, find_rule, spelling
 from apex_dask.config.rllib.rules import (
     Ctx,
     Ignored,
@@ -313,7 +313,8 @@ class _Converter:
             if concept in self.given:
                 continue
             entry = _Entry(key, value, rule, concept)
-            self._record(Row(concept, value, self._plain(entry, value, self.ctx), default=True))
+            shown = spelling(key, self.conv.era)
+            self._record(Row(shown, value, self._plain(entry, value, self.ctx), default=True))
         self.conv.overrides = {k: v for k, (v, _) in self.merged.items()}
         if self.algo == "APEX_DDPG":
             self.conv.overrides = {"algo": "dpg", **self.conv.overrides}

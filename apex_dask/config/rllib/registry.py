@@ -20,7 +20,7 @@ from apex_dask.config.rllib.rules_model import MODEL_RULES, STEPPING_RULES
 from apex_dask.config.rllib.rules_ray import RAY_RULES
 from apex_dask.config.rllib.rules_run import RUN_RULES
 
-__all__ = ["ERAS", "RULES", "SECTIONS", "defaults", "era_of", "find_rule"]
+__all__ = ["ERAS", "RULES", "SECTIONS", "defaults", "era_of", "find_rule", "spelling"]
 
 RULES: list[Rule] = [
     *ENV_RULES,
@@ -179,3 +179,28 @@ def defaults(algo: str, era: str) -> dict[str, Any]:
     if era == "2022":
         out["training_intensity"] = 1
     return out
+
+
+_OLD_SPELLINGS = {
+    "replay_buffer_config.capacity": "buffer_size",
+    "replay_buffer_config.prioritized_replay_alpha": "prioritized_replay_alpha",
+    "replay_buffer_config.prioritized_replay_beta": "prioritized_replay_beta",
+    "replay_buffer_config.prioritized_replay_eps": "prioritized_replay_eps",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "min_sample_timesteps_per_iteration": "timesteps_per_iteration",
+    "min_time_s_per_iteration": "min_iter_time_s",
+}
+_SPELLINGS = {
+    "2018": {
+        **_OLD_SPELLINGS,
+        "rollout_fragment_length": "sample_batch_size",
+        "grad_clip": "grad_norm_clipping",
+    },
+    "2020": _OLD_SPELLINGS,
+    "2022": {"num_workers": "num_rollout_workers"},
+}
+
+
+def spelling(key: str, era: str) -> str:
+    """How a file of ``era`` spells the key ``key`` (the table's defaults section)."""
+    return _SPELLINGS.get(era, {}).get(key, key)

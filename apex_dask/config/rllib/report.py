@@ -10,7 +10,7 @@ from typing import Any
 
 from apex_dask.config.rllib.convert import Conversion, Row, show
 from apex_dask.config.rllib.registry import ERAS, RULES
-from apex_dask.config.rllib.rules import Ignored, Mapped, Refused
+from apex_dask.config.rllib.rules import Ctx, Ignored, Mapped, Refused
 
 __all__ = ["flat_config", "markdown_table", "sweep_file", "table", "with_table"]
 
@@ -112,5 +112,10 @@ def markdown_table() -> str:
     for r in RULES:
         keys = ", ".join(f"`{k}`" for k in r.keys)
         run = "both" if len(r.algos) == 2 else r.algos[0]
-        lines.append(f"| {_cell(keys)} | {run} | {_cell(r.to)} | {_cell(r.how)} |")
+        how = r.how
+        if r.to == "ignored":  # the reason the table prints
+            out = r.handle(None, Ctx(r.algos[0], "2020", False, {}, set()))
+            if isinstance(out, Ignored):
+                how = f"{how}: {out.why}" if how else out.why
+        lines.append(f"| {_cell(keys)} | {run} | {_cell(r.to)} | {_cell(how)} |")
     return "\n".join(lines)

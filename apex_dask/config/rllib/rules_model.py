@@ -127,6 +127,12 @@ _MODEL_SPECS = [
         "-",
         "true: the pipeline's 4 stacked frames",
     ),
+    (
+        ("model.num_framestacks",),
+        _image_only(("auto", 0, 4), "apex_dask stacks 4 Atari frames"),
+        "-",
+        "auto, 0 or 4: the pipeline's 4 stacked frames",
+    ),
     (("model.dim",), _image_only((84,), "apex_dask's Atari frames are 84x84"), "-", "84"),
     (
         ("model.grayscale", "model.zero_mean"),

@@ -45,6 +45,7 @@ _TUNE = (
 
 _RAY_MACHINERY = (
     "sample_async",
+    "_use_trajectory_view_api",
     "remote_worker_envs",
     "remote_env_batch_wait_ms",
     "sampler_perf_stats_ema_coef",
