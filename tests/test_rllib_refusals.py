@@ -25,6 +25,8 @@ CASES = [
     ),
     (CARTPOLE, {"per_worker_exploration": False}, {}, "per_worker_exploration=false", "schedule"),
     (CARTPOLE, {"soft_q": True}, {}, "soft_q=true", "soft-Q"),
+    (CARTPOLE, {"tau": 0.5}, {}, "tau=0.5", "soft target updates of the Q-net"),
+    (CARTPOLE, {"td_error_loss_fn": "mse"}, {}, "td_error_loss_fn=mse", "Huber loss"),
     (
         CARTPOLE,
         {"batch_mode": "complete_episodes"},

@@ -157,6 +157,10 @@ def ddpg_targets(ctx: Ctx) -> Outcome:
 
 
 def _targets(value: Any, ctx: Ctx) -> Outcome:
+    if not ctx.ddpg:  # RLlib 2.x's DQN had tau too (1.0: a copy)
+        if value == 1:
+            return Mapped({}, "a copy every target_network_update_freq transitions trained")
+        return Refused("soft target updates of the Q-net are not available (tau 1: copies)")
     return ddpg_targets(ctx)
 
 
@@ -240,8 +244,8 @@ DDPG_RULES = [
         "dpg.tau (+ learner.target_update_freq)",
         "with target_network_update_freq <= train_batch_size: a soft update per actor "
         "update; tau 1: a copy every target_network_update_freq transitions trained; a soft "
-        "update every many batches refused (RLlib's default 0.002 per 500,000 is not reproduced)",
-        DDPG,
+        "update every many batches refused (RLlib's default 0.002 per 500,000 is not reproduced); "
+        "APEX (2.x): 1.0 only",
     ),
     rule(("use_huber",), to("dpg.use_huber"), "dpg.use_huber", "", DDPG),
     rule(("huber_threshold",), _huber_threshold, "-", "1.0: nothing", DDPG),

@@ -195,4 +195,34 @@ EXPLORE_RULES = [
     rule(("num_gpus", "gpu"), _gpus, "learner.device", "0: cpu; up to 1: cuda; > 1 refused"),
     rule(("seed",), _seed, "seed", "null: seed 0"),
     rule(("clip_rewards",), _clip_rewards, "env.clip_rewards", "null: on for Atari ids"),
+    rule(
+        ("td_error_loss_fn",),
+        noop(("huber",), "the Huber loss, apex_dask's", "apex_dask's DQN loss is the Huber loss"),
+        "-",
+        "huber: nothing; mse refused",
+        APEX,
+    ),
+    rule(
+        ("categorical_distribution_temperature",),
+        ignore("used only by the distributional head (num_atoms > 1)"),
+        "ignored",
+        "",
+        APEX,
+    ),
+    rule(
+        ("grad_clip_by",),
+        noop(
+            ("global_norm", None),
+            "the global gradient norm, as apex_dask clips",
+            "apex_dask clips the global gradient norm",
+        ),
+        "-",
+        "global_norm: nothing",
+    ),
+    rule(
+        ("store_buffer_in_checkpoints",),
+        ignore("apex_dask's checkpoints always hold the replay shards"),
+        "ignored",
+        "",
+    ),
 ]

@@ -45,6 +45,13 @@ _TUNE = (
 
 _RAY_MACHINERY = (
     "sample_async",
+    "worker_cls",
+    "enable_async_evaluation",
+    "ope_split_batch_by_episode",
+    "rl_module_spec",
+    "_AlgorithmConfig__prior_exploration_config",
+    "learner_class",
+    "offline_sampling",
     "_use_trajectory_view_api",
     "remote_worker_envs",
     "remote_env_batch_wait_ms",
