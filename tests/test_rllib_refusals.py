@@ -45,6 +45,13 @@ CASES = [
     (CARTPOLE, {"num_workers": 0}, {}, "num_workers=0", "needs env workers"),
     (CARTPOLE, {"num_gpus": 2}, {}, "num_gpus=2", "one GPU"),
     (CARTPOLE, {"lrr": 0.001}, {}, "lrr=0.001", "not a key of RLlib's APEX"),
+    (
+        CARTPOLE,
+        {"trian_batch_size": 32},
+        {},
+        "trian_batch_size=32",
+        "did you mean train_batch_size?",
+    ),
     (CARTPOLE, {"actor_hiddens": [64]}, {}, "actor_hiddens=[64]", "a key of APEX_DDPG"),
     (
         CARTPOLE,

@@ -17,12 +17,20 @@ an RLlib default apex_dask does not reproduce is listed in ``not_reproduced``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apex_dask.config.rllib.files import Experiment, RLlibError
-from apex_dask.config.rllib.registry import SECTIONS, defaults, era_of, find_rule, spelling
+from apex_dask.config.rllib.registry import (
+    RULES,
+    SECTIONS,
+    defaults,
+    era_of,
+    find_rule,
+    spelling,
+)
 from apex_dask.config.rllib.rules import (
     Ctx,
     Ignored,
@@ -118,7 +126,23 @@ class _Entry:
     concept: str | None
 
 
+_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _number(value: Any) -> Any:
+    """``1e-4`` as YAML 1.1 reads it (a string) -> the number it means; lists alike."""
+    if isinstance(value, str) and _EXPONENT.match(value):
+        return float(value)
+    if isinstance(value, list):
+        return [_number(v) for v in value]
+    return value
+
+
 def _entries(exp: Experiment) -> list[tuple[str, Any]]:
+    return [(k, _number(v)) for k, v in _raw_entries(exp)]
+
+
+def _raw_entries(exp: Experiment) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     if exp.env is not None:
         out.append(("env", exp.env))
@@ -328,9 +352,14 @@ class _Converter:
                 return Refused(f"a Tune sampler over the whole {e.key} section; sample its keys")
             return Refused("must be a mapping of keys")
         if e.rule is None:
+            import difflib
+
+            known = [k for r in RULES if self.algo in r.algos for k in r.keys]
+            close = difflib.get_close_matches(e.key, known, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
             return Refused(
                 f"not a key of RLlib's {self.algo} that apex_dask knows (a typo, another "
-                "algorithm's key, or a newer one); the keys are listed in docs/rllib.md"
+                f"algorithm's key, or a newer one); {hint}the keys are listed in docs/rllib.md"
             )
         if self.algo not in e.rule.algos:
             return Refused(f"a key of {e.rule.algos[0]}; RLlib's {self.algo} does not read it")
