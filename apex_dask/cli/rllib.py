@@ -32,7 +32,14 @@ from apex_dask.config.rllib import (
     with_table,
 )
 
-__all__ = ["add_rllib_flags", "check_rllib_flags", "conversion", "print_conversion"]
+__all__ = [
+    "add_rllib_flags",
+    "check_rllib_flags",
+    "conversion",
+    "print_conversion",
+    "sampler_refusal",
+    "sweep_spec",
+]
 
 
 def add_rllib_flags(group: argparse._ArgumentGroup) -> None:
@@ -144,3 +151,20 @@ def print_conversion(conv: Conversion, cfg: Any, *, yaml_out: bool) -> None:
         what = "An apex_dask config (apex-dask-submit --config THIS.yaml)"
     sys.stdout.write(with_table(conv, text, what))
     sys.stdout.flush()
+
+
+def sweep_spec(args: argparse.Namespace) -> Any:
+    """``apex-dask-sweep --from-rllib FILE``: the sweep of the file's Tune samplers
+    (``grid_search``, ...) as a checked ``SweepSpec``, the table printed."""
+    from apex_dask.cli.sweep.spec import spec_from_dict
+
+    conv = conversion(args, "apex-dask-sweep")
+    if not conv.space:
+        raise UsageError(
+            f"{conv.experiment.source}: no Tune sampler (grid_search, ...) to sweep; run it "
+            f"with apex-dask-submit --from-rllib {args.from_rllib}"
+        )
+    base = conv.config()
+    print_conversion(conv, base, yaml_out=False)
+    path = Path(args.from_rllib).expanduser()
+    return spec_from_dict(sweep_file(conv, base), path.parent, name=path.name)

@@ -105,8 +105,10 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, SweepSpec, bool]:
     if getattr(args, "adapt", None):
         raise UsageError("--adapt is not for sweeps: each trial keeps the workers it starts on")
     if args.resume:
-        if args.space or args.out:
-            raise UsageError("--resume DIR takes the sweep from DIR; drop SPACE.yaml and --out")
+        if args.space or args.out or args.from_rllib:
+            raise UsageError(
+                "--resume DIR takes the sweep from DIR; drop SPACE.yaml, --from-rllib and --out"
+            )
         from apex_dask.cli.sweep.study import check_resumable
 
         folder = Path(args.resume).expanduser()
@@ -117,7 +119,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, SweepSpec, bool]:
 
     check_rllib_flags(args, exclusive=("space",))
     if args.from_rllib:
-        spec = _from_rllib(args)
+        from apex_dask.cli.rllib import sweep_spec
+
+        spec = sweep_spec(args)
     elif not args.space:
         raise UsageError(
             "give a sweep file (SPACE.yaml), --from-rllib FILE or --resume DIR; see docs/sweeps.md"
@@ -128,24 +132,6 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, SweepSpec, bool]:
     folder = check_out(out)
     assert folder is not None
     return folder, spec, False
-
-
-def _from_rllib(args: argparse.Namespace) -> SweepSpec:
-    """The sweep of an RLlib file's Tune samplers (``grid_search``, ...), the table printed."""
-    from apex_dask.cli.rllib import conversion, print_conversion
-    from apex_dask.cli.sweep.spec import spec_from_dict
-    from apex_dask.config.rllib import sweep_file
-
-    conv = conversion(args, "apex-dask-sweep")
-    if not conv.space:
-        raise UsageError(
-            f"{conv.experiment.source}: no Tune sampler (grid_search, ...) to sweep; run it "
-            f"with apex-dask-submit --from-rllib {args.from_rllib}"
-        )
-    base = conv.config()
-    print_conversion(conv, base, yaml_out=False)
-    path = Path(args.from_rllib).expanduser()
-    return spec_from_dict(sweep_file(conv, base), path.parent, name=path.name)
 
 
 def _probe(spec: SweepSpec, embedded: bool) -> None:
