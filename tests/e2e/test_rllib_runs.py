@@ -2,8 +2,9 @@
 own stop reward (150, via --from-rllib), and the APEX_DDPG Pendulum file for a short run
 from the YAML --print-config wrote (learning starts, the run ends cleanly).
 
-On the shared 2-core machine (load average about 10) the CartPole run stops at an
-iteration mean of 150 after 7,000-10,000 env steps, 1.5-2 minutes of wall time in all.
+On a 2-core machine under load (load average 6-12) the CartPole run stops at an
+iteration mean of 150 after 7,000-10,000 env steps, 1-1.5 minutes of wall time in all;
+the Pendulum run trains for 40 s.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def test_apex_ddpg_pendulum_file_trains_from_its_printed_config(tmp_path):
     config = tmp_path / "pendulum.yaml"
     config.write_text(printed.stdout)
     out = tmp_path / "pendulum"
-    proc = _run("--config", str(config), "--stop-time", "60", "--out", str(out), timeout=300)
+    proc = _run("--config", str(config), "--stop-time", "40", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert "training Pendulum-v1" in proc.stdout and "Summary" in proc.stdout
     rows = _rows(out)
