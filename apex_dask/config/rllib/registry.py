@@ -166,6 +166,9 @@ def defaults(algo: str, era: str) -> dict[str, Any]:
     defaults (``docs/algorithm.md``).
     """
     out = {**_COMMON, **(_APEX if algo == "APEX" else _APEX_DDPG)}
+    if algo == "APEX" and era == "2018":  # before exploration_config
+        del out["exploration_config.type"]
+        out["per_worker_exploration"] = True
     if algo == "APEX_DDPG":
         if era == "2018":
             out.update({"per_worker_exploration": True, "pure_exploration_steps": 1000})
