@@ -29,6 +29,7 @@ __all__ = [
     "UsageError",
     "check_cluster_flags",
     "check_device",
+    "cli_overrides",
     "cuda_device_count",
     "device_problem",
     "probe_env",
@@ -134,6 +135,12 @@ def resolve_config(args: argparse.Namespace) -> ApexConfig:
         cfg = ApexConfig.from_dict(data)
     else:
         cfg = ApexConfig.preset(args.preset or DEFAULT_PRESET)
+    overrides = cli_overrides(args)
+    return cfg.override(overrides) if overrides else cfg
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Every --set, then the --stop-* flags (and --elastic), as dotted config keys."""
     overrides: dict[str, Any] = {}
     for item in args.set:
         if "=" not in item:
@@ -145,7 +152,7 @@ def resolve_config(args: argparse.Namespace) -> ApexConfig:
     overrides.update(stop_flags(args))
     if getattr(args, "elastic", False) or getattr(args, "adapt", None):
         overrides["topology.elastic"] = True
-    return cfg.override(overrides) if overrides else cfg
+    return overrides
 
 
 def stop_flags(args: argparse.Namespace) -> dict[str, Any]:
