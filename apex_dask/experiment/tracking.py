@@ -96,7 +96,7 @@ class TensorBoardSink:
                 "TensorBoard logging needs the tensorboard package: "
                 "pip install 'apex_dask[tensorboard]'"
             )
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # extra: tensorboard
 
         self.log_dir = os.fspath(log_dir)
         try:
@@ -173,7 +173,7 @@ class WandbSink:
     ) -> None:
         if not wandb_available():
             raise TrackingError("--wandb needs the wandb package: pip install 'apex_dask[wandb]'")
-        import wandb
+        import wandb  # extra: wandb
 
         if dir is not None:
             os.makedirs(dir, exist_ok=True)

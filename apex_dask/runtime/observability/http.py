@@ -96,7 +96,7 @@ class ApexCollector:
         return []  # names vary with the run; do not collect at registration
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily  # extra: prometheus
 
         store = self.store
         if store is None:
@@ -144,7 +144,7 @@ def register_prometheus(store: MetricsStore) -> bool:
     """Serve ``store`` on ``/metrics``; False when prometheus_client is missing."""
     global _COLLECTOR
     try:
-        import prometheus_client
+        import prometheus_client  # extra: prometheus
     except ModuleNotFoundError:
         return False
     if _COLLECTOR is None:
