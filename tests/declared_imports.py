@@ -66,7 +66,7 @@ def _extra_requirements(dist: str, extra: str) -> set[str]:
     out = set()
     for req in reqs:
         spec, _, marker = req.partition(";")
-        if re.search(r"""extra\s*==\s*['"]%s['"]""" % re.escape(extra), marker):
+        if re.search(r"""extra\s*==\s*['"]""" + re.escape(extra) + """['"]""", marker):
             out.add(_requirement(spec)[0])
     return out
 
