@@ -31,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "OPEN_CLUSTER",
+    "OPEN_LOCAL",
     "TLS_DIR_NAME",
     "RunCredentials",
     "find_credentials",
@@ -45,6 +46,9 @@ OPEN_CLUSTER = (
     "the cluster is open to anyone who can reach its nodes, and they can run any code as you"
 )
 """What a launcher says when TLS is turned off."""
+
+OPEN_LOCAL = "accepts any user of this machine, who can run any code as you (plain TCP)"
+"""What a local cluster's launcher says when TLS is turned off."""
 
 _ROLES = ("scheduler", "worker", "client")
 
