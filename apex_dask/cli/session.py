@@ -137,7 +137,7 @@ class RunSession:
             print(f"{PREFIX} resumed from {resume}", flush=True)
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
-        where = "embedded LocalCluster" if self.embedded else "cluster"
+        where = f"embedded LocalCluster at {self.address}" if self.embedded else "cluster"
         print(f"{PREFIX} training {self.cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"{PREFIX} dashboard {link}", flush=True)
