@@ -141,7 +141,9 @@ def open_cluster(
 
         cluster = make_jobqueue_cluster(args.cluster, args.jobs, cfg, say=say, **opts)
         try:
-            say(f"Dask scheduler at {cluster.scheduler_address}, dashboard {cluster.dashboard_link}")
+            say(
+                f"Dask scheduler at {cluster.scheduler_address}, dashboard {cluster.dashboard_link}"
+            )
             wait = "no limit" if args.jobqueue_wait is None else f"{args.jobqueue_wait:g} s"
             say(f"submitted {args.cluster} jobs; waiting for their workers ({wait})")
             wait_for_jobqueue_workers(cluster, args.jobqueue_wait, progress=say)

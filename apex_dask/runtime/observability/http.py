@@ -20,11 +20,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from distributed.http.utils import RequestHandler
@@ -199,10 +201,10 @@ class ApexMetricsJSON(RequestHandler):
         reason = self._reason or "error"  # e.g. 405 for a POST: still one line of JSON
         self._send({"error": f"{status_code} {reason}: GET /{JSON_ROUTE}?names=...&since=..."})
 
-    def _send(self, doc: dict[str, Any] | str) -> None:
+    def _send(self, doc: dict[str, Any]) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.finish(doc if isinstance(doc, str) else json.dumps(doc) + "\n")
+        self.finish(json.dumps(doc) + "\n")
 
     def _query(self) -> dict[str, Any]:
         """The store's ``to_json`` arguments, or :class:`Refused`."""
@@ -247,21 +249,46 @@ class ApexMetricsJSON(RequestHandler):
             return
         ApexMetricsJSON.building += 1
         try:  # off the event loop: matching, copying and encoding may take a while
-            status, body = await IOLoop.current().run_in_executor(None, _document, store, query)
+            status, chunks = await IOLoop.current().run_in_executor(
+                _builder(), _document, store, query
+            )
+            self.set_status(status)
+            self.set_header("Content-Type", "application/json")
+            self.set_header("Cache-Control", "no-store")
+            pending = 0
+            for chunk in chunks:  # 256 KB at a time, the loop's other work in between
+                self.write(chunk)
+                pending += len(chunk)
+                if pending >= 1 << 18:
+                    await self.flush()
+                    await asyncio.sleep(0)  # a flush the socket took at once does not yield
+                    pending = 0
+            self.finish()
         finally:
             ApexMetricsJSON.building -= 1
-        self.set_status(status)
-        self._send(body)
+
+    def compute_etag(self) -> None:
+        return None  # no hash of a large body on the event loop
 
 
-def _document(store: MetricsStore, query: dict[str, Any]) -> tuple[int, str]:
+_BUILDER: list[ThreadPoolExecutor] = []
+
+
+def _builder() -> ThreadPoolExecutor:
+    """One thread builds the documents, one after the other: the event loop shares the
+    interpreter with at most that one busy thread."""
+    if not _BUILDER:
+        _BUILDER.append(ThreadPoolExecutor(1, thread_name_prefix="apex-metrics-json"))
+    return _BUILDER[0]
+
+
+def _document(store: MetricsStore, query: dict[str, Any]) -> tuple[int, list[bytes]]:
     try:
-        return 200, json.dumps(store.to_json(**query), allow_nan=False)
+        return 200, store.json_chunks(**query)
     except KeyError:
         known = [r["run"] for r in store.runs()]
-        return 404, json.dumps(
-            {"error": f"no run {query['run']!r} on this scheduler", "runs": known}
-        )
+        error = {"error": f"no run {query['run']!r} on this scheduler", "runs": known}
+        return 404, [json.dumps(error).encode()]
 
 
 _ROUTED: weakref.WeakSet[Any] = weakref.WeakSet()

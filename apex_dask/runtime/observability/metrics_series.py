@@ -16,6 +16,8 @@ import math
 from array import array
 from bisect import bisect_right
 
+import numpy as np
+
 Point = tuple[float, float]
 
 __all__ = ["BYTES_PER_POINT", "Point", "Series"]
@@ -57,17 +59,16 @@ class Series:
             self._coarsen()
 
     def _coarsen(self) -> None:
-        """Double the bucket width until the series is at most half full."""
-        while len(self.t) > self.maxlen // 2:
+        """Double the bucket width until the series is at most half full (vectorized: the
+        store may coarsen every series at once, on the scheduler's event loop)."""
+        t = np.frombuffer(self.t, dtype=np.float64)
+        v = np.frombuffer(self.v, dtype=np.float64)
+        while len(t) > self.maxlen // 2:
             self.width *= 2.0
-            ts, vs = array("d"), array("d")
-            for t, v in zip(self.t, self.v, strict=True):
-                if ts and math.floor(t / self.width) == math.floor(ts[-1] / self.width):
-                    ts[-1], vs[-1] = t, v
-                else:
-                    ts.append(t)
-                    vs.append(v)
-            self.t, self.v = ts, vs
+            bucket = np.floor(t / self.width)
+            last = np.append(bucket[1:] != bucket[:-1], True)  # the last point of each bucket
+            t, v = t[last], v[last]
+        self.t, self.v = array("d", t.tobytes()), array("d", v.tobytes())
 
     def tail(self, t0: float) -> tuple[array, array]:
         """Copies of the times and values with ``t > t0`` (a memory copy: fast under a lock)."""

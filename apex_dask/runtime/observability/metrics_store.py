@@ -21,12 +21,13 @@ scheduler); a bounded number of them, finished runs going first
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from fnmatch import translate
 from typing import Any
 
@@ -311,9 +312,18 @@ class MetricsStore:
         "runs": [summary, ...]}``; ``names`` are shell-style patterns
         (``replay/*/size``); NaN and infinities become ``null``. KeyError for a
         ``run`` that is not kept. Safe to call from another thread: the lock is
-        held only to copy one series (or the run's summary) at a time, so the
+        held only to copy the run's summary, then one series at a time, so the
         writers (the scheduler's event loop) never wait long.
         """
+        doc, selected, data = self._head(names, run)
+        if series:
+            doc["series"] = dict(self.series_items(data, selected, since))
+        return doc
+
+    def _head(
+        self, names: Iterable[str] | None, run: str | None
+    ) -> tuple[dict[str, Any], list[str], RunMetrics]:
+        """The document without its series, the selected names, and the run's data."""
         keep = name_filter(names or [])
         with self._lock:
             data = self.get(run)
@@ -336,17 +346,61 @@ class MetricsStore:
             doc["runs"] = self.runs()
         selected = sorted(n for n in every if keep(n))
         doc["latest"] = {n: _finite(latest[n]) for n in selected if n in latest}
-        if series:
-            out: dict[str, list[list[float | None]]] = {}
-            for n in selected:
-                with self._lock:
-                    s = data._series.get(n)
-                    if s is None:
-                        continue
-                    ts, vs = s.tail(since)
-                out[n] = [[t, _finite(v)] for t, v in zip(ts, vs, strict=True)]
-            doc["series"] = out
-        return doc
+        return doc, selected, data
+
+    def series_items(
+        self, data: RunMetrics, names: list[str], since: float
+    ) -> Iterator[tuple[str, list[list[float | None]]]]:
+        """``(name, [[t, v], ...])`` of ``data``'s series ``names``, each copied under the
+        lock on its own."""
+        for n in names:
+            with self._lock:
+                s = data._series.get(n)
+                if s is None:
+                    continue
+                ts, vs = s.tail(since)
+            yield n, [[t, _finite(v)] for t, v in zip(ts, vs, strict=True)]
+
+    def encode_json(
+        self,
+        names: Iterable[str] | None = None,
+        since: float = -math.inf,
+        series: bool = True,
+        run: str | None = None,
+    ) -> bytes:
+        """:meth:`to_json` as UTF-8 JSON (:meth:`json_chunks`, joined)."""
+        return b"".join(self.json_chunks(names, since, series, run))
+
+    def json_chunks(
+        self,
+        names: Iterable[str] | None = None,
+        since: float = -math.inf,
+        series: bool = True,
+        run: str | None = None,
+    ) -> list[bytes]:
+        """:meth:`to_json` as UTF-8 JSON in pieces, one per series, made without a Python
+        object per point (no work for the garbage collector, which would stop every
+        thread): from a thread, the interpreter can hand the event loop its turn
+        between any two series, and the pieces can be sent as they are."""
+        doc, selected, data = self._head(names, run)
+        head = json.dumps(doc, allow_nan=False)
+        if not series:
+            return [head.encode()]
+        chunks = [f'{head[:-1]}, "series": {{'.encode()]
+        for n in selected:
+            with self._lock:
+                s = data._series.get(n)
+                if s is None:
+                    continue
+                ts, vs = s.tail(since)
+            points = ", ".join(
+                f"[{t!r}, {v!r}]" if math.isfinite(v) else f"[{t!r}, null]"
+                for t, v in zip(ts, vs, strict=True)
+            )
+            chunks.append(f"{', ' if len(chunks) > 1 else ''}{json.dumps(n)}: [{points}]".encode())
+            time.sleep(0)  # offer the GIL: the event loop waits well under a switch interval
+        chunks.append(b"}}")
+        return chunks
 
 
 def name_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
