@@ -172,7 +172,7 @@ launch "$WORKDIR/learner.log" "$DASK" worker "${common[@]}" --name learner --res
 launch "$WORKDIR/cpu.log" "$DASK" worker "${common[@]}" --name cpu --nworkers "$WORKERS"
 
 # Wait until all 1 + N workers joined (the learner is placed at start-up).
-"$PYTHON" - "$SCHED_FILE" "$((WORKERS + 1))" "$WAIT_S" <<'PY' || die "workers did not join; see $WORKDIR/*.log"
+"$PYTHON" - "$SCHED_FILE" "$((WORKERS + 1))" "$WAIT_S" "$DASHBOARD" <<'PY' || die "workers did not join; see $WORKDIR/*.log"
 import socket
 import sys
 from urllib.parse import urlsplit
@@ -180,13 +180,17 @@ from urllib.parse import urlsplit
 from distributed import Client
 
 sched_file, n, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+bind = sys.argv[4].rpartition(":")[0].strip("[]")  # where the dashboard listens ("": everywhere)
 with Client(scheduler_file=sched_file, timeout=timeout) as client:
     client.wait_for_workers(n, timeout=timeout)
     info = client.scheduler_info(n_workers=-1)
-    print(f"local.sh: {len(info['workers'])} workers at {info['address']}, "
-          f"dashboard {client.dashboard_link}", file=sys.stderr)
-    url = urlsplit(client.dashboard_link or "")
-    if url.hostname in ("127.0.0.1", "localhost", "::1") and url.port:
+    url = urlsplit(client.dashboard_link or "")  # Dask names the scheduler's host in it
+    loopback = bind.startswith("127.") or bind in ("localhost", "::1")
+    host = "127.0.0.1" if loopback else bind if bind not in ("", "0.0.0.0", "::") else url.hostname
+    link = f"http://{host}:{url.port}/status" if url.port else "none"
+    print(f"local.sh: {len(info['workers'])} workers at {info['address']}, dashboard {link}",
+          file=sys.stderr)
+    if loopback and url.port:
         print(f"local.sh: dashboard from another machine: ssh -N -L {url.port}:127.0.0.1:"
               f"{url.port} {socket.gethostname()}, then open http://localhost:{url.port}/apex",
               file=sys.stderr)

@@ -228,14 +228,14 @@ def close_cluster(client: Any, cluster: Any) -> None:
                 jobs.cancel()
 
 
-def tunnel_hint(link: str | None, embedded: bool) -> str | None:
-    """How to open a dashboard that listens on this machine's loopback from elsewhere (an
-    SSH tunnel), when that is the way in: a jobqueue run's login node, or a session over
-    SSH; None otherwise."""
+def tunnel_hint(link: str | None, cluster: Any, embedded: bool) -> str | None:
+    """How to open the dashboard of a cluster this command started (``cluster`` not None),
+    listening on this machine's loopback, from elsewhere (an SSH tunnel), when that is the
+    way in: a jobqueue run's login node, or an embedded run in a session over SSH."""
     from urllib.parse import urlsplit
 
     url = urlsplit(link or "")
-    if url.hostname not in ("127.0.0.1", "localhost", "::1") or not url.port:
+    if cluster is None or url.hostname not in ("127.0.0.1", "localhost", "::1") or not url.port:
         return None
     if embedded and not os.environ.get("SSH_CONNECTION"):
         return None

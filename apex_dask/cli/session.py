@@ -141,7 +141,7 @@ class RunSession:
         print(f"{PREFIX} training {self.cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"{PREFIX} dashboard {link}", flush=True)
-            if hint := tunnel_hint(link, self.embedded):
+            if hint := tunnel_hint(link, self.cluster, self.embedded):
                 print(f"{PREFIX} {hint}", flush=True)
         if not (link or "").rstrip("/").endswith("/apex"):
             print(
