@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from fnmatch import translate
 from typing import Any
 
 from apex_dask.runtime.observability.metrics_series import BYTES_PER_POINT, Point, Series
-from apex_dask.runtime.observability.metrics_view import RunView
+from apex_dask.runtime.observability.metrics_view import RunView, name_filter
 
 DEFAULT_MAX_POINTS = 2_000_000
 """Points the store keeps in all (series x points), unless told otherwise."""
@@ -361,16 +359,6 @@ class MetricsStore:
                 ts, vs = s.tail(since)
             yield n, [[t, _finite(v)] for t, v in zip(ts, vs, strict=True)]
 
-    def encode_json(
-        self,
-        names: Iterable[str] | None = None,
-        since: float = -math.inf,
-        series: bool = True,
-        run: str | None = None,
-    ) -> bytes:
-        """:meth:`to_json` as UTF-8 JSON (:meth:`json_chunks`, joined)."""
-        return b"".join(self.json_chunks(names, since, series, run))
-
     def json_chunks(
         self,
         names: Iterable[str] | None = None,
@@ -378,7 +366,7 @@ class MetricsStore:
         series: bool = True,
         run: str | None = None,
     ) -> list[bytes]:
-        """:meth:`to_json` as UTF-8 JSON in pieces, one per series, made without a Python
+        """:meth:`to_json` as UTF-8 JSON in pieces (``b"".join`` them for the whole), one per series, made without a Python
         object per point (no work for the garbage collector, which would stop every
         thread): from a thread, the interpreter can hand the event loop its turn
         between any two series, and the pieces can be sent as they are."""
@@ -401,17 +389,6 @@ class MetricsStore:
             time.sleep(0)  # offer the GIL: the event loop waits well under a switch interval
         chunks.append(b"}}")
         return chunks
-
-
-def name_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
-    """Whether a metric name matches any of the shell-style ``patterns`` (``replay/*/size``;
-    none: every name), as one compiled expression: one match per name, however many
-    patterns."""
-    wanted = [p for p in patterns if p]
-    if not wanted:
-        return lambda name: True
-    match = re.compile("|".join(f"(?:{translate(p)})" for p in wanted)).match
-    return lambda name: match(name) is not None
 
 
 def _finite(v: float) -> float | None:

@@ -1,8 +1,12 @@
-"""A reader of one run of a :class:`~.metrics_store.MetricsStore` (or whichever is newest)."""
+"""Reading a :class:`~.metrics_store.MetricsStore`: one run of it (or whichever is newest),
+and the metric names a request selects."""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable, Iterable
+from fnmatch import translate
 from typing import TYPE_CHECKING, Any
 
 from apex_dask.runtime.observability.metrics_series import Point
@@ -10,7 +14,7 @@ from apex_dask.runtime.observability.metrics_series import Point
 if TYPE_CHECKING:
     from apex_dask.runtime.observability.metrics_store import MetricsStore
 
-__all__ = ["RunView"]
+__all__ = ["RunView", "name_filter"]
 
 
 class RunView:
@@ -68,3 +72,14 @@ class RunView:
     def snapshot(self) -> tuple[str | None, int, dict[str, float]]:
         run, _, latest = self.store.snapshot(self._run())
         return run, self.generation, latest
+
+
+def name_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a metric name matches any of the shell-style ``patterns`` (``replay/*/size``;
+    none: every name), as one compiled expression: one match per name, however many
+    patterns."""
+    wanted = [p for p in patterns if p]
+    if not wanted:
+        return lambda name: True
+    match = re.compile("|".join(f"(?:{translate(p)})" for p in wanted)).match
+    return lambda name: match(name) is not None
