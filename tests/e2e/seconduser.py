@@ -26,6 +26,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,10 +139,12 @@ class SecondUser:
 def second_user() -> Iterator[SecondUser]:
     """A new local user (``useradd``), removed afterwards."""
     name = "apx" + uuid.uuid4().hex[:10]
-    subprocess.run(
-        ["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
+    add = ["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name]
+    deadline = time.monotonic() + 60
+    while (made := subprocess.run(add, capture_output=True, text=True, timeout=30)).returncode:
+        # another test may hold /etc/passwd's lock for a moment
+        assert time.monotonic() < deadline, f"useradd failed: {made.stderr.strip()}"
+        time.sleep(0.5)
     user = None
     try:
         user = SecondUser(name)
