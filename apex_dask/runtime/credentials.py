@@ -14,7 +14,10 @@ worker and every client, on any node::
     os.environ.update(creds.environ())                  # the same, as Dask configuration
     creds = find_credentials("apex-123/scheduler.json")  # the run's, beside its scheduler file
 
-The shell launchers run ``python -m apex_dask.runtime.credentials DIR``.
+The shell launchers run ``python -m apex_dask.runtime.credentials DIR``; the
+embedded clusters (``start_local_cluster``: the CLI's, the notebooks') make
+them in a private temporary folder. Loopback is no exception: other users of
+the machine can open TCP connections to 127.0.0.1 too.
 Keys are ECDSA P-256 (made in milliseconds; TLS 1.2+), made with the
 ``cryptography`` package, not an ``openssl`` binary that a node may lack.
 """
