@@ -56,21 +56,30 @@ PY="$PWD/.venv/bin/python"
 
 # An existing .venv follows the flag: Python reads this line of pyvenv.cfg at start-up.
 cfg=.venv/pyvenv.cfg
-have=$(sed -n 's/^include-system-site-packages *= *//p' "$cfg" | tr -d '[:space:]')
-if [[ "$have" != "$want" ]]; then
+set_system_site() {  # set_system_site true|false
   if grep -q '^include-system-site-packages' "$cfg"; then
-    sed -i.bak "s/^include-system-site-packages *=.*/include-system-site-packages = $want/" "$cfg"
+    sed -i.bak "s/^include-system-site-packages *=.*/include-system-site-packages = $1/" "$cfg"
     rm -f "$cfg.bak"
   else
-    echo "include-system-site-packages = $want" >>"$cfg"
+    echo "include-system-site-packages = $1" >>"$cfg"
+  fi
+}
+have=$(sed -n 's/^include-system-site-packages *= *//p' "$cfg" | tr -d '[:space:]')
+[[ -n "$have" ]] || have=false
+if [[ "$have" != "$want" ]]; then
+  set_system_site "$want"
+  if ((SYSTEM_TORCH)) && ! "$PY" -c 'import torch' >/dev/null 2>&1; then
+    set_system_site "$have"  # leave .venv as it was
+    echo "setup: --system-torch, but .venv's base interpreter cannot import torch; install it there or drop the flag" >&2
+    exit 2
   fi
   echo "setup: .venv now $([[ $want == true ]] && echo sees || echo no longer sees) the base interpreter's site-packages"
 fi
 
 if ((SYSTEM_TORCH)); then
   "$PY" -c 'import torch' >/dev/null 2>&1 \
-    || { echo "setup: --system-torch, but .venv's base interpreter cannot import torch" >&2; exit 2; }
-  echo "setup: using the base interpreter's torch $("$PY" -c 'import torch; print(torch.__version__, torch.__file__)')"
+    || { echo "setup: --system-torch, but .venv's base interpreter cannot import torch; install it there or drop the flag" >&2; exit 2; }
+  echo "setup: using torch $("$PY" -c 'import torch; print(torch.__version__, "from", torch.__file__)')"
   echo "setup: note: .venv also sees the base interpreter's other packages (--system-torch)"
 elif "$PY" -c 'import torch' >/dev/null 2>&1; then
   echo "setup: keeping .venv's torch $("$PY" -c 'import torch; print(torch.__version__)')"
