@@ -72,6 +72,16 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
             f"scheduler file {args.scheduler_file!r} does not exist; start "
             f"`dask scheduler --scheduler-file {args.scheduler_file}` first or fix the path"
         )
+    if (args.scheduler or args.scheduler_file) and getattr(args, "no_tls", False):
+        raise UsageError(
+            "--no-tls applies to a cluster this command starts (embedded or --cluster); "
+            "a running scheduler keeps its own protocol: drop --no-tls"
+        )
+    if (args.scheduler or args.scheduler_file) and getattr(args, "dashboard_address", None):
+        raise UsageError(
+            "--dashboard-address applies to a cluster this command starts; a running "
+            "scheduler's dashboard is set where it was started: drop --dashboard-address"
+        )
     if getattr(args, "jobs", 1) < 1:
         raise UsageError(f"--jobs {args.jobs} must be >= 1")
     adapt = getattr(args, "adapt", None)

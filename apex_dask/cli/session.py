@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.cli.checks import EnvSpaces
-from apex_dask.cli.clusterflags import close_cluster, is_embedded
+from apex_dask.cli.clusterflags import close_cluster, is_embedded, tunnel_hint
 from apex_dask.cli.exitcodes import (
     EXIT_FAULT,
     EXIT_INTERRUPTED,
@@ -141,10 +141,12 @@ class RunSession:
             self._rewind(resumed, self.driver.resumed_from or {})
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
-        where = "embedded LocalCluster" if self.embedded else "cluster"
+        where = f"embedded LocalCluster at {self.address}" if self.embedded else "cluster"
         print(f"{PREFIX} training {self.cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"{PREFIX} dashboard {link}", flush=True)
+            if hint := tunnel_hint(link, self.cluster, self.embedded):
+                print(f"{PREFIX} {hint}", flush=True)
         if not (link or "").rstrip("/").endswith("/apex"):
             print(
                 f"{PREFIX} no Ape-X page on this scheduler (metrics still go to "

@@ -37,7 +37,8 @@ from pathlib import Path
 import pytest
 import slurmsite
 from proctrack import MARK, assert_nothing_left
-from tlsprobe import assert_private_credentials
+from seconduser import assert_kept_out, second_user
+from tlsprobe import assert_private_credentials, http_get
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from polling import poll  # noqa: E402
@@ -181,6 +182,36 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
     assert env_nodes == {"cpu1", "cpu2"}, placement["env_workers"]
     assert re.search(r"Scheduler at:\s+tls://", (run / "scheduler.log").read_text())
     assert_private_credentials(run / "tls")
+
+
+@pytest.mark.timeout(420)
+def test_sbatch_job_keeps_a_second_user_out_and_its_dashboard_on_its_node(site, tmp_path):
+    """The job as shipped: its scheduler on gpu1 requires the run's TLS credentials (a
+    second local user on the login node is refused, as the scheduler's log says) and its
+    dashboard listens on gpu1's loopback only, with the SSH tunnel in the job's log."""
+    marker = uuid.uuid4().hex
+    env = site.env(APEX_PRESET="cartpole", **{MARK: marker})
+    script = scaled_copy(tmp_path / "apex.sbatch", "00:06:00")
+    job = submit(site, script, tmp_path, env, "--stop-time", "300", "--no-tensorboard")
+    log, run = tmp_path / f"apex-{job}.out", tmp_path / f"apex-{job}"
+    try:
+        text = follow(site, job, log, lambda t: "then open http://localhost:" in t, 300)
+        info = json.loads((run / "scheduler.json").read_text())
+        address, port = info["address"], info["services"]["dashboard"]
+        assert address.startswith("tls://") and site.node_of(address) == "gpu1", address
+        node = site.nodes["gpu1"]
+        on_node = http_get(["ip", "netns", "exec", node["ns"]], f"http://127.0.0.1:{port}/apex")
+        from_login = http_get([], f"http://{node['address']}:{port}/apex")
+        assert on_node == "200" and "Connection refused" in from_login, (on_node, from_login)
+        hint = f"ssh -N -L {port}:127.0.0.1:{port} -J <login-node> gpu1"
+        assert hint in text, text[-2000:]
+        with second_user() as other:
+            got = other.outsider(address, run / "tls")
+        assert_kept_out(got, scheduler_log=(run / "scheduler.log").read_text())
+    finally:
+        site.run("scancel", job)
+        assert_nothing_left(marker, grace_s=40, what="scancel, on any node")
+        poll(lambda: not site.jobs(), 30)
 
 
 def checkpointed(path: str) -> int:

@@ -2,7 +2,7 @@
 
 ::
 
-    cluster, client = start_local_cluster(n_workers=4)        # embedded, owns both
+    cluster, client = start_local_cluster(n_workers=4)        # embedded, owns both (TLS)
     client = connect("tcp://10.0.0.5:8786", timeout=10)       # a running scheduler
     client = connect(scheduler_file="~/scheduler.json")       # HPC: shared file
     workers = wait_for_workers(client, n=1, timeout_s=30)
@@ -26,12 +26,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import sys
+import tempfile
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apex_dask.runtime.credentials import TLS_DIR_NAME, find_credentials
+from apex_dask.runtime.credentials import (
+    OPEN_LOCAL,
+    TLS_DIR_NAME,
+    RunCredentials,
+    find_credentials,
+    make_run_credentials,
+)
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
 
@@ -275,6 +286,9 @@ def start_local_cluster(
     host: str = LOOPBACK,
     dashboard_address: str | None = ":8787",
     preload: bool = True,
+    tls: bool = True,
+    tls_dir: str | os.PathLike | None = None,
+    warn: Callable[[str], None] | None = None,
     **kwargs: Any,
 ) -> tuple[LocalCluster, Client]:
     """An embedded ``LocalCluster`` (worker processes, one thread each) and a client on it.
@@ -286,8 +300,16 @@ def start_local_cluster(
     (``":8787"``) binds to ``host`` too. (Dask 2026.8 itself binds the
     scheduler and workers to 127.0.0.1 but a ``":8787"`` dashboard to every
     interface.) When the dashboard's port is taken, Dask picks another; None
-    turns the dashboard off. The caller owns both objects and closes them
-    (client first).
+    turns the dashboard off.
+
+    Loopback keeps out other machines, not other users of this one: with
+    ``tls`` (the default) every connection requires TLS with a CA and
+    certificate made for this cluster (:mod:`apex_dask.runtime.credentials`)
+    in ``tls_dir``, default a new private temporary folder that goes when the
+    cluster is closed (or collected); ``cluster.apex_credentials`` are those
+    files, ``cluster.security`` the matching ``Security``. ``tls=False``: plain
+    TCP, and one warning line (to ``warn``, default stderr). The caller owns
+    both objects and closes them (client first).
     """
     from distributed import Client, LocalCluster
 
@@ -299,6 +321,10 @@ def start_local_cluster(
         from apex_dask.runtime.observability.preload import PRELOAD
 
         scheduler_kwargs.setdefault("preload", [PRELOAD])
+    creds, temporary = None, None
+    if tls:
+        creds, temporary = _cluster_credentials(tls_dir)
+        kwargs.update(protocol="tls://", security=creds.security())
     try:
         cluster = LocalCluster(
             n_workers=n,
@@ -310,10 +336,36 @@ def start_local_cluster(
             **kwargs,
         )
     except Exception as exc:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
         raise ApexRuntimeError(f"cannot start a local Dask cluster: {describe(exc)}") from None
+    cluster.apex_credentials = creds
+    if temporary is not None:  # the files must outlive every connection the cluster makes
+        weakref.finalize(cluster, shutil.rmtree, temporary, ignore_errors=True)
+    if creds is None:
+        line = f"TLS off: the Dask cluster at {cluster.scheduler_address} {OPEN_LOCAL}"
+        if warn is None:
+            print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        else:
+            warn(line)
     try:
         client = Client(cluster, direct_to_workers=True)
     except Exception as exc:
         cluster.close()
         raise ApexRuntimeError(f"cannot connect to the local cluster: {describe(exc)}") from None
     return cluster, client
+
+
+def _cluster_credentials(tls_dir: str | os.PathLike | None) -> tuple[RunCredentials, str | None]:
+    """``(credentials, folder to remove afterwards or None)`` for an embedded cluster."""
+    temporary = None
+    if tls_dir is None:
+        temporary = tls_dir = tempfile.mkdtemp(prefix="apex-tls-")  # mode 0700
+    try:
+        return make_run_credentials(tls_dir), temporary
+    except (OSError, ValueError) as exc:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise ApexRuntimeError(
+            f"cannot make TLS credentials in {tls_dir}: {describe(exc)}"
+        ) from None
