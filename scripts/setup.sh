@@ -79,10 +79,10 @@ fi
 if ((SYSTEM_TORCH)); then
   "$PY" -c 'import torch' >/dev/null 2>&1 \
     || { echo "setup: --system-torch, but .venv's base interpreter cannot import torch; install it there or drop the flag" >&2; exit 2; }
-  echo "setup: using torch $("$PY" -c 'import torch; print(torch.__version__, "from", torch.__file__)')"
+  echo "setup: using torch $("$PY" -c 'import torch; print(torch.__version__, "from", torch.__file__)' 2>/dev/null)"
   echo "setup: note: .venv also sees the base interpreter's other packages (--system-torch)"
 elif "$PY" -c 'import torch' >/dev/null 2>&1; then
-  echo "setup: keeping .venv's torch $("$PY" -c 'import torch; print(torch.__version__)')"
+  echo "setup: keeping .venv's torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 else
   echo "setup: no torch in .venv, installing $TORCH_PIN"
   "$PY" -m pip install --quiet --disable-pip-version-check "$TORCH_PIN"
