@@ -324,26 +324,51 @@ class ReplayShard:
         }
 
     # -------------------------------------------------------------- checkpoint
-    def state_dict(self) -> dict[str, np.ndarray | int | float]:
+    def state_dict(self, max_items: int | None = None) -> dict[str, np.ndarray | int | float]:
         """Everything needed to continue exactly: a flat dict of arrays and numbers.
 
         The shard's own keys, its item storage's and (with ``frame_stack``)
         its frame store's; the format is in :mod:`apex_dask.algo.replay_checkpoint`.
         Suitable for ``np.savez``.
+
+        ``max_items`` (fewer than ``len(self)``): the state of this shard as if it
+        held only its newest ``max_items`` items, in the same format, so
+        :meth:`load_state_dict` takes it unchanged. Those items, oldest first,
+        go to slots ``0 .. max_items - 1`` with their priorities and masses; the
+        frames they use (each once) and their batches' log come along; the
+        counters (``added``, ``sampled``, ``updated``), timers, rng and
+        ``max_priority`` are the whole shard's, so the items left out count as
+        evicted. Only those items are copied (a checkpoint that must fit in a
+        stop's grace period).
         """
-        state: dict[str, np.ndarray | int | float] = {
+        size = self._items.size
+        if max_items is None or int(max_items) >= size:
+            return {
+                **self._own_state(),
+                **self._priorities.state_dict(self._items.filled),
+                **self._items.state_dict(),
+                **(self._frames.state_dict() if self._frames is not None else {}),
+            }
+        keep = max(0, int(max_items))
+        slots = self._items.stored_slots()[:keep][::-1].copy()  # the newest, oldest first
+        state = {
+            **self._own_state(),
+            **self._priorities.state_dict_at(slots),
+            **self._items.state_dict_at(slots),
+        }
+        if self._frames is not None:
+            state.update(self._frames.state_dict(newest_items=keep))
+        return state
+
+    def _own_state(self) -> dict[str, np.ndarray | int | float]:
+        return {
             "capacity": self.capacity,
             "alpha": self.alpha,
             "eps": self.eps,
             **self._counts,
             **self._times,
             "rng_state": pcg64_to_array(self._rng.bit_generator.state),
-            **self._priorities.state_dict(self._items.filled),
-            **self._items.state_dict(),
         }
-        if self._frames is not None:
-            state.update(self._frames.state_dict())
-        return state
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore a :meth:`state_dict` (also as loaded back from ``np.load``).

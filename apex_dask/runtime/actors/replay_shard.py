@@ -89,9 +89,11 @@ class ReplayShardActor:
         self._writer: SharedBatchWriter | None = None
 
     async def _wait_ready(self) -> None:
+        """Hold a call while this shard takes over another's items (:meth:`take_over`,
+        itself bounded); a ``TimeoutError`` if that outlasts its own bound."""
         self._last_call = time.monotonic()
         if self._taking_over is not None:
-            await self._taking_over.wait()
+            await asyncio.wait_for(self._taking_over.wait(), max(self._timeout, 120.0) + 10.0)
 
     async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
         """Store one rollout (dict of arrays) with its initial priorities; return the items
