@@ -331,15 +331,12 @@ class ReplayShard:
         its frame store's; the format is in :mod:`apex_dask.algo.replay_checkpoint`.
         Suitable for ``np.savez``.
 
-        ``max_items`` (fewer than ``len(self)``): the state of this shard as if it
-        held only its newest ``max_items`` items, in the same format, so
-        :meth:`load_state_dict` takes it unchanged. Those items, oldest first,
-        go to slots ``0 .. max_items - 1`` with their priorities and masses; the
-        frames they use (each once) and their batches' log come along; the
-        counters (``added``, ``sampled``, ``updated``), timers, rng and
-        ``max_priority`` are the whole shard's, so the items left out count as
-        evicted. Only those items are copied (a checkpoint that must fit in a
-        stop's grace period).
+        ``max_items`` (< ``len(self)``): the state of this shard as if it held only
+        its newest ``max_items`` items (only they are copied), in the same format:
+        they go, oldest first, to slots ``0 ..`` with their priorities and masses,
+        with the frames they use and their batches' log; the counters, timers,
+        rng and ``max_priority`` are the whole shard's (the items left out count
+        as evicted). For a checkpoint that must fit in a stop's grace.
         """
         size = self._items.size
         if max_items is None or int(max_items) >= size:

@@ -16,7 +16,13 @@
 - A **second** Ctrl-C (or SIGTERM), at any moment until the process ends,
   prints one line and exits at once (``os._exit``: nothing more is saved;
   the processes this one started, an embedded cluster's workers, are
-  killed first).
+  killed first). A SIGTERM within 2 s of the first is the same stop passed
+  on twice (a batch system signals every process of a job, and the job
+  script passes the stop on to this one): it is ignored.
+- The whole stop, whatever phase it came in, ends within the grace
+  (``checkpoint.grace_s``, for a SIGTERM at most ``APEX_TERM_GRACE_S``;
+  :mod:`apex_dask.cli.stopclock`): a watchdog ends the process in one line
+  when it is spent, with what was saved by then.
 
 SIGTERM and SIGUSR1 (``scancel``, a batch system's time limit with
 ``--signal=B:USR1@...``, ``docker stop``) mean *preempted*: the CLI writes a
@@ -30,9 +36,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
-from apex_dask.cli.exitcodes import EXIT_INTERRUPTED, EXIT_TERMINATED
+from apex_dask.cli.exitcodes import EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_TERMINATED
+from apex_dask.cli.stopclock import StopClock, grace_for
 
 __all__ = ["Interrupted", "StopSignals", "exit_now_if_signalled"]
 
@@ -51,16 +59,21 @@ class StopSignals:
     """The CLI's handlers for SIGINT, SIGTERM and SIGUSR1 (see the module docstring)."""
 
     HANDLED = ("SIGINT", "SIGTERM", "SIGUSR1")
+    DUPLICATE_S = 2.0
+    """A SIGTERM this soon after the first is the same stop (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = 120.0) -> None:
         self.phase = "startup"
         self.requested: str | None = None
+        self.grace_s = float(grace_s)  # checkpoint.grace_s of the run
+        self.clock: StopClock | None = None  # started by the first signal
+        self.checkpoint_written = False  # the watchdog's exit code: 75 once one is written
         self._previous: dict[int, Any] = {}
 
     @classmethod
-    def install(cls) -> StopSignals:
+    def install(cls, grace_s: float = 120.0) -> StopSignals:
         global _ACTIVE
-        self = _ACTIVE = cls()
+        self = _ACTIVE = cls(grace_s)
         if threading.current_thread() is threading.main_thread():
             for name in cls.HANDLED:
                 signum = getattr(signal, name, None)
@@ -91,6 +104,13 @@ class StopSignals:
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested is not None and name in ("SIGINT", "SIGTERM"):
+            clock = self.clock
+            if (
+                name == self.requested == "SIGTERM"
+                and clock is not None
+                and time.monotonic() - clock.start < self.DUPLICATE_S
+            ):
+                return  # the same stop, passed on by the job script too
             code = EXIT_INTERRUPTED if name == "SIGINT" else EXIT_TERMINATED
             _say(f"{name} again: exiting now, without saving more (exit {code})")
             _kill_children()
@@ -98,11 +118,33 @@ class StopSignals:
         if self.requested is not None:
             return  # a repeated SIGUSR1: already stopping
         self.requested = name
+        self.clock = StopClock(grace_for(name, self.grace_s))
+        self.clock.start_watchdog(self._grace_spent)
+        within = f"within {self.clock.grace_s:g} s"
         if self.phase == "startup":
-            _say(f"{name}: stopping while the run starts (Ctrl-C again to exit at once)")
+            _say(f"{name}: stopping while the run starts, {within} (Ctrl-C again to exit at once)")
             raise Interrupted(name)
         what = "a checkpoint and " if name != "SIGINT" else ""
-        _say(f"{name}: stopping, saving {what}the weights (Ctrl-C again to exit at once)")
+        _say(f"{name}: stopping, saving {what}the weights {within} (Ctrl-C again to exit at once)")
+
+    def _grace_spent(self) -> None:
+        """The watchdog: the stop outlasted its grace; end the process with what is saved."""
+        if self.requested == "SIGINT":
+            code = EXIT_INTERRUPTED
+        else:
+            code = EXIT_PREEMPTED if self.checkpoint_written else EXIT_TERMINATED
+        grace = self.clock.grace_s if self.clock is not None else self.grace_s
+        _say(
+            f"the stop outlasted its grace ({grace:g} s, checkpoint.grace_s): exiting now "
+            f"with what was saved (exit {code})"
+        )
+        _kill_children()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 _ACTIVE: StopSignals | None = None

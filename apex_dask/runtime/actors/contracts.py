@@ -51,7 +51,13 @@ class ShardHandle(Protocol):
 
     def state_dict(self) -> ActorCall[dict[str, Any]]: ...
 
-    def save_part(self, directory: str, name: str) -> ActorCall[dict[str, Any]]: ...
+    def save_part(
+        self,
+        directory: str,
+        name: str,
+        budget_s: float | None = None,
+        s_per_item: float | None = None,
+    ) -> ActorCall[dict[str, Any]]: ...
 
     def load_part(self, directory: str, entry: dict[str, Any]) -> ActorCall[int]: ...
 

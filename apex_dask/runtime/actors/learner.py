@@ -155,10 +155,7 @@ class LearnerActor:
         Returns the final :meth:`stats`.
         """
         end = time.monotonic() + timeout_s
-
-        def left() -> float:
-            return max(0.0, end - time.monotonic())
-
+        left = lambda: max(0.0, end - time.monotonic())  # noqa: E731
         await self._prefetcher.stop(left())
         thread = self._thread
         if thread is not None:

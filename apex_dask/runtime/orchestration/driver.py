@@ -39,10 +39,14 @@ from apex_dask.algo.envs import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
 from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
-from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
 from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.orchestration.announce import announce, dashboard_link, open_tensorboard
 from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
-from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
+from apex_dask.runtime.orchestration.cluster import (
+    close_local_cluster,
+    start_local_cluster,
+    wait_for_workers,
+)
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
@@ -60,18 +64,18 @@ class ApexDriver:
     is used. ``min_replay_ratio`` (rho; default ``config.learner.min_replay_ratio``
     when the config has that field): once training has started, env workers
     wait while transitions trained < rho * (items added to the replay - a few
-    fragments of slack), so a learner
-    slower than its env workers keeps the sample efficiency of the in-process
-    runner (which trains at ``learner.max_replay_ratio``). None: env workers
-    run free, as in Ape-X. ``tensorboard_dir``: every result dict that
-    :meth:`iterate` yields is also written there as TensorBoard scalars (tag =
-    metric name, step = ``timesteps_total``; needs the ``tensorboard`` extra),
-    appending to any log already in the folder; the config goes to the Text
-    tab. ``out_dir`` (the run's output folder) is shown beside the run id on
-    the ``/apex`` page, which lists every run on the scheduler and marks this
-    one done once :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an unknown env
-    id or a missing tensorboard package (checked before anything starts), a
-    cluster without workers or actors that cannot be created.
+    fragments of slack), so a learner slower than its env workers keeps the
+    sample efficiency of the in-process runner (which trains at
+    ``learner.max_replay_ratio``). None: env workers run free, as in Ape-X.
+    ``tensorboard_dir``: every result dict that :meth:`iterate` yields is also
+    written there as TensorBoard scalars (tag = metric name, step =
+    ``timesteps_total``; needs the ``tensorboard`` extra), appending to any log
+    already in the folder; the config goes to the Text tab. ``out_dir`` (the
+    run's output folder) is shown beside the run id on the ``/apex`` page,
+    which lists every run on the scheduler and marks this one done once
+    :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an
+    unknown env id or a missing tensorboard package (checked before anything
+    starts), a cluster without workers or actors that cannot be created.
     """
 
     def __init__(
@@ -105,7 +109,7 @@ class ApexDriver:
             hook = resolve_hook(config, before_learn_on_batch)
         except (UnknownEnvError, ConfigError) as exc:
             raise ApexRuntimeError(str(exc)) from None
-        self._tensorboard = self._open_tensorboard(tensorboard_dir)
+        self._tensorboard = open_tensorboard(tensorboard_dir, config, self.run_id)
         self._cluster = None
         self._stopped = False
         self._saved_at = -1
@@ -138,14 +142,14 @@ class ApexDriver:
             placement = start_placement(workers, config)
             if config.topology.elastic:
                 install_handover(client)
-            self.dashboard_link: str | None = self._dashboard()
-            self._announce(out=self._out_dir)
+            self.dashboard_link: str | None = dashboard_link(client, self._cluster is not None)
+            announce(client, self.run_id, out=self._out_dir)
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._state = self._actors.create(hook)
             self._plan = self._make_plan(self._actors, self._state)
             if resume is not None:
                 self.resumed_from: dict[str, Any] | None = self._sync(
-                    self._plan.checkpoints.restore(resume)
+                    self._plan.checkpoints.restore(resume), self._slow_s()
                 )
         except BaseException:
             self._release()
@@ -162,47 +166,12 @@ class ApexDriver:
         """Elastic runs: one line per env worker added or retired and per actor moved."""
         return [] if self._state is None else list(self._state.changes)
 
-    def _open_tensorboard(self, log_dir: str | os.PathLike[str] | None) -> TensorBoardSink | None:
-        if log_dir is None:
-            return None
-        try:
-            sink = TensorBoardSink(log_dir)
-        except TrackingError as exc:
-            raise ApexRuntimeError(str(exc)) from None
-        sink.write_text("config", self.config.to_yaml())
-        sink.write_text("run_id", self.run_id)
-        return sink
-
     @property
     def placement(self) -> dict[str, Any]:
         """Where each actor is now: ``{"learner", "shards", "env_workers", "evaluator"}``."""
         return {} if self._actors is None else self._actors.placement.as_dict()
 
     # ------------------------------------------------------------------ setup
-    def _dashboard(self) -> str | None:
-        from apex_dask.runtime.observability.preload import dashboard_url, ensure_plugin
-
-        try:
-            page = True if self._cluster is not None else bool(ensure_plugin(self._client))
-        except Exception:  # a scheduler that cannot import apex_dask
-            page = False
-        try:
-            return dashboard_url(self._client) if page else self._client.dashboard_link
-        except Exception:
-            return None
-
-    def _announce(self, **fields: Any) -> None:
-        """Tell the scheduler's metrics store about this run (its ``out`` folder, ``done``)."""
-        from apex_dask.runtime.observability.metrics import TOPIC, make_message
-
-        msg = make_message(self.run_id, "driver", {}, **fields)
-        try:  # bounded: a scheduler that is gone must not hold up a stop
-            self._client.sync(
-                self._client.scheduler.log_event, topic=TOPIC, msg=msg, callback_timeout=5
-            )
-        except Exception:  # metrics must never stop a run
-            pass
-
     def _make_plan(self, actors: ActorSet, state: RunState) -> ExecutionPlan:
         return ExecutionPlan(
             config=self.config,
@@ -215,22 +184,41 @@ class ApexDriver:
             checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),
         )
 
-    def _sync(self, coro: Any, timeout_s: float | None = None) -> Any:
-        """Run ``coro`` on the client's loop (where the plan runs); its result."""
+    def _sync(self, coro: Any, timeout_s: float) -> Any:
+        """Run ``coro`` on the client's loop (where the plan runs); its result. Past
+        ``timeout_s`` it is cancelled and ``TimeoutError`` raised."""
         fut = asyncio.run_coroutine_threadsafe(coro, self._client.loop.asyncio_loop)
-        return fut.result(timeout=timeout_s)
+        try:
+            return fut.result(timeout=timeout_s)
+        except TimeoutError:
+            fut.cancel()
+            raise
 
-    def save_checkpoint(self, reason: str = "requested") -> Path:
+    def _slow_s(self) -> float:
+        """A checkpoint's bound without a budget: its parts' (>= 120 s) and a minute."""
+        return max(self._timeout, 120.0) + 60.0
+
+    def save_checkpoint(self, reason: str = "requested", *, within_s: float | None = None) -> Path:
         """Write a checkpoint now (while training or halted) under ``checkpoint_dir``; its path.
 
         The learner and every shard write their own part in parallel; see
-        :mod:`apex_dask.runtime.orchestration.checkpointing`.
+        :mod:`apex_dask.runtime.orchestration.checkpointing`. ``within_s``: the
+        whole checkpoint within that many seconds (a stop's grace), keeping the
+        newest replay items that fit; :attr:`checkpoint_left_out` then says what
+        was left out.
         """
         if self._plan is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
-        path = self._sync(self._plan.checkpoints.save(reason))
+        bound = self._slow_s() if within_s is None else within_s + 1.0
+        path = self._sync(self._plan.checkpoints.save(reason, within_s=within_s), bound)
         self._saved_at = self._plan.state.counters.steps_total
         return path
+
+    @property
+    def checkpoint_left_out(self) -> dict[str, Any] | None:
+        """What the last checkpoint written left out of the replay (``summary``: one
+        line; ``items_saved``, ``items_held``, per shard ``shards``); None: nothing."""
+        return None if self._plan is None else self._plan.checkpoints.left_out
 
     @property
     def last_checkpoint(self) -> Path | None:
@@ -282,16 +270,27 @@ class ApexDriver:
         self.halt()
         return results
 
-    def halt(self) -> dict[str, float] | None:
+    def halt(self, timeout_s: float | None = None) -> dict[str, float] | None:
         """Pause: finish calls in flight, stop the learner; return consistent final stats.
 
         After a halt every hop's counters agree (``flow/*``); :meth:`iterate`
-        resumes.
-        """
+        resumes. ``timeout_s``: the halt's time in all (else each step gets the
+        call timeout); past it what is not done is left (the learner may still be
+        training) and :class:`ApexRuntimeError` says so."""
         core, self._core = self._core, None
-        if core is not None and self._plan is not None:
-            self._plan.state.halting = True
-            core.result(timeout=3 * self._timeout + 10)
+        plan = self._plan
+        if core is not None and plan is not None:
+            if timeout_s is not None:  # the loop starts draining within 0.1 s
+                plan.drain_s = max(0.1, timeout_s - 0.3)
+            plan.state.halting = True
+            bound = 3 * self._timeout + 10 if timeout_s is None else timeout_s
+            try:
+                core.result(timeout=bound)
+            except TimeoutError:
+                core.cancel()
+                raise ApexRuntimeError(f"the actors did not halt within {bound:.3g} s") from None
+            finally:
+                plan.drain_s = None
         if self._tensorboard is not None:
             self._tensorboard.flush()
         return self.final
@@ -307,9 +306,9 @@ class ApexDriver:
         """Stats taken after the last :meth:`halt` (None before one)."""
         return None if self._plan is None else self._plan.final
 
-    def learner_weights(self) -> tuple[int, dict[str, np.ndarray]]:
-        """``(version, {name: array})`` of the learner's online network."""
-        return self._live().learner.get_weights().result(timeout=self._timeout)
+    def learner_weights(self, timeout_s: float | None = None) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, {name: array})`` of the learner's online net (within ``timeout_s``)."""
+        return self._live().learner.get_weights().result(timeout=timeout_s or self._timeout)
 
     def learner_state(self) -> dict[str, Any]:
         """The learner's full state (online, target, optimizer, counters) as numpy."""
@@ -327,39 +326,47 @@ class ApexDriver:
         return self._state
 
     # ---------------------------------------------------------------- teardown
-    def stop(self) -> None:
-        """Halt, close and release every actor; close the cluster the driver started."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Halt, close and release every actor; close the cluster the driver started.
+        ``timeout_s``: all of it within that many seconds (a stop's grace); an ``end``
+        checkpoint (something is new since the last) then keeps what fits in half."""
         if self._stopped:
             return
         self._stopped = True
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def share(part: float, cap: float) -> float:  # of what is left, at most cap
+            return cap if end is None else max(0.1, min(cap, part * (end - time.monotonic())))
+
         try:
-            self.halt()
+            self.halt(None if end is None else share(0.3, 3 * self._timeout + 10))
         except Exception:
             pass
         plan = self._plan
         if plan is not None and self._checkpoint_dir is not None:
             if plan.state.counters.steps_total > self._saved_at:  # something new since the last one
                 try:
-                    self.save_checkpoint("end")
+                    self.save_checkpoint("end", within_s=None if end is None else share(0.5, 1e9))
                 except Exception:  # a lost learner or shard: the previous checkpoint stands
                     pass
         if self._actors is not None and self._state is not None:
-            self._actors.close(self._state.handles())
-        self._announce(done=True)
-        self._release()
+            self._actors.close(self._state.handles(), timeout_s=share(0.3, 10.0))
+        announce(self._client, self.run_id, timeout_s=share(0.2, 5.0), done=True)
+        self._release(None if end is None else max(0.5, end - time.monotonic()))
 
-    def _release(self) -> None:
+    def _release(self, timeout_s: float | None = None) -> None:
+        """Release the actors and close the cluster the driver started, within
+        ``timeout_s`` (default: 10 s for the actors, Dask's own bounds for the rest)."""
+        end = time.monotonic() + (60.0 if timeout_s is None else timeout_s)
         if self._tensorboard is not None:
             self._tensorboard.close()
         actors, self._actors, self._plan, self._state = self._actors, None, None, None
         if actors is not None:
-            actors.release(wait=self._cluster is None)
-        if self._cluster is not None:
-            try:
-                self._client.close()
-            finally:
-                self._cluster.close()
-                self._cluster = None
+            bound = 10.0 if timeout_s is None else max(0.1, 0.4 * timeout_s)
+            actors.release(wait=self._cluster is None, timeout_s=bound)
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:
+            close_local_cluster(self._client, cluster, max(1.0, end - time.monotonic()))
 
     def __enter__(self) -> ApexDriver:
         return self

@@ -41,7 +41,8 @@ from apex_dask.config import ApexConfig
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError, describe
-from apex_dask.runtime.orchestration.launch import ActorNotCreated, ActorSet
+from apex_dask.runtime.orchestration.creation import ActorNotCreated
+from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import (
     Placement,
     WorkerInfo,

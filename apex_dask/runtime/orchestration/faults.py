@@ -23,7 +23,8 @@ from typing import Any
 from apex_dask.algo.env_guard import EnvFailed
 from apex_dask.runtime.actors.calls import peer_lost
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.orchestration.launch import ActorNotCreated, ActorSet
+from apex_dask.runtime.orchestration.creation import ActorNotCreated
+from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState
 from apex_dask.runtime.orchestration.tasks import TaskSet
 

@@ -39,6 +39,7 @@ from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardAc
 from apex_dask.runtime.actors.calls import ActorRef, bind
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
 from apex_dask.runtime.errors import ApexRuntimeError, describe
+from apex_dask.runtime.orchestration.creation import created
 from apex_dask.runtime.orchestration.placement import (
     Placement,
     WorkerInfo,
@@ -46,13 +47,7 @@ from apex_dask.runtime.orchestration.placement import (
 )
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState
 
-__all__ = ["ActorNotCreated", "ActorSet"]
-
-
-class ActorNotCreated(ApexRuntimeError):
-    """An actor was not created where it was placed: its worker left meanwhile, or the
-    creation did not finish in time. Its Future is dropped; nothing else changed, so
-    the caller may try again elsewhere."""
+__all__ = ["ActorSet"]
 
 
 def _probe_on_worker(env_factory: Any, make_timeout_s: float) -> tuple[Any, str | None]:
@@ -62,10 +57,6 @@ def _probe_on_worker(env_factory: Any, make_timeout_s: float) -> tuple[Any, str 
         return probe_spaces(env_factory, make_timeout_s), None
     except Exception as exc:
         return None, str(exc)
-
-
-def _name(where: WorkerInfo | None) -> str:
-    return "its worker" if where is None else f"Dask worker {where.name or where.address}"
 
 
 def _live_actors(keys: set, dask_worker: Any = None) -> int:
@@ -305,49 +296,17 @@ class ActorSet:
             pass
 
     async def _created(self, fut: Any, where: WorkerInfo | None = None) -> Any:
-        """The handle of the actor of ``fut`` once it exists, waiting at most
-        ``max(call timeout, 120 s)``. While it waits it checks, about once a second,
-        that ``where`` (the worker the actor is pinned to) is still there: an actor
-        pinned to a worker that left is never created (the scheduler holds its task
-        until that worker comes back, which it never does at the same address).
-        Raises :class:`ActorNotCreated` (the Future dropped) then, or the creation's
-        own error."""
-        limit = max(self.timeout, 120.0)
-        deadline = time.monotonic() + limit
-        waiter = asyncio.ensure_future(self.client.gather(fut, asynchronous=True))
+        """The handle of the actor of ``fut`` once it exists (:func:`.creation.created`:
+        at most ``max(call timeout, 120 s)``, :class:`ActorNotCreated` at once if
+        ``where``, the worker it is pinned to, leaves); on any failure its Future is
+        dropped."""
         try:
-            while True:
-                left = deadline - time.monotonic()
-                done, _ = await asyncio.wait([waiter], timeout=max(0.0, min(1.0, left)))
-                if done:
-                    waiter.result()
-                    return self._handle(fut)
-                if left <= 1.0:
-                    raise ActorNotCreated(
-                        f"an actor on {_name(where)} was not created within {limit:g} s"
-                    )
-                if where is not None and not await self._still_there(where):
-                    raise ActorNotCreated(
-                        f"{_name(where)} left while an actor was being created on it"
-                    )
+            await created(self.client, fut, where, max(self.timeout, 120.0))
         except BaseException:
-            waiter.cancel()
             self._drop(fut.key)
             await self._cancel(fut)
             raise
-
-    async def _still_there(self, where: WorkerInfo) -> bool:
-        """Whether the scheduler still lists ``where`` (the same process: a worker its
-        nanny restarted at the same address holds none of its actors); True when the
-        scheduler does not answer in time (its trouble is the client's to report)."""
-        try:
-            info = await asyncio.wait_for(
-                self.client.scheduler.identity(n_workers=-1), min(self.timeout, 10.0)
-            )
-        except Exception:
-            return True
-        w = (info.get("workers") or {}).get(where.address)
-        return w is not None and (not where.uid or str(w.get("id", "")) == where.uid)
+        return self._handle(fut)
 
     async def rebuild_shard(self, k: int, where: WorkerInfo) -> ShardHandle:
         """A new, empty replay shard ``k`` on ``where``; its handle."""
