@@ -112,7 +112,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-SYNC_EVERY = 64 << 20
+SYNC_EVERY = 16 << 20
 """With a deadline, a part's bytes are synced to disk every this many bytes, so the
 deadline is checked against what reached the disk, not the page cache."""
 

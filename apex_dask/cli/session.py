@@ -40,6 +40,7 @@ from apex_dask.cli.outdir import LOG_NAME, ResultsLog, save_weights, write_json,
 from apex_dask.cli.output import format_summary, merge_final
 from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.signals import StopSignals
+from apex_dask.cli.stopclock import StopClock
 from apex_dask.cli.watch import (
     REAP_GRACE_S,
     PlacementWatcher,
@@ -60,6 +61,20 @@ PREFIX = "apex-dask-submit:"
 
 def _note(line: str) -> None:
     print(f"{PREFIX} note: {line}", flush=True)
+
+
+def _weights_in(checkpoint: Path | None) -> tuple[int, dict[str, Any]] | None:
+    """``(version, {name: array})`` of the online net in ``checkpoint``'s learner part
+    (checksum verified), or None."""
+    if checkpoint is None:
+        return None
+    from apex_dask.algo.checkpoint import read_manifest, read_part
+
+    try:
+        tree = read_part(checkpoint, read_manifest(checkpoint)["parts"]["learner"])
+        return int(tree["counters"]["version"]), dict(tree["online"])
+    except Exception:  # noqa: BLE001 - the live learner is asked instead
+        return None
 
 
 class RunSession:
@@ -240,6 +255,9 @@ class RunSession:
             reap_children(self.log_file, grace_s=min(REAP_GRACE_S, left), spare=spare)
 
     def _save(self, d: Any) -> None:
+        """Halt, record the final counters, save the weights and, after a signal, a
+        checkpoint: then the weights are read back from its learner part (the learner
+        is not asked twice), and fetched only if there is none."""
         clock, timeout = self.signals.clock, self.cfg.topology.call_timeout_s
         try:  # calls in flight finish: every hop's counters agree
             final = d.halt() if clock is None else d.halt(clock.halt_s(3 * timeout + 10))
@@ -250,11 +268,15 @@ class RunSession:
             self._record_final(final)
         except Exception as exc:  # a full disk: what is written stays whole
             _note(str(exc))
-        try:
-            weights = d.learner_weights(None if clock is None else clock.weights_s(timeout))
-        except Exception as exc:  # the learner may be gone; keep what is saved
-            weights = None
-            _note(f"could not fetch the final weights: {describe(exc)}")
+        weights = None
+        if clock is not None and (self.signals.preempted or self.out is not None):
+            self._save_checkpoint(d, clock)
+            weights = _weights_in(self.checkpoint)
+        if weights is None:
+            try:
+                weights = d.learner_weights(None if clock is None else clock.weights_s(timeout))
+            except Exception as exc:  # the learner may be gone; keep what is saved
+                _note(f"could not fetch the final weights: {describe(exc)}")
         if weights is not None and self.out is not None:
             try:
                 refused = save_weights(self.out, weights)
@@ -262,20 +284,21 @@ class RunSession:
                 refused = str(exc)
             if refused:
                 _note(refused)
-        if clock is not None and (self.signals.preempted or self.out is not None):
-            reason = "preempted" if self.signals.preempted else "interrupted"
-            try:
-                self.checkpoint = d.save_checkpoint(reason, within_s=clock.checkpoint_s())
-            except Exception as exc:
-                _note(f"no checkpoint written: {describe(exc)}")
-                return
-            self.signals.checkpoint_written = True
-            left = getattr(d, "checkpoint_left_out", None)
-            if left:
-                _note(
-                    f"checkpoint {self.checkpoint.name} keeps what fit in the stop's "
-                    f"{clock.grace_s:g} s: {left['summary']}"
-                )
+
+    def _save_checkpoint(self, d: Any, clock: StopClock) -> None:
+        reason = "preempted" if self.signals.preempted else "interrupted"
+        try:
+            self.checkpoint = d.save_checkpoint(reason, within_s=clock.checkpoint_s())
+        except Exception as exc:
+            _note(f"no checkpoint written: {describe(exc)}")
+            return
+        self.signals.checkpoint_written = True
+        left = getattr(d, "checkpoint_left_out", None)
+        if left:
+            _note(
+                f"checkpoint {self.checkpoint.name} keeps what fit in the stop's "
+                f"{clock.grace_s:g} s: {left['summary']}"
+            )
 
     def _record_final(self, final: dict[str, Any] | None) -> None:
         if not final:

@@ -4,18 +4,20 @@
 
     clock = StopClock(grace_s=120.0)          # started when the signal arrives
     d.halt(clock.halt_s(call_timeout))        # at most 20% of the grace
-    d.learner_weights(clock.weights_s(call_timeout))   # at most 10%
     d.save_checkpoint("preempted", within_s=clock.checkpoint_s())   # up to the exit's share
+    d.learner_weights(clock.weights_s(call_timeout))   # only without a checkpoint
     d.stop(clock.exit_s())                    # release the actors, close the cluster
     clock.left()                              # seconds until the grace is spent
 
 The grace runs from the moment the first SIGINT, SIGTERM or SIGUSR1 arrives.
 The last 15% of it (0.5 to 10 s) is kept for the exit: releasing the actors,
 closing the cluster, ending the process. The halt may take up to 20% of it
-and the final weights up to 10% (each also at most the call timeout); the
-checkpoint gets everything else until the exit's share begins, so what one
-step leaves unused goes to the next. A watchdog (:meth:`start_watchdog`) ends
-the process in one line when the grace is spent, whatever is still running.
+(and the call timeout); the checkpoint gets everything else until the exit's
+share begins, less 5% of the grace: the final weights come from its learner
+part, and are fetched from the learner (at most 10% of the grace and the call
+timeout) only when no checkpoint was written. What one step leaves unused
+goes to the next. A watchdog (:meth:`start_watchdog`) ends the process in one
+line when the grace is spent, whatever is still running.
 
 A SIGTERM may leave less: a batch system sends SIGKILL some time after it
 (SLURM's ``KillWait`` after a plain ``scancel``, PBS's ``kill_delay`` after
@@ -78,8 +80,10 @@ class StopClock:
         return max(0.1, min(cap, self.WEIGHTS_SHARE * self.grace_s, self._before_exit()))
 
     def checkpoint_s(self) -> float:
-        """The checkpoint's budget: everything left before the exit's share."""
-        return max(0.1, self._before_exit())
+        """The checkpoint's budget: what is left before the exit's share, less 5% of the
+        grace for fetching the weights should the checkpoint fail (a checkpoint's
+        learner part holds them)."""
+        return max(0.1, self._before_exit() - 0.05 * self.grace_s)
 
     def exit_s(self) -> float:
         """The bound of releasing the actors and closing the cluster: what is left, less

@@ -57,6 +57,7 @@ class ShardHandle(Protocol):
         name: str,
         budget_s: float | None = None,
         s_per_item: float | None = None,
+        writers: int = 1,
     ) -> ActorCall[dict[str, Any]]: ...
 
     def load_part(self, directory: str, entry: dict[str, Any]) -> ActorCall[int]: ...

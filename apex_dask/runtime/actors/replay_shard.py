@@ -35,6 +35,10 @@ __all__ = ["PLAN_SHARE", "ReplayShardActor"]
 PLAN_SHARE = 0.7
 """A budgeted save plans its items to take this share of the budget (disks vary)."""
 
+FIRST_BYTES_PER_S = 50e6
+"""With no earlier write to go by, a budgeted save plans for a disk this fast (bytes a
+second): a cautious guess; each checkpoint written teaches the real rate."""
+
 
 class ReplayShardActor:
     """One prioritized replay shard (:class:`apex_dask.algo.replay.ReplayShard`).
@@ -186,6 +190,7 @@ class ReplayShardActor:
         name: str,
         budget_s: float | None = None,
         s_per_item: float | None = None,
+        writers: int = 1,
     ) -> dict[str, Any]:
         """Write this shard into checkpoint ``directory`` as part ``name``; its manifest entry.
 
@@ -194,18 +199,23 @@ class ReplayShardActor:
         meanwhile. Bulk data goes straight to the (shared) filesystem.
 
         ``budget_s``: the part must be written within that many seconds (a stop's
-        grace). Only the newest items that ``s_per_item`` (seconds per item, as the
-        last checkpoint's write took them) says fit are saved
-        (``ReplayShard.state_dict(max_items)``); a write still going when the budget
-        is spent is abandoned and a part with no items (the counters, rng and
-        priorities' maximum) written instead. The entry then also says ``items``
-        (saved), ``held`` (the shard's items) and ``left_out`` (why, when items
-        were left out); every entry says ``write_s``.
+        grace). Only the newest items that ``s_per_item`` says fit are saved
+        (``ReplayShard.state_dict(max_items)``): seconds per item as the last
+        checkpoint's write took them, else a guess: :data:`FIRST_BYTES_PER_S` shared
+        by the ``writers`` shards writing at once. A
+        write still going when the budget is spent is abandoned and a part with no
+        items (the counters, rng and priorities' maximum) written instead. The entry
+        then also says ``items`` (saved), ``held`` (the shard's items) and
+        ``left_out`` (why, when items were left out); every entry says ``write_s``.
         """
         t0 = time.monotonic()
         held = len(self._shard)
         keep = held
-        if budget_s is not None and s_per_item:
+        if budget_s is not None:
+            if not s_per_item:  # bytes per slot of everything allocated, at a cautious rate
+                stats = self._shard.stats()
+                rate = FIRST_BYTES_PER_S / max(1, writers)
+                s_per_item = stats["bytes"] / stats["capacity"] / rate
             keep = min(held, max(0, int(PLAN_SHARE * budget_s / s_per_item)))
         if budget_s is not None:  # a stop's checkpoint goes first: abandon older writes
             for older in self._writes:

@@ -5,7 +5,7 @@
     history = WriteHistory()
     history.record(manifest["parts"])            # after every checkpoint written or loaded
     budget = SaveBudget.within(8.0)              # seconds for the whole checkpoint
-    kwargs = history.shard_kwargs(k, budget)     # save_part(..., budget_s=, s_per_item=)
+    kwargs = history.shard_kwargs(k, budget, n)  # save_part(..., budget_s=, s_per_item=, ...)
     left = left_out(entries)                     # None: every replay item was saved
     left["summary"]                              # one line, e.g. for the console
 
@@ -53,10 +53,11 @@ class SaveBudget:
         return max(0.0, self.parts_end - time.monotonic())
 
     def shard_s(self) -> float:
-        """Seconds a shard may spend on its items: the parts' time less what writing a
-        part without items takes if its write must be abandoned."""
+        """Seconds a shard may spend on its items: 75% of the parts' time (the call
+        reaches a busy worker late, a write stops at its next chunk) less what writing
+        a part without items takes if its write must be abandoned."""
         left = self.parts_s()
-        return max(0.0, left - min(1.0, 0.15 * left))
+        return max(0.0, 0.75 * left - min(1.0, 0.1 * left))
 
 
 class WriteHistory:
@@ -76,9 +77,14 @@ class WriteHistory:
                 continue
             self.s_per_item[int(name[len("shard_") :])] = float(write_s) / int(items)
 
-    def shard_kwargs(self, k: int, budget: SaveBudget) -> dict[str, float | None]:
-        """``budget_s`` and ``s_per_item`` for shard ``k``'s ``save_part``."""
-        return {"budget_s": budget.shard_s(), "s_per_item": self.s_per_item.get(k)}
+    def shard_kwargs(self, k: int, budget: SaveBudget, writers: int) -> dict[str, Any]:
+        """``budget_s``, ``s_per_item`` and ``writers`` (the shards writing at once) for
+        shard ``k``'s ``save_part``."""
+        return {
+            "budget_s": budget.shard_s(),
+            "s_per_item": self.s_per_item.get(k),
+            "writers": writers,
+        }
 
 
 def left_out(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:

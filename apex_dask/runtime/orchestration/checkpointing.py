@@ -93,6 +93,7 @@ class Checkpointer(Job):
         self.left_out: dict[str, Any] | None = None  # what the last one left out (None: nothing)
         self.history = WriteHistory()  # how long each shard's last write took
         self._lock: asyncio.Lock | None = None
+        self._periodic_task: asyncio.Task | None = None
         self._last_t = time.monotonic()
 
     def due(self, now: float) -> bool:
@@ -102,7 +103,20 @@ class Checkpointer(Job):
         return now - self._last_t >= self.cfg.interval_s
 
     def start(self, now: float) -> Any:
-        return self.save("periodic")
+        return self._periodic()
+
+    async def _periodic(self) -> Path:
+        self._periodic_task = asyncio.current_task()
+        try:
+            return await self.save("periodic")
+        finally:
+            self._periodic_task = None
+
+    def abandon_periodic(self) -> None:
+        """Cancel a periodic checkpoint being written (a stop's goes first); its staged
+        folder is removed and the shards abandon its writes when the stop's begins."""
+        if self._periodic_task is not None:
+            self._periodic_task.cancel()
 
     def done(self, result: Any, exc: BaseException | None) -> None:
         if exc is not None:  # a failed checkpoint must not end training; the next one retries
@@ -134,8 +148,14 @@ class Checkpointer(Job):
             self._lock = asyncio.Lock()
         if budget is None:
             await self._lock.acquire()
-        else:  # a periodic one being written is abandoned by the shards for this one
-            await asyncio.wait_for(self._lock.acquire(), budget.parts_s())
+        else:  # a periodic one being written is abandoned for this one
+            self.abandon_periodic()
+            try:
+                await asyncio.wait_for(self._lock.acquire(), budget.parts_s())
+            except TimeoutError:
+                raise CheckpointError(
+                    f"another checkpoint was still being written after {within_s:g} s"
+                ) from None
         try:
             self._last_t = time.monotonic()
             return await self._save(reason, timeout_s or max(self.timeout, 120.0), budget)
@@ -157,9 +177,9 @@ class Checkpointer(Job):
             if budget is None:
                 calls += [h.save_part(directory, f"shard_{k}") for k, h in enumerate(s.shards)]
             else:  # the shards answer within their budget; the calls' bound is the parts'
-                timeout_s = max(0.1, budget.parts_s())
+                timeout_s, n = max(0.1, budget.parts_s()), len(s.shards)
                 calls += [
-                    h.save_part(directory, f"shard_{k}", **self.history.shard_kwargs(k, budget))
+                    h.save_part(directory, f"shard_{k}", **self.history.shard_kwargs(k, budget, n))
                     for k, h in enumerate(s.shards)
                 ]
             entries = await asyncio.gather(*(call_with_timeout(c, timeout_s) for c in calls))

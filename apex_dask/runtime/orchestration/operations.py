@@ -168,7 +168,7 @@ class ReplayAndUpdate:
 
     async def stop(self, timeout_s: float) -> dict[str, Any]:
         """Drain the learner (final stats: every ``flow/*`` counter agrees)."""
-        inside = max(0.1, 0.9 * timeout_s)  # the learner answers before the call times out
+        inside = max(0.1, 0.75 * timeout_s)  # the learner answers before the call times out
         try:
             return await call_with_timeout(self.state.learner.stop(inside), timeout_s)
         except Exception as exc:

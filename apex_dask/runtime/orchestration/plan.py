@@ -189,6 +189,7 @@ class ExecutionPlan:
         learner's stop 60% of what is left, the final stats the rest."""
         self.state.halting = True
         end = time.monotonic() + budget_s
+        self.checkpoints.abandon_periodic()  # the stop's own checkpoint follows
         await self.tasks.drain(0.4 * budget_s)
         learner = await self.replay_and_update.stop(max(0.2, 0.6 * (end - time.monotonic())))
         self.final = await self.report.final(learner, max(0.2, end - time.monotonic()))
