@@ -154,6 +154,9 @@ class RunSession:
 
             record_resume(self.out, resume, self.resume.overrides)
             print(f"{PREFIX} resumed from {resume}", flush=True)
+            left = (getattr(self.driver, "resumed_from", None) or {}).get("left_out")
+            if left:  # written inside a stop's grace: each shard goes on with what it kept
+                _note(f"{resume.name} was written inside a stop's grace: {left['summary']}")
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
         where = "embedded LocalCluster" if self.embedded else "cluster"
@@ -292,7 +295,7 @@ class RunSession:
         except Exception as exc:
             _note(f"no checkpoint written: {describe(exc)}")
             return
-        self.signals.checkpoint_written = True
+        self.signals.checkpoint = self.checkpoint
         left = getattr(d, "checkpoint_left_out", None)
         if left:
             _note(

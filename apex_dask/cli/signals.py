@@ -67,7 +67,7 @@ class StopSignals:
         self.requested: str | None = None
         self.grace_s = float(grace_s)  # checkpoint.grace_s of the run
         self.clock: StopClock | None = None  # started by the first signal
-        self.checkpoint_written = False  # the watchdog's exit code: 75 once one is written
+        self.checkpoint: Any = None  # the stop's checkpoint once written (the watchdog's 75)
         self._previous: dict[int, Any] = {}
 
     @classmethod
@@ -132,12 +132,15 @@ class StopSignals:
         if self.requested == "SIGINT":
             code = EXIT_INTERRUPTED
         else:
-            code = EXIT_PREEMPTED if self.checkpoint_written else EXIT_TERMINATED
+            code = EXIT_PREEMPTED if self.checkpoint is not None else EXIT_TERMINATED
         grace = self.clock.grace_s if self.clock is not None else self.grace_s
-        _say(
-            f"the stop outlasted its grace ({grace:g} s, checkpoint.grace_s): exiting now "
-            f"with what was saved (exit {code})"
-        )
+        late = f"the stop outlasted its grace ({grace:g} s, checkpoint.grace_s): exiting now"
+        if code == EXIT_PREEMPTED:  # the line the end of the run would have printed
+            _say(
+                f"preempted ({self.requested}); checkpoint {self.checkpoint}; {late} (exit {code})"
+            )
+        else:
+            _say(f"{late} with what was saved (exit {code})")
         _kill_children()
         for stream in (sys.stdout, sys.stderr):
             try:
