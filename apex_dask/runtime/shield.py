@@ -17,9 +17,10 @@ With this preload in the scheduler, each worker process and each nanny
 ignored. When ``APEX_STOP_FILE`` is set, the signal's name (and the host and
 pid) is appended to that file: the job scripts (``cluster/slurm/apex.sbatch``,
 ``cluster/pbs/apex.pbs``) watch it and pass the stop on to the driver, which
-saves within its grace. The job script closes the cluster itself once the
-driver is done (``Client.shutdown``); SIGKILL still ends every process.
-SIGINT keeps Dask's handler.
+saves within its grace. Once the driver is done the job script creates
+``<APEX_STOP_FILE>.closing`` and closes the cluster (``Client.shutdown``,
+then SIGTERM): from then on SIGTERM does what it does without this preload.
+SIGKILL always ends every process; SIGINT keeps Dask's handler.
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ import socket
 import threading
 from typing import Any
 
-__all__ = ["STOP_FILE_ENV", "dask_setup", "install"]
+__all__ = ["CLOSING_SUFFIX", "STOP_FILE_ENV", "dask_setup", "install"]
 
 STOP_FILE_ENV = "APEX_STOP_FILE"
 """Environment variable: the file a shielded process appends a SIGTERM it got to."""
+
+CLOSING_SUFFIX = ".closing"
+"""With ``<APEX_STOP_FILE>.closing`` present, SIGTERM gets Dask's own handling again."""
+
+_previous: Any = signal.SIG_DFL  # the handler this one replaced (Dask's, in its CLIs)
 
 
 def dask_setup(server: Any = None) -> None:
@@ -44,21 +50,31 @@ def dask_setup(server: Any = None) -> None:
 def install() -> bool:
     """Replace this process's SIGTERM handler with :func:`_on_term` (main thread only,
     where Python handles signals); whether it was installed. Idempotent."""
+    global _previous
     if threading.current_thread() is not threading.main_thread():
         return False
-    signal.signal(signal.SIGTERM, _on_term)
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    if previous is not _on_term:
+        _previous = previous
     return True
 
 
 def _on_term(signum: int, frame: Any) -> None:
     # No logging here (its locks are not reentrant): one write to stderr, one to the file.
+    path = os.environ.get(STOP_FILE_ENV)
+    if path and os.path.exists(path + CLOSING_SUFFIX):  # the job script is closing the cluster
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if _previous is None else _previous)
+        if callable(_previous):
+            _previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)  # the default action, or ignored as before
+        return
     where = f"{socket.gethostname()} pid {os.getpid()}"
     line = f"apex_dask.runtime.shield: SIGTERM ({where}): left to the job script\n"
     try:
         os.write(2, line.encode())
     except OSError:
         pass
-    path = os.environ.get(STOP_FILE_ENV)
     if not path:
         return
     try:
