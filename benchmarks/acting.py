@@ -9,7 +9,7 @@ each ``envs_per_worker`` setting N, in one process with one torch thread:
   (``EnvWorker.q_values``): the network's limit, N states per pass, states/s;
 * **combined**: 1 / (1/env + 1/forward), the best an actor that steps and
   then acts in turn can do;
-* **worker**: :class:`~apex_dask.algo.env_worker.EnvWorker` ``sample()`` (acting,
+* **worker**: :class:`~apex_dask.algo.agents.dqn.worker.EnvWorker` ``sample()`` (acting,
   n-step transitions, initial priorities, the compact frame form), env steps/s.
 
 Every measurement of every setting takes turns in ``--rounds`` windows (so
@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -40,9 +41,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from apex_dask.algo.env_worker import EnvWorker  # noqa: E402
+from apex_dask.algo.agents.dqn.worker import EnvWorker  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
-from apex_dask.experiment.builder import env_factory, env_worker_kwargs  # noqa: E402
+from apex_dask.experiment.builder import env_factory, worker_spec  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_ENVS = {"atari": [1, 8], "minatar": [1, 16], "cartpole": [1, 8]}
@@ -65,7 +66,7 @@ def _probes(worker: EnvWorker, rng: np.random.Generator) -> dict[str, Callable[[
         return 10 * n
 
     def sample() -> int:
-        return worker.sample()["steps"]
+        return worker.sample().steps
 
     return {"env": env_only, "forward": forward, "worker": sample}
 
@@ -76,8 +77,8 @@ def measure(cfg: ApexConfig, envs: list[int], epsilon: float, seconds: float, ro
     kinds: dict[tuple[int, str], Callable[[], int]] = {}
     workers = []
     for n in envs:
-        kwargs = {**env_worker_kwargs(cfg), "num_envs": n}
-        kwargs.pop("algo", None), kwargs.pop("dpg", None)  # a DQN worker's own arguments
+        spec = worker_spec(cfg)
+        kwargs = {"rollout": replace(spec.rollout, num_envs=n), "options": spec.agent.options}
         worker = EnvWorker(env_factory(cfg), epsilon=epsilon, seed=0, **kwargs)
         worker.sample()  # warm-up: makes the other envs, first torch calls
         # the env-alone probe steps a twin, so the worker's own episodes stay whole

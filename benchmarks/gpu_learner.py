@@ -129,10 +129,12 @@ def synthetic_batches(obs_space, batch: int, n: int, rng: np.random.Generator) -
 
 
 def plain(cfg, spaces, seconds: float, warm: float) -> dict:
-    from apex_dask.algo.learner import Learner
-    from apex_dask.experiment.builder import learner_kwargs
+    from dataclasses import replace
 
-    learner = Learner(*spaces, **{**learner_kwargs(cfg), "pipeline": True})
+    from apex_dask.algo.agents.dqn.learner import Learner
+    from apex_dask.experiment.builder import agent_spec
+
+    learner = Learner(*spaces, replace(agent_spec(cfg).options, pipeline=True))
     batches = synthetic_batches(spaces[0], cfg.learner.batch_size, 4, np.random.default_rng(0))
     t_warm = time.perf_counter()
     k = 0
@@ -159,7 +161,7 @@ def prefill(client, shards, cfg, spaces, rng) -> None:
         sys.path.insert(0, str(Path(__file__).parent))
         from replay_frames import AtariLikeEpisodes
 
-        from apex_dask.algo.frame_codec import encode_batch
+        from apex_dask.algo.replay.codec import encode_batch
 
         episodes = AtariLikeEpisodes(rng)
         frags = [encode_batch(episodes.fragment(50), cfg.replay.frame_stack) for _ in range(20)]
@@ -177,7 +179,7 @@ def prefill(client, shards, cfg, spaces, rng) -> None:
 
 
 def actor(client, workers, cfg, spaces, seconds: float, warm: float) -> dict:
-    from apex_dask.experiment.builder import learner_kwargs, shard_actor_kwargs
+    from apex_dask.experiment.builder import agent_spec, shard_actor_kwargs
     from apex_dask.runtime.actors import LearnerActor, ReplayShardActor
 
     lr = cfg.learner
@@ -190,7 +192,7 @@ def actor(client, workers, cfg, spaces, seconds: float, warm: float) -> dict:
     ]
     prefill(client, shards, cfg, spaces, np.random.default_rng(1))
     learner = client.submit(
-        LearnerActor, *spaces, shards, learner_kwargs=learner_kwargs(cfg),
+        LearnerActor, *spaces, shards, agent=agent_spec(cfg),
         batch_size=lr.batch_size, inqueue_size=lr.inqueue_size,
         prefetch_per_shard=lr.prefetch_per_shard, shared_memory=True,
         workers=[workers[0]], **sub,
@@ -299,7 +301,7 @@ def main() -> None:
     window = args.seconds or (0.3 if args.smoke else 3.0)
     t_start, rows = time.perf_counter(), []
     budget = 60 * args.budget_min
-    from apex_dask.algo.env_worker import probe_spaces
+    from apex_dask.algo.envs.probe import probe_spaces
     from apex_dask.experiment.builder import env_factory
 
     spaces = {n: probe_spaces(env_factory(config(n, 8, "off", False, "cpu", True))) for n in

@@ -29,7 +29,7 @@ The ratio dask / plain is the runtime's overhead on the update itself
     python benchmarks/learner_overhead.py --preset minatar --seconds 120
     python benchmarks/learner_overhead.py --preset minatar --placement spread
     python benchmarks/learner_overhead.py --preset atari --seconds 300 --skip-dask
-    git show REV:apex_dask/algo/learner.py > /tmp/learner_rev.py
+    git show REV:apex_dask/algo/agents/dqn/learner.py > /tmp/learner_rev.py
     python benchmarks/learner_overhead.py --preset minatar --baseline-learner /tmp/learner_rev.py
 
 ``--baseline-learner`` times another version's ``Learner.update`` against this
@@ -58,10 +58,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from apex_dask.algo.env_worker import probe_spaces  # noqa: E402
-from apex_dask.algo.learner import Learner  # noqa: E402
+from apex_dask.algo.agents.dqn.learner import Learner  # noqa: E402
+from apex_dask.algo.envs.probe import probe_spaces  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
-from apex_dask.experiment.builder import env_factory, learner_kwargs  # noqa: E402
+from apex_dask.experiment.builder import agent_spec, env_factory, learner_seed  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "learner_overhead.json"
 
@@ -107,7 +107,7 @@ def random_batch(obs_space, n: int, rng: np.random.Generator) -> dict[str, np.nd
 def plain_update_s(cfg: ApexConfig, seconds: float) -> dict[str, float]:
     torch.set_num_threads(1)
     obs_space, act_space = probe_spaces(env_factory(cfg))
-    learner = Learner(obs_space, act_space, **learner_kwargs(cfg))
+    learner = Learner(obs_space, act_space, agent_spec(cfg).options, seed=learner_seed(cfg))
     batch = random_batch(obs_space, cfg.learner.batch_size, np.random.default_rng(0))
     weights = np.ones(cfg.learner.batch_size, np.float32)
     for _ in range(3):
@@ -124,7 +124,7 @@ def plain_update_s(cfg: ApexConfig, seconds: float) -> dict[str, float]:
 
 
 def load_learner_class(path: Path) -> type:
-    """``Learner`` from another version's ``algo/learner.py`` (its imports resolve to this tree)."""
+    """``Learner`` from another version's ``algo/agents/dqn/learner.py`` (its imports resolve to this tree)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("baseline_learner", path)
@@ -140,12 +140,10 @@ def against_baseline(cfg: ApexConfig, path: Path, seconds: float) -> dict[str, f
     what other load on the machine does to wall time cancels out of the ratio)."""
     torch.set_num_threads(1)
     obs_space, act_space = probe_spaces(env_factory(cfg))
-    kw = learner_kwargs(cfg)
+    options, seed = agent_spec(cfg).options, learner_seed(cfg)
     learners = {
-        "baseline": load_learner_class(path)(
-            obs_space, act_space, **{k: v for k, v in kw.items() if k in BASELINE_KWARGS}
-        ),
-        "current": Learner(obs_space, act_space, **kw),
+        "baseline": load_learner_class(path)(obs_space, act_space, options, seed=seed),
+        "current": Learner(obs_space, act_space, options, seed=seed),
     }
     batch = random_batch(obs_space, cfg.learner.batch_size, np.random.default_rng(0))
     weights = np.ones(cfg.learner.batch_size, np.float32)
@@ -168,13 +166,6 @@ def against_baseline(cfg: ApexConfig, path: Path, seconds: float) -> dict[str, f
         "ratio_current_over_baseline": statistics.median(ratios),
         "windows": len(ratios),
     }
-
-
-# the keyword arguments every version's Learner takes
-BASELINE_KWARGS = (
-    "hiddens", "dueling", "double_q", "lr", "adam_eps", "grad_clip", "target_update_freq",
-    "device", "num_threads", "seed",
-)  # fmt: skip
 
 
 def plain_beside_a_busy_core(cfg: ApexConfig, seconds: float) -> dict[str, float]:
@@ -241,7 +232,7 @@ def main() -> None:
         "--baseline-learner",
         type=Path,
         default=None,
-        help="another version's algo/learner.py (e.g. from git show REV:...): its update's "
+        help="another version's algo/agents/dqn/learner.py (e.g. from git show REV:...): its update's "
         "CPU time against this tree's, interleaved, then exit",
     )
     ap.add_argument("--out", type=Path, default=RESULTS)

@@ -15,7 +15,7 @@ from the first count, e.g. on the sleepy env (every step sleeps 2 ms):
 
     sudo .venv/bin/python benchmarks/multihost.py --preset cartpole --env-hosts 4 \\
         --workers-per-host 1 --seconds 20 --iterations 2 --scaling 1,2,4,8,16 \\
-        --set env.env_id=apex_dask.algo.benchmark_envs:ApexSleepy-v0 \\
+        --set env.env_id=apex_dask.algo.envs.benchmark:ApexSleepy-v0 \\
         --set replay.learning_starts=100000 --set eval.episodes=0 --label sleepy-scaling
 
 Needs root (ip netns) and the venv's bin on PATH (it is put there).

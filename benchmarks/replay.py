@@ -31,7 +31,7 @@ are split at the ring end to avoid its wrap-around bug).
   per item, wire bytes per transition, cycle rates.
 
 ``--baseline-replay PATH`` times another version's ``ReplayShard`` (its
-``replay.py``, e.g. from ``git show REV:apex_dask/algo/replay.py``) beside
+``replay.py``, e.g. from ``git show REV:apex_dask/algo/replay/shard.py``) beside
 the vector variant.
 
 Also measured: drift (100k random priority updates, then every tree node
@@ -59,7 +59,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from apex_dask.algo.replay import ReplayShard  # noqa: E402
+from apex_dask.algo.replay.shard import ReplayShard  # noqa: E402
 
 try:
     import cpprb
@@ -105,7 +105,10 @@ class Ours:
         return self.last.indices
 
     def update(self, idx: np.ndarray, prios: np.ndarray) -> None:
-        self.shard.update_priorities(idx, prios)
+        # a cycle's update names the sample's items (generations), as the learner's does
+        last = getattr(self, "last", None)
+        gen = last.generations if last is not None and idx is last.indices else None
+        self.shard.update_priorities(idx, prios, gen)
 
 
 class Cpprb:
@@ -345,7 +348,7 @@ def cold_start() -> dict:
     code = (
         "import time; t0 = time.perf_counter()\n"
         "import numpy as np\n"
-        "from apex_dask.algo.replay import ReplayShard\n"
+        "from apex_dask.algo.replay.shard import ReplayShard\n"
         "t1 = time.perf_counter()\n"
         "s = ReplayShard(1024, seed=0)\n"
         "b = {k: np.zeros((50, 8) if 'obs' in k else 50, np.float32)\n"

@@ -30,9 +30,9 @@ import gc
 import numpy as np
 from replay import ADD_N, OPS, Floor, time_ops
 
-from apex_dask.algo.frame_codec import encode_batch
-from apex_dask.algo.nstep import NStepAdder, stack_transitions
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay.codec import encode_batch
+from apex_dask.algo.replay.shard import ReplayShard
+from apex_dask.algo.rollout.nstep import NStepAdder, stack_transitions
 
 K, N_STEP, FRAME = 4, 3, (84, 84)
 MINATAR_CHANNELS = {"breakout": 4, "asterix": 4, "space_invaders": 6, "freeway": 7, "seaquest": 10}
@@ -101,7 +101,10 @@ class Shard:
         return self.last.indices
 
     def update(self, idx: np.ndarray, prios: np.ndarray) -> None:
-        self.shard.update_priorities(idx, prios)
+        # a cycle's update names the sample's items (generations), as the learner's does
+        last = getattr(self, "last", None)
+        gen = last.generations if last is not None and idx is last.indices else None
+        self.shard.update_priorities(idx, prios, gen)
 
 
 def wire_bytes(batch: dict, priorities: np.ndarray) -> int:

@@ -143,7 +143,7 @@ def quiet_2_cores(cpu: dict[str, float]) -> float:
 def fill(client, shards, items: int, seed: int) -> None:
     from replay_frames import AtariLikeEpisodes, K
 
-    from apex_dask.algo.frame_codec import encode_batch
+    from apex_dask.algo.replay.codec import encode_batch
 
     rng = np.random.default_rng(seed)
     episodes = AtariLikeEpisodes(rng)

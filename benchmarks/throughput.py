@@ -45,6 +45,7 @@ import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -52,13 +53,14 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
-from apex_dask.algo.benchmark_envs import SLEEPY_ID  # noqa: E402
-from apex_dask.algo.env_worker import probe_spaces  # noqa: E402
-from apex_dask.algo.envs import make_env_factory  # noqa: E402
-from apex_dask.algo.learner import Learner  # noqa: E402
-from apex_dask.algo.replay import ReplayShard  # noqa: E402
+from apex_dask.algo.agents.dqn.learner import Learner  # noqa: E402
+from apex_dask.algo.agents.spec import AgentSpec  # noqa: E402
+from apex_dask.algo.envs.benchmark import SLEEPY_ID  # noqa: E402
+from apex_dask.algo.envs.factory import make_env_factory  # noqa: E402
+from apex_dask.algo.envs.probe import probe_spaces  # noqa: E402
+from apex_dask.algo.replay.shard import ReplayShard  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
-from apex_dask.experiment.builder import learner_kwargs  # noqa: E402
+from apex_dask.experiment.builder import agent_spec  # noqa: E402
 from apex_dask.local import run_local  # noqa: E402
 from apex_dask.runtime.actors import LearnerActor, ReplayShardActor  # noqa: E402
 from apex_dask.runtime.orchestration.cluster import start_local_cluster  # noqa: E402
@@ -105,8 +107,9 @@ def _rollout(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def _learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
-    return {**learner_kwargs(cfg), "device": "cpu", "num_threads": 1}
+def _agent(cfg: ApexConfig) -> AgentSpec:
+    spec = agent_spec(cfg)
+    return AgentSpec(spec.algo, replace(spec.options, device="cpu", num_threads=1))
 
 
 def _median(xs: list[float]) -> float:
@@ -139,7 +142,7 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
     shards = [ReplayShard(n, seed=k) for k in range(2)]
     for s in shards:
         s.add(_rollout(n, rng))
-    learner = Learner(obs_space, act_space, **_learner_kwargs(cfg))
+    learner = Learner(obs_space, act_space, _agent(cfg).options)
 
     def train_for(seconds: float) -> tuple[int, float, float, float]:
         c0, t0, grad, updates = _cpu_s(), time.perf_counter(), 0.0, 0
@@ -149,7 +152,7 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
             g0 = time.perf_counter()
             td, _ = learner.update(sample.data, sample.weights)
             grad += time.perf_counter() - g0
-            s.update_priorities(sample.indices, td)
+            s.update_priorities(sample.indices, td, sample.generations)
             updates += 1
         return updates, grad, time.perf_counter() - t0, _cpu_s() - c0
 
@@ -169,7 +172,7 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
             obs_space,
             act_space,
             futs,
-            learner_kwargs=_learner_kwargs(cfg),
+            agent=_agent(cfg),
             batch_size=b,
             actor=True,
             workers=[where],

@@ -10,6 +10,7 @@ own steps (a new instance starts again from 0).
 - ``HangOnWorker-v0``: the same, but only in a Dask worker (the CLI's probe passes);
 - ``RaiseEvery-v0``: ``step`` raises ``error`` (``RuntimeError``, or
   ``ConnectionResetError``, an ``OSError``) every ``every`` steps (a dropped connection);
+  each step first sleeps ``sleep_s`` seconds (0: as fast as CartPole; a heavy simulator);
 - ``NonFinite-v0``: from step ``at`` on, NaN observations (``obs=True``) and/or
   NaN rewards (``reward=True``);
 - ``HangStep-v0``: step ``at`` sleeps ``hang_s`` seconds (a hung simulator).
@@ -68,14 +69,18 @@ class HangOnWorker(Base):
 
 
 class RaiseEvery(Base):
-    def __init__(self, every: int = 5000, error: str = "RuntimeError", **kwargs) -> None:
+    def __init__(
+        self, every: int = 5000, error: str = "RuntimeError", sleep_s: float = 0.0, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
-        self.every = int(every)
+        self.every, self.sleep_s = int(every), float(sleep_s)
         self.error = {"RuntimeError": RuntimeError, "ConnectionResetError": ConnectionResetError}[
             error
         ]
 
     def step(self, action: int):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
         out = super().step(action)
         if self.steps % self.every == 0:
             raise self.error(f"simulator connection dropped after {self.steps} steps")

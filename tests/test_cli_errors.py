@@ -140,7 +140,10 @@ def test_action_spaces_each_agent_refuses_name_the_other_agent():
     import numpy as np
     from gymnasium import spaces
 
-    from apex_dask.cli.checks import action_space_problem
+    from apex_dask.algo.agents.registry import agent
+
+    def action_space_problem(algo: str, act: spaces.Space) -> str | None:
+        return agent(algo).check_spaces(spaces.Box(-1.0, 1.0, (3,), np.float32), act)
 
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
     unbounded = spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -156,3 +159,15 @@ def test_action_spaces_each_agent_refuses_name_the_other_agent():
         assert problem is not None and "\n" not in problem
         for needle in needles:
             assert needle in problem, (needle, problem)
+
+
+def test_the_retired_env_error_key_is_one_note_line_naming_the_new_keys(tmp_path):
+    cfg = tmp_path / "old.yaml"  # a config file from before the cap per env steps
+    cfg.write_text("preset: cartpole\nworkers:\n  max_env_errors_per_min: 100\n")
+    proc = submit("--config", str(cfg), "--set", "env.env_id=NoSuchEnv-v9")
+    assert_one_line_error(proc, "NoSuchEnv-v9")  # the config itself loaded
+    notes = [line for line in proc.stdout.splitlines() if "max_env_errors_per_min" in line]
+    assert len(notes) == 1, proc.stdout
+    assert notes[0].startswith("apex-dask-submit: note: workers.max_env_errors_per_min is no")
+    assert "workers.max_env_errors_per_1k_steps" in notes[0]
+    assert "workers.max_consecutive_env_errors" in notes[0]

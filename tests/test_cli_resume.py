@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from apex_dask.algo.checkpoint import save_checkpoint
 from apex_dask.cli.checks import UsageError
 from apex_dask.cli.main import build_parser
 from apex_dask.cli.resume import resolve_resume
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import save_checkpoint
 
 
 def resume(*argv: str):

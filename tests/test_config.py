@@ -122,7 +122,8 @@ def test_from_yaml_with_preset_and_sections(tmp_path):
         ({"replay": 3}, ["replay", "section"]),
         ({"env.make_timeout_s": 0}, ["env.make_timeout_s", "> 0"]),
         ({"env.step_timeout_s": -1}, ["env.step_timeout_s", "> 0"]),
-        ({"workers.max_env_errors_per_min": 0}, ["workers.max_env_errors_per_min", "> 0"]),
+        ({"workers.max_env_errors_per_1k_steps": 0}, ["max_env_errors_per_1k_steps", "> 0"]),
+        ({"workers.max_consecutive_env_errors": 0}, ["max_consecutive_env_errors", "> 0"]),
         ({"workers.restart_failed_envs": "sometimes"}, ["restart_failed_envs", "true or false"]),
         ({"algo": "sac"}, ["algo", "sac", "dqn", "dpg"]),
         ({"dpg.tau": 0}, ["dpg.tau", "(0, 1]"]),
@@ -188,3 +189,29 @@ def test_wrong_types_in_the_python_api_are_one_config_error(call, needle):
     with pytest.raises(ConfigError) as info:
         call()
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_retired_per_minute_env_error_cap_is_ignored_with_one_line_naming_the_new_keys():
+    """Old config files and old checkpoints' configs still load; the key does nothing."""
+    with pytest.warns(FutureWarning) as caught:
+        cfg = ApexConfig.from_dict({"workers": {"max_env_errors_per_min": 3}})
+        again = ApexConfig().override({"workers.max_env_errors_per_min": "7"})
+    assert cfg == again == ApexConfig()
+    text = str(caught[0].message)
+    assert "\n" not in text and text.startswith("workers.max_env_errors_per_min is no longer used")
+    assert "workers.max_env_errors_per_1k_steps" in text
+    assert "workers.max_consecutive_env_errors" in text
+    assert "max_env_errors_per_min" not in ApexConfig().to_yaml()
+
+
+def test_the_old_sleepy_env_id_still_works_with_one_line_naming_the_new_one():
+    import warnings
+
+    old = "apex_dask.algo.benchmark_envs:ApexSleepy-v0"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", FutureWarning)
+        cfg = ApexConfig.preset("cartpole").override({"env.env_id": old})
+        from_file = ApexConfig.from_dict({"preset": "cartpole", "env": {"env_id": old}})
+    assert cfg.env.env_id == from_file.env.env_id == "apex_dask.algo.envs.benchmark:ApexSleepy-v0"
+    lines = {str(w.message) for w in seen}
+    assert len(lines) == 1 and "apex_dask.algo.envs.benchmark:ApexSleepy-v0" in lines.pop()

@@ -15,9 +15,11 @@ import torch
 from gymnasium import spaces
 from trained_runs import cartpole_run, minatar_run, pendulum_model, pendulum_run
 
-from apex_dask.algo.export import export_policy
-from apex_dask.algo.learner import module_weights
-from apex_dask.algo.networks import build_q_network
+from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.networks import build_q_network
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.spec import AgentSpec
+from apex_dask.algo.play.export import export_policy
 from apex_dask.cli.evaluate import main
 
 # A process that never imports apex_dask: only torch, numpy and the files.
@@ -89,8 +91,9 @@ def test_exported_policy_agrees_on_1000_observations(tmp_path, case):
     with torch.no_grad():  # weights far from the near-constant initial net, as trained ones are
         for p in net.parameters():
             p.normal_(0.0, 0.5)
+    spec = AgentSpec("dqn", DQNOptions(hiddens=hiddens))
     program, meta = export_policy(
-        tmp_path / "p.pt", obs_space, act_space, module_weights(net), hiddens=hiddens
+        tmp_path / "p.pt", spec, obs_space, act_space, module_weights(net)
     )
     obs = observations(obs_space, 1000, seed=1)
     want = network_actions(net, obs, int(act_space.start))
@@ -127,7 +130,7 @@ def test_cli_export_of_a_minatar_run_matches_its_network(tmp_path):
     run = minatar_run(tmp_path / "ma")
     target = tmp_path / "ma.pt"
     assert main([str(run), "--export", str(target), "--episodes", "0"]) == 0
-    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.algo.envs.factory import make_env_factory
     from apex_dask.cli.runfolder import load_run
 
     trained = load_run(str(run))

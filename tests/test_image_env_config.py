@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apex_dask.config import ApexConfig, ConfigError
-from apex_dask.experiment.builder import env_factory, env_worker_kwargs
+from apex_dask.experiment.builder import env_factory, worker_spec
 from apex_dask.local import run_local
 
 
@@ -27,7 +27,7 @@ def test_the_builder_passes_the_env_keys_to_the_factory_and_workers():
     cfg = ApexConfig.preset("atari").override({"env.repeat_action_probability": 0.25})
     factory = env_factory(cfg)
     assert factory.clip_rewards is True and factory.repeat_action_probability == 0.25
-    assert env_worker_kwargs(cfg)["num_envs"] == 8
+    assert worker_spec(cfg).rollout.num_envs == 8
     assert env_factory(ApexConfig.preset("cartpole")).clip_rewards is None
 
 

@@ -2,8 +2,9 @@
 
 Layers (``docs/architecture.md``)::
 
-    algo          numpy / torch / gymnasium only
-    config        itself only
+    algo          numpy / torch / gymnasium only; inside it, folders by role (below)
+    config        itself, and the agent registry (the names ``algo`` takes, each
+                  agent's own config checks)
     experiment    algo, config                  (shared by both runners)
     local         algo, config, experiment      (the in-process runner)
     runtime       algo, config, experiment      (the Dask runtime; never local)
@@ -11,6 +12,17 @@ Layers (``docs/architecture.md``)::
       actors          observability, errors
       orchestration   actors, observability, errors, credentials
     cli           config, experiment, runtime   (never local)
+
+Inside ``algo/`` each folder imports only the folders below it, and no agent's
+folder imports another agent's (what two agents share lives in ``agents/``
+beside them)::
+
+    play          episodes, video, export          -> agents, rollout, replay, envs
+    agents        shared learner pieces, registry   -> rollout, replay, envs
+      dqn/, dpg/  one folder per agent              -> agents (shared), rollout, replay, envs
+    rollout       the acting loop, n-step, exploration -> replay, envs
+    replay        the shard and its parts
+    envs          factories, guards, vector envs
 
 Every ``import`` counts, in functions too, except those under
 ``if TYPE_CHECKING:`` (they never run).
@@ -20,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -29,7 +42,8 @@ ROOT = pathlib.Path(apex_dask.__file__).parent
 
 ALLOWED: dict[str, set[str]] = {
     "algo": {"algo"},
-    "config": {"config"},
+    "algo.agents.registry": {"algo"},
+    "config": {"config", "algo.agents.registry"},
     "experiment": {"algo", "config", "experiment"},
     "local": {"algo", "config", "experiment", "local"},
     "runtime.observability": {"algo", "config", "experiment", "runtime.observability"},
@@ -170,6 +184,77 @@ def test_no_import_cycle_among_apex_dask_modules():
     for module in sorted(GRAPH):
         if module not in state and (cycle := visit(module)):
             pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+ALGO_FLOORS = ("envs", "replay", "rollout", "agents", "play")
+"""The folders of ``algo/``, bottom first: each may import only those before it."""
+AGENTS_DIR = ROOT / "algo" / "agents"
+AGENT_FOLDERS = sorted(p.name for p in AGENTS_DIR.iterdir() if (p / "builder.py").is_file())
+
+
+def _algo_place(module: str) -> tuple[str, str | None]:
+    """``(floor, agent)`` of a module of ``apex_dask.algo`` (agent None outside an agent)."""
+    parts = module.split(".")[2:]  # after apex_dask.algo
+    floor = parts[0] if parts else ""
+    agent = parts[1] if floor == "agents" and len(parts) > 2 else None
+    return floor, agent
+
+
+def test_algo_is_only_its_role_folders():
+    loose = sorted(p.name for p in (ROOT / "algo").glob("*.py") if p.name != "__init__.py")
+    folders = sorted(p.name for p in (ROOT / "algo").iterdir() if (p / "__init__.py").is_file())
+    assert loose == [] and folders == sorted(ALGO_FLOORS)
+
+
+def test_each_algo_folder_imports_only_the_folders_below_it():
+    bad = []
+    for module, targets in GRAPH.items():
+        if not module.startswith("apex_dask.algo."):
+            continue
+        floor, _ = _algo_place(module)
+        for target in targets:
+            if not target.startswith("apex_dask.algo."):
+                continue
+            to = _algo_place(target)[0]
+            if to != floor and ALGO_FLOORS.index(to) > ALGO_FLOORS.index(floor):
+                bad.append(f"{module} -> {target}")
+    assert bad == []
+
+
+def test_no_agent_imports_another_agents_folder():
+    assert AGENT_FOLDERS == ["dpg", "dqn"]
+    bad = [
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if module.startswith("apex_dask.algo.agents.registry.")
+        and (mine := _algo_place(module)[1]) is not None
+        and (theirs := _algo_place(target)[1]) is not None
+        and target.startswith("apex_dask.algo.agents.registry.")
+        and theirs != mine
+    ]
+    assert bad == []
+
+
+def test_each_agent_folder_has_the_same_role_files():
+    roles = {"options", "networks", "loss", "learner", "worker", "policy", "builder"}
+    for name in AGENT_FOLDERS:
+        files = {p.stem for p in (AGENTS_DIR / name).glob("*.py")} - {"__init__"}
+        assert roles <= files, (name, sorted(roles - files))
+
+
+def test_the_registry_is_the_only_place_that_names_an_agent():
+    """No module outside an agent's folder and the registry compares ``algo`` to a name."""
+    pattern = re.compile(r"""algo\s*(==|!=|in)\s*\(?\s*["'](dqn|dpg)["']""")
+    assert pattern.search('if cfg.algo == "dpg":') and pattern.search("algo in ('dqn', 'x')")
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in FILES
+        if not str(p.relative_to(ROOT)).startswith(("algo/agents/dqn", "algo/agents/dpg"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert hits == []
 
 
 def test_no_module_is_longer_than_400_lines():

@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from apex_dask.local import LocalApex
 
 SMALL = {
@@ -80,3 +80,49 @@ def test_a_truncated_part_is_refused_naming_the_file(good, tmp_path):
     with pytest.raises(CheckpointError) as info:
         LocalApex.restore(path)
     assert str(learner) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_folder_of_checkpoints_resumes_from_the_newest_that_verifies(good, tmp_path, caplog):
+    # ckpt-000002 cut short, ckpt-000003 holds NaN weights, a write of ckpt-000004 killed
+    root = tmp_path / "checkpoints"
+    for n in (1, 2):
+        shutil.copytree(good, root / f"ckpt-00000{n}")
+    cut = root / "ckpt-000002" / "shard_0.npz"
+    cut.write_bytes(cut.read_bytes()[:1000])
+
+    def poison(parts, meta):
+        w = parts["learner"]["online"]
+        name = sorted(w)[0]
+        w[name] = np.full_like(w[name], np.nan)
+
+    _rewrite(good, root / "ckpt-000003", poison)
+    killed = root / ".ckpt-000004.tmp-x1"
+    killed.mkdir()
+    (killed / "shard_0.npz").write_bytes(b"\0" * 4096)
+    with caplog.at_level("WARNING", logger="apex_dask.checkpoints"):
+        with LocalApex.restore(root) as back:
+            assert back.learner.num_updates > 0
+            assert back.steps_sampled == load_checkpoint(good)[0]["runner"]["steps_sampled"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert not killed.exists()
+    assert lines[0] == f"removed 1 unfinished checkpoint write from {root} (4.1 kB freed)"
+    assert lines[1].startswith("skipped checkpoint ckpt-000003, it does not verify: ")
+    assert "NaN or inf" in lines[1]
+    assert lines[2].startswith("skipped checkpoint ckpt-000002, it does not verify: ")
+    assert str(cut) in lines[2]
+    assert len(lines) == 3 and all("\n" not in x for x in lines)
+
+
+def test_a_save_first_removes_what_an_interrupted_save_of_it_left(good, tmp_path, caplog):
+    with LocalApex.restore(good) as apex:
+        left = tmp_path / ".mine.tmp-abc"  # a save of tmp_path/mine killed before its commit
+        left.mkdir()
+        (left / "learner.npz").write_bytes(b"\0" * 2000)
+        other = tmp_path / ".theirs.tmp-abc"  # another checkpoint's: left alone
+        other.mkdir()
+        with caplog.at_level("WARNING", logger="apex_dask.checkpoints"):
+            apex.save(tmp_path / "mine")
+    assert not left.exists() and other.exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"removed 1 unfinished checkpoint write from {tmp_path} (2.0 kB freed)"
+    ]

@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from apex_dask.algo.agents.dpg.builder import BUILDER as DPG
+from apex_dask.algo.agents.dpg.options import DPGOptions
+from apex_dask.algo.agents.dqn.builder import BUILDER as DQN
+from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.cli.checks import EnvSpaces, UsageError
-from apex_dask.cli.memory import check_memory, plan_holdings, q_network_size
+from apex_dask.cli.memory import check_memory, plan_holdings
 from apex_dask.config import ApexConfig
 from apex_dask.runtime.orchestration.placement import WorkerInfo, plan_placement
 
@@ -23,12 +27,29 @@ ATARI = EnvSpaces(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6))
      ((10, 10, 4), (128,), True), ((10, 10), (32,), False)],
 )  # fmt: skip
 def test_network_size_is_the_built_networks_parameter_count(shape, hiddens, dueling):
-    from apex_dask.algo.networks import build_q_network
-
     obs = spaces.Box(0, 255, shape, np.uint8)
-    net = build_q_network(obs, spaces.Discrete(5), hiddens, dueling)
-    params, _ = q_network_size(shape, 5, hiddens, dueling)
+    options = DQNOptions(hiddens=hiddens, dueling=dueling)
+    net = DQN.make_network(options, obs, spaces.Discrete(5))
+    params, acts = DQN.network_size(options, obs, spaces.Discrete(5))
     assert params == sum(p.numel() for p in net.parameters())
+    assert acts >= sum(hiddens) + 5  # every layer's outputs, the head's at least
+
+
+def test_activations_are_the_outputs_of_each_weighted_layer_by_hand():
+    vec = spaces.Box(-1, 1, (4,), np.float32)
+    options = DQNOptions(hiddens=(16, 8), dueling=True)
+    assert DQN.network_size(options, vec, spaces.Discrete(3))[1] == 16 + 8 + 1 + 3
+    image = spaces.Box(0, 255, (4, 84, 84), np.uint8)  # Nature CNN: 20x20x32, 9x9x64, 7x7x64
+    convs = 32 * 20 * 20 + 64 * 9 * 9 + 64 * 7 * 7
+    assert DQN.network_size(DQNOptions(hiddens=(512,)), image, spaces.Discrete(6))[1] == (
+        convs + 512 + 1 + 6
+    )
+    box = spaces.Box(-2, 2, (1,), np.float32)
+    dpg = DPGOptions(actor_hiddens=(8,), critic_hiddens=(8,), twin_q=True)
+    params, acts = DPG.network_size(dpg, spaces.Box(-1, 1, (3,), np.float32), box)
+    assert acts == (8 + 1) + 2 * (8 + 1)  # the actor, then both critics
+    model = DPG.make_network(dpg, spaces.Box(-1, 1, (3,), np.float32), box)
+    assert params == sum(p.numel() for p in model.parameters())
 
 
 def _plan(cfg: ApexConfig, n: int = 3):

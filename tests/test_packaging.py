@@ -81,6 +81,7 @@ def test_console_script_is_declared():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert data["project"]["scripts"]["apex-dask-submit"] == "apex_dask.cli:main"
     assert data["project"]["scripts"]["apex-dask-eval"] == "apex_dask.cli.evaluate:main"
+    assert data["project"]["scripts"]["apex-dask-sweep"] == "apex_dask.cli.sweep:main"
 
 
 def test_extras_exist():
@@ -90,6 +91,8 @@ def test_extras_exist():
         assert extras[name], name
     assert any(x.startswith("imageio-ffmpeg") for x in extras["video"])
     assert "video" in next(x for x in extras["test"] if x.startswith("apex_dask["))
+    assert {_name(x) for x in extras["sweep"]} == {"optuna", "matplotlib"}
+    assert "sweep" in next(x for x in extras["test"] if x.startswith("apex_dask["))
 
 
 def test_public_api_is_importable_and_import_stays_light():

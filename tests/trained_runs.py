@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from apex_dask.algo.learner import module_weights
-from apex_dask.algo.networks import build_q_network
+from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.networks import build_q_network
 from apex_dask.cli.outdir import save_weights, write_text
 from apex_dask.config import ApexConfig
 
@@ -48,7 +48,7 @@ def cartpole_run(folder: Path, version: int = 42) -> Path:
 def minatar_run(folder: Path, version: int = 3) -> Path:
     import gymnasium as gym
 
-    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.algo.envs.factory import make_env_factory
 
     cfg = ApexConfig.preset("minatar")
     env = make_env_factory(cfg.env.env_id)()
@@ -67,8 +67,8 @@ def minatar_run(folder: Path, version: int = 3) -> Path:
 def pendulum_model(seed: int = 0):
     """The ``pendulum`` preset's DPG model (actor and critic) with seeded weights far from
     the near-zero initial ones, so that its actions vary over the action range."""
-    from apex_dask.algo.dpg_networks import build_dpg_model
-    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.algo.agents.dpg.networks import build_dpg_model
+    from apex_dask.algo.envs.factory import make_env_factory
 
     cfg = ApexConfig.preset("pendulum")
     env = make_env_factory(cfg.env.env_id)()

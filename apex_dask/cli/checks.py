@@ -175,14 +175,13 @@ class EnvSpaces:
 def probe_env(cfg: ApexConfig) -> EnvSpaces:
     """Make one env as the env workers will; check its spaces and ``env_kwargs``.
 
-    The action space must be ``Discrete`` (``algo: dqn``) or a bounded ``Box`` of
-    rank 1 (``algo: dpg``); the observation space a ``Box`` of rank 1 (vector) or,
-    for ``dqn``, 2-3 (image), the ones the networks take. Making it may
-    take ``env.make_timeout_s``; a constructor that does not return is one line.
+    The spaces must be ones the run's agent can take (its builder's
+    ``check_spaces``: ``dqn`` a ``Discrete`` action space and a ``Box`` of rank 1-3,
+    ``dpg`` bounded ``Box`` es of rank 1). Making it may take ``env.make_timeout_s``;
+    a constructor that does not return is one line.
     """
-    from gymnasium import spaces
 
-    from apex_dask.algo.envs import UnknownEnvError, make_env_factory
+    from apex_dask.algo.envs.factory import UnknownEnvError, make_env_factory
 
     env_id, kwargs = cfg.env.env_id, dict(cfg.env.env_kwargs)
     try:
@@ -190,14 +189,14 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
     except UnknownEnvError as exc:
         raise UsageError(str(exc)) from None
     if cfg.workers.vector_mode == "native":
-        from apex_dask.algo.native_envs import native_game, native_kwargs
+        from apex_dask.algo.envs.native import native_game, native_kwargs
 
         if native_game(factory) is not None:
             try:
                 native_kwargs(kwargs)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-    from apex_dask.algo.env_guard import BoundedCaller, Late
+    from apex_dask.algo.envs.guard import BoundedCaller, Late
 
     timeout = cfg.env.make_timeout_s
     maker = BoundedCaller("apex-probe-env")
@@ -228,52 +227,15 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
             env.close()
         except Exception:  # closing a probe env must not fail the run
             pass
-    problem = action_space_problem(cfg.algo, act)
+    from apex_dask.experiment.builder import agent_of
+
+    problem = agent_of(cfg).check_spaces(obs, act)
     if problem is not None:
-        raise UsageError(f"env {env_id!r} has action space {_short(act, 60)}; {problem}")
-    if cfg.algo == "dpg" and not (isinstance(obs, spaces.Box) and len(obs.shape) == 1):
         raise UsageError(
-            f"env {env_id!r} has observation space {_short(obs, 60)}; the dpg agent's networks "
-            "take a Box of rank 1 (a vector): wrap the env (e.g. FlattenObservation)"
-        )
-    if not isinstance(obs, spaces.Box) or len(obs.shape) not in (1, 2, 3):
-        raise UsageError(
-            f"env {env_id!r} has observation space {_short(obs, 60)}; the Q-networks take a "
-            "Box of rank 1 (vector) or 2-3 (image): wrap the env (e.g. FlattenObservation)"
+            f"env {env_id!r} has observation space {_short(obs, 60)} and action space "
+            f"{_short(act, 60)}; {problem}"
         )
     return EnvSpaces(obs, act)
-
-
-def action_space_problem(algo: str, act: Any) -> str | None:
-    """Why agent ``algo`` cannot act in ``act`` (naming the agent that can), or None."""
-    import numpy as np
-    from gymnasium import spaces
-
-    if algo == "dqn":
-        if isinstance(act, spaces.Discrete):
-            return None
-        if isinstance(act, spaces.Box):
-            return (
-                "the dqn agent needs a Discrete action space; for a continuous Box use the "
-                "dpg agent (--set algo=dpg, or --preset pendulum)"
-            )
-        return (
-            "Ape-X (DQN) needs a Discrete action space (e.g. CartPole-v1, MountainCar-v0, "
-            "ALE/Pong-v5), or the dpg agent a bounded Box"
-        )
-    if isinstance(act, spaces.Discrete):
-        return "the dpg agent needs a bounded Box action space; for Discrete use --set algo=dqn"
-    if not isinstance(act, spaces.Box) or len(act.shape) != 1:
-        return (
-            "the dpg agent needs a bounded Box action space of rank 1 (the dqn agent: "
-            "Discrete); wrap the env (e.g. FlattenAction)"
-        )
-    if not (np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high))):
-        return (
-            "the dpg agent needs finite action bounds: wrap the env in a gymnasium "
-            "ActionWrapper whose action_space is a bounded Box, or discretise it for the dqn agent"
-        )
-    return None
 
 
 def cuda_device_count() -> int:

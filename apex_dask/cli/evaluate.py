@@ -8,9 +8,12 @@ Examples::
     apex-dask-eval runs/breakout --checkpoint ckpt-000012 --scheduler-file ~/sched.json
     apex-dask-eval runs/cartpole --video videos/ --video-episodes 2
     apex-dask-eval runs/cartpole --export cartpole.pt --episodes 0   # export only
+    apex-dask-eval runs/cartpole --best                       # the best evaluation's weights
+    apex-dask-eval runs/cartpole --best --export best.pt --episodes 0
     apex-dask-eval runs/pendulum --export pendulum.pt                # a dpg run: its actor
 
-It reads ``RUN_DIR/config.yaml`` and ``RUN_DIR/weights.npz`` (or a
+It reads ``RUN_DIR/config.yaml`` and ``RUN_DIR/weights.npz`` (or
+``weights-best.npz``, the weights of the run's best greedy evaluation, or a
 checkpoint), checks them (the env can be made here, the weights fit the
 config's network), plays the episodes over the cluster's workers
 (:mod:`apex_dask.runtime.orchestration.episodes`), prints a table and writes
@@ -38,7 +41,7 @@ from apex_dask.cli.exitcodes import (
     EXIT_TERMINATED,
     classify,
 )
-from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run, policy_keys
+from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run
 from apex_dask.cli.watch import quiet_teardown_logs, route_logs
 
 __all__ = ["build_parser", "main", "run"]
@@ -65,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="play a checkpoint's weights instead of weights.npz: the newest, or NAME "
         "(e.g. ckpt-000007, or a path)",
+    )
+    w.add_argument(
+        "--best",
+        action="store_true",
+        help="play weights-best.npz instead of weights.npz: the weights of the run's best "
+        "greedy evaluation (written whenever the evaluation mean improved)",
     )
     e = p.add_argument_group("episodes")
     e.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes (default 10)")
@@ -116,6 +125,8 @@ def check_args(args: argparse.Namespace) -> None:
     import math
 
     check_cluster_flags(args)
+    if getattr(args, "best", False) and args.checkpoint is not None:
+        raise UsageError("--best and --checkpoint each choose the weights: give one of them")
     if args.episodes < 0 or (args.episodes == 0 and not args.export):
         raise UsageError(f"--episodes {args.episodes} must be >= 1 (0 only with --export)")
     if not (math.isfinite(args.epsilon) and 0.0 <= args.epsilon <= 1.0):
@@ -133,7 +144,7 @@ def check_args(args: argparse.Namespace) -> None:
         video = Path(args.video).expanduser()
         if video.exists() and not video.is_dir():
             raise UsageError(f"--video {args.video!r} is a file; give a folder")
-        from apex_dask.algo.video import video_problem
+        from apex_dask.algo.play.video import video_problem
 
         problem = video_problem()
         if problem:
@@ -148,7 +159,16 @@ def check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    trained = load_run(args.run_dir, args.checkpoint)
+    trained = load_run(args.run_dir, args.checkpoint, best=args.best)
+    if trained.best is not None:
+        b = trained.best
+        print(
+            f"{PREFIX} {trained.source}: greedy eval {b.get('eval/return_mean', float('nan')):.1f} "
+            f"at {int(b.get('timesteps_total', 0)):,} env steps "
+            f"(weights version {trained.version}; seed {b.get('eval/seed')}, "
+            f"{b.get('eval/episodes')} episodes)",
+            flush=True,
+        )
     cfg = trained.config
     spaces = probe_env(cfg)
     check_fits(trained, spaces)
@@ -158,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     from apex_dask.cli.clusterflags import open_cluster
-    from apex_dask.experiment.builder import env_factory
+    from apex_dask.experiment.builder import agent_spec, env_factory
 
     factory = env_factory(cfg)
     render = None
@@ -182,11 +202,11 @@ def run(args: argparse.Namespace) -> int:
         played = play_on_cluster(
             client,
             factory,
+            agent_spec(cfg),
             trained.weights,
             episodes=args.episodes,
             base_seed=seed,
             epsilon=args.epsilon,
-            **policy_keys(cfg),
             max_steps=cfg.eval.max_episode_steps,
             record=range(args.video_episodes) if args.video else (),
             render_factory=render,
@@ -214,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
-    from apex_dask.algo.export import export_dpg_policy, export_policy
+    from apex_dask.algo.play.export import export_policy
+    from apex_dask.experiment.builder import agent_spec
 
     cfg = trained.config
     about = {
@@ -225,22 +246,16 @@ def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
         "weights": trained.source,
         "weights_version": trained.version,
     }
-    obs_space, act_space, w = spaces.observation_space, spaces.action_space, trained.weights
-    keys = policy_keys(cfg)
-    if cfg.algo == "dpg":
-        program, meta = export_dpg_policy(
-            target, obs_space, act_space, w, **keys["dpg"], about=about
-        )
-    else:
-        program, meta = export_policy(
-            target,
-            obs_space,
-            act_space,
-            w,
-            hiddens=keys["hiddens"],
-            dueling=keys["dueling"],
-            about=about,
-        )
+    if trained.best is not None:  # weights-best.npz: the evaluation that chose them
+        about["best_eval"] = trained.best
+    program, meta = export_policy(
+        target,
+        agent_spec(cfg),
+        spaces.observation_space,
+        spaces.action_space,
+        trained.weights,
+        about=about,
+    )
     print(f"{PREFIX} exported the greedy policy to {program} (spaces and preprocessing: {meta})")
 
 

@@ -61,6 +61,7 @@ _BAD_INPUT = {
     "TrackingError",
     "JobqueueError",
     "CheckpointError",
+    "DamagedCheckpoint",
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from apex_dask.cli.checks import (
     DEFAULT_PRESET,
@@ -110,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument(
         "--resume",
         metavar="DIR",
-        help="continue the run that wrote DIR from its newest checkpoint (its config; "
-        "--stop-* and --set stop.*/topology.*/checkpoint.* may change)",
+        help="continue the run that wrote DIR from its newest checkpoint that verifies (its "
+        "config; --stop-* and --set stop.*/topology.*/checkpoint.* may change); rows of "
+        "results.jsonl past it move to results.rewound-N.jsonl",
     )
     o.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
     o.add_argument(
@@ -164,12 +166,16 @@ def run(args: argparse.Namespace) -> int:
     check_cluster_flags(args)
     resume = args.resume
     resuming: ResumePoint | None = None
-    if resume is not None:
-        from apex_dask.cli.resume import resolve_resume
+    with warnings.catch_warnings(record=True) as retired:  # a retired key: one line each
+        warnings.simplefilter("always", FutureWarning)
+        if resume is not None:
+            from apex_dask.cli.resume import resolve_resume
 
-        cfg, resuming = resolve_resume(args)
-    else:
-        cfg = resolve_config(args)
+            cfg, resuming = resolve_resume(args)
+        else:
+            cfg = resolve_config(args)
+    for line in dict.fromkeys(str(w.message) for w in retired):
+        print(f"apex-dask-submit: note: {line}", flush=True)
     out = check_out(resume or args.out, resume=resume is not None)
     spaces = probe_env(cfg)
     embedded = is_embedded(args)

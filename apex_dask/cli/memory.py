@@ -35,7 +35,7 @@ from typing import Any
 
 from apex_dask.config import ApexConfig
 
-__all__ = ["ENV_BYTES", "Part", "check_memory", "plan_holdings", "q_network_size"]
+__all__ = ["ENV_BYTES", "Part", "check_memory", "plan_holdings"]
 
 ENV_BYTES = 8 * 2**20
 """Allowance for one env's own state (its simulator), which cannot be known without
@@ -53,54 +53,6 @@ class Part:
     what: str
     nbytes: int
     key: str
-
-
-def _out(n: int, k: int, s: int) -> int:
-    return (n - k) // s + 1
-
-
-def q_network_size(
-    obs_shape: tuple[int, ...], num_actions: int, hiddens: tuple[int, ...], dueling: bool
-) -> tuple[int, int]:
-    """``(parameters, activations per sample)`` of :func:`apex_dask.algo.networks.
-    build_q_network` for these shapes, by arithmetic (no module is built)."""
-    params = acts = 0
-    if len(obs_shape) == 1:
-        features = int(obs_shape[0])
-    else:
-        if len(obs_shape) == 2:
-            c, h, w = 1, *obs_shape
-        elif obs_shape[2] <= min(obs_shape[0], obs_shape[1]):  # HWC, as the network guesses
-            h, w, c = obs_shape
-        else:
-            c, h, w = obs_shape
-        convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)] if min(h, w) >= 36 else [(16, 3, 1)]
-        for out, k, s in convs:
-            params += out * (c * k * k + 1)
-            c, h, w = out, _out(h, k, s), _out(w, k, s)
-            acts += c * h * w
-        features = c * h * w
-    for width in hiddens:
-        params += (features + 1) * width
-        acts += width
-        features = width
-    heads = num_actions + (1 if dueling else 0)
-    params += (features + 1) * heads
-    return params, acts + heads
-
-
-def dpg_network_size(obs_dim: int, act_dim: int, dpg: Any) -> tuple[int, int]:
-    """``(parameters, activations per sample)`` of the DPG actor and critic(s)."""
-    params = acts = 0
-    critics = 2 if dpg.twin_q else 1
-    for sizes, copies in (
-        ([obs_dim, *dpg.actor_hiddens, act_dim], 1),
-        ([obs_dim + act_dim, *dpg.critic_hiddens, 1], critics),
-    ):
-        for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-            params += copies * (a + 1) * b
-            acts += copies * b
-    return params, acts
 
 
 def _gib(n: float) -> str:
@@ -121,11 +73,11 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
 
     shape, elems, itemsize = _shapes(spaces_)
     lc, w, r = cfg.learner, cfg.workers, cfg.replay
-    if cfg.algo == "dpg":
-        act_dim = math.prod(spaces_.action_space.shape)
-        params, acts = dpg_network_size(elems, act_dim, cfg.dpg)
-    else:
-        params, acts = q_network_size(shape, int(spaces_.action_space.n), lc.hiddens, lc.dueling)
+    from apex_dask.experiment.builder import agent_of
+
+    agent = agent_of(cfg)
+    obs_space, act_space = spaces_.observation_space, spaces_.action_space
+    params, acts = agent.network_size(agent.agent_spec(cfg).options, obs_space, act_space)
     held: dict[str, list[Part]] = {}
 
     def add(address: str, part: Part) -> None:

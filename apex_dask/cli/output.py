@@ -31,7 +31,8 @@ def format_progress(result: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def format_summary(results: list[dict[str, Any]], reason: str) -> str:
+def format_summary(results: list[dict[str, Any]], reason: str, best: str | None = None) -> str:
+    """The closing summary; ``best``: the best evaluation and where its weights are."""
     if not results:
         return f"apex-dask-submit: stopped ({reason}) before the first result"
     last = results[-1]
@@ -47,6 +48,7 @@ def format_summary(results: list[dict[str, Any]], reason: str) -> str:
             "greedy eval return (last / best)",
             f"{_fmt(evals[-1] if evals else None)} / {_fmt(max(evals) if evals else None)}",
         ),
+        ("best greedy eval, its weights", best or "-"),
         ("weight syncs", _fmt(last.get("sync/weight_syncs"), "{:,.0f}")),
         ("batches lost", _fmt(last.get("flow/batches_lost"), "{:,.0f}")),
     ]

@@ -6,12 +6,16 @@
     apex-dask-submit --resume runs/pong --stop-time 36000 --set topology.local_workers=8
 
 The config is the one stored in the newest checkpoint under
-``DIR/checkpoints``; only stop conditions (``--stop-*``, ``stop.*``),
+``DIR/checkpoints`` that verifies (a damaged newer one is skipped, named in one
+line); only stop conditions (``--stop-*``, ``stop.*``),
 topology (``topology.*``) and checkpoint cadence (``checkpoint.*``) may be
 changed, and each change is recorded in ``DIR/resumes.jsonl``. Other keys set to
 the value the run already has are accepted (a requeued job repeats its arguments). Counters
-(``timesteps_total``, ``iteration``, ``learner/steps_trained``) continue,
-``results.jsonl`` is appended to and the replay is restored.
+(``timesteps_total``, ``iteration``, ``learner/steps_trained``) continue
+from the checkpoint and the replay is restored. Rows of ``results.jsonl`` past
+the checkpoint (written after it by the attempt that was cut short) move to a
+side file (:mod:`.rewind`), so ``iteration`` and ``timesteps_total`` only rise
+in it; TensorBoard purges its events past the checkpoint's step.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apex_dask.algo.checkpoint import CheckpointError, read_manifest
 from apex_dask.cli.checks import UsageError, stop_flags
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import CheckpointError
+from apex_dask.experiment.checkpoint_folder import pick_checkpoint
 
 __all__ = ["RESUMABLE", "ResumePoint", "resolve_resume"]
 
@@ -41,13 +46,6 @@ class ResumePoint:
     overrides: dict[str, Any]
 
 
-def _newest(root: Path) -> Path | None:
-    # the runtime's own finder, imported late (it pulls in Dask)
-    from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
-
-    return latest_checkpoint(root)
-
-
 def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, ResumePoint]:
     """``(config, where to resume)`` for ``--resume DIR`` (:class:`UsageError` if not)."""
     if args.preset or args.config:
@@ -55,14 +53,14 @@ def resolve_resume(args: argparse.Namespace) -> tuple[ApexConfig, ResumePoint]:
     if args.out and Path(args.out).expanduser() != Path(args.resume).expanduser():
         raise UsageError("--resume DIR writes into DIR; drop --out (or give the same folder)")
     root = Path(args.resume).expanduser()
-    path = _newest(root / "checkpoints")
-    if path is None:
-        raise UsageError(
-            f"--resume {args.resume!r}: no checkpoint in {root / 'checkpoints'} "
-            "(nothing to resume); start a new run with --out instead"
-        )
-    try:
-        stored = read_manifest(path)["metadata"]["config"]
+    try:  # the newest that verifies (no data read); the driver skips the same ones, naming them
+        picked = pick_checkpoint(root / "checkpoints")
+        if picked is None:
+            raise UsageError(
+                f"--resume {args.resume!r}: no checkpoint in {root / 'checkpoints'} "
+                "(nothing to resume); start a new run with --out instead"
+            )
+        path, stored = picked.path, picked.manifest["metadata"]["config"]
     except (CheckpointError, KeyError, TypeError) as exc:
         raise UsageError(f"--resume {args.resume!r}: {exc}") from None
     base = ApexConfig.from_dict(stored)

@@ -5,10 +5,12 @@
     run = load_run("runs/cartpole")                          # config.yaml + weights.npz
     run = load_run("runs/cartpole", checkpoint="latest")     # the newest checkpoint
     run = load_run("runs/cartpole", checkpoint="ckpt-000007")
+    run = load_run("runs/cartpole", best=True)               # weights-best.npz
     check_fits(run, spaces)                                  # the config's network takes them
 
-Nothing is unpickled: ``weights.npz`` is loaded with ``allow_pickle=False``
-and a checkpoint's learner part through :mod:`apex_dask.algo.checkpoint`
+Nothing is unpickled: ``weights.npz`` and ``weights-best.npz`` are loaded
+with ``allow_pickle=False`` once their array headers are checked against the
+file (:mod:`apex_dask.experiment.npz_check`), and a checkpoint's learner part through :mod:`apex_dask.experiment.checkpoint`
 (SHA-256 checked). A checkpoint brings its own config (the one the weights
 were trained with). Every problem is a one-line :class:`UsageError`.
 """
@@ -25,7 +27,7 @@ import numpy as np
 from apex_dask.cli.checks import EnvSpaces, UsageError
 from apex_dask.config import ApexConfig, ConfigError
 
-__all__ = ["TrainedRun", "check_fits", "load_run", "policy_keys"]
+__all__ = ["TrainedRun", "check_fits", "load_run"]
 
 HINT = "give the --out folder of an apex-dask-submit run"
 
@@ -39,11 +41,15 @@ class TrainedRun:
     weights: dict[str, np.ndarray]
     version: int
     source: str
-    """``weights.npz`` or ``checkpoints/<name>``."""
+    """``weights.npz``, ``weights-best.npz`` or ``checkpoints/<name>``."""
+    best: dict[str, Any] | None = None
+    """With ``weights-best.npz``: its evaluation (``eval/return_mean``, ``timesteps_total``,
+    ``weights_version``)."""
 
 
-def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
-    """Read ``run_dir``'s config and weights (``checkpoint``: ``"latest"`` or a name/path)."""
+def load_run(run_dir: str, checkpoint: str | None = None, best: bool = False) -> TrainedRun:
+    """Read ``run_dir``'s config and weights (``checkpoint``: ``"latest"`` or a name/path;
+    ``best``: ``weights-best.npz``, the best greedy evaluation's)."""
     folder = Path(run_dir).expanduser()
     if not folder.exists():
         raise UsageError(f"run folder {run_dir!r} does not exist; {HINT}")
@@ -57,6 +63,8 @@ def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
         cfg = ApexConfig.from_yaml(folder / "config.yaml")
     except ConfigError as exc:
         raise UsageError(f"{folder / 'config.yaml'}: {exc}") from None
+    if best:
+        return _best(folder, cfg)
     path = folder / "weights.npz"
     if not path.is_file():
         from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
@@ -74,8 +82,24 @@ def load_run(run_dir: str, checkpoint: str | None = None) -> TrainedRun:
     return TrainedRun(folder, cfg, weights, version, "weights.npz")
 
 
+def _best(folder: Path, cfg: ApexConfig) -> TrainedRun:
+    from apex_dask.experiment.best_weights import BEST_FILE, read_best_record
+
+    path = folder / BEST_FILE
+    if not path.is_file():
+        raise UsageError(
+            f"{str(folder)!r} has no {BEST_FILE} (written at the first greedy evaluation: "
+            "a run with eval.episodes > 0 that evaluated at least once); drop --best"
+        )
+    weights, version = _read_npz(path)
+    return TrainedRun(folder, cfg, weights, version, BEST_FILE, read_best_record(path))
+
+
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
+    from apex_dask.experiment.npz_check import check_npz
+
     try:
+        check_npz(path)  # a header declaring a huge shape: this line, not a MemoryError
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -84,6 +108,7 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:100]})"
         ) from None
     version = arrays.pop("__version__", None)
+    arrays.pop("__best__", None)  # weights-best.npz: its evaluation, as JSON
     if version is None or version.shape != () or not arrays:
         raise UsageError(
             f"{path} is not a weights file written by apex-dask-submit (no __version__)"
@@ -92,7 +117,7 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
 
 
 def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
-    from apex_dask.algo.checkpoint import CheckpointError, read_manifest, read_part
+    from apex_dask.experiment.checkpoint import CheckpointError, read_manifest, read_part
     from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
 
     root = folder / "checkpoints"
@@ -126,39 +151,18 @@ def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
     return TrainedRun(folder, cfg, weights, version, source)
 
 
-def policy_keys(cfg: ApexConfig) -> dict[str, Any]:
-    """The network keys :func:`apex_dask.algo.play.make_policy` takes, from a run's config."""
-    d = cfg.dpg
-    return {
-        "algo": cfg.algo,
-        "hiddens": tuple(cfg.learner.hiddens),
-        "dueling": bool(cfg.learner.dueling),
-        "dpg": {
-            "actor_hiddens": tuple(d.actor_hiddens),
-            "critic_hiddens": tuple(d.critic_hiddens),
-            "twin_q": bool(d.twin_q),
-        },
-    }
-
-
 def check_fits(run: TrainedRun, spaces: EnvSpaces) -> None:
-    """The config's network for these spaces takes the weights (else one line): the
-    Q-network (``dqn``) or the actor and critic (``dpg``)."""
-    from apex_dask.algo.play import WeightsMismatch, make_policy
+    """The config's network for these spaces takes the weights (else one line naming the
+    keys that shape it)."""
+    from apex_dask.algo.agents.base import WeightsMismatch
+    from apex_dask.algo.agents.registry import make_policy
+    from apex_dask.experiment.builder import agent_of, agent_spec
 
     cfg = run.config
     try:
-        make_policy(spaces.observation_space, spaces.action_space, run.weights, **policy_keys(cfg))
+        make_policy(agent_spec(cfg), spaces.observation_space, spaces.action_space, run.weights)
     except WeightsMismatch as exc:
-        if cfg.algo == "dpg":
-            d = cfg.dpg
-            keys = (
-                f"dpg.actor_hiddens={list(d.actor_hiddens)}, "
-                f"dpg.critic_hiddens={list(d.critic_hiddens)}, dpg.twin_q={d.twin_q}"
-            )
-        else:
-            lc = cfg.learner
-            keys = f"learner.hiddens={list(lc.hiddens)}, learner.dueling={lc.dueling}"
+        keys = agent_of(cfg).network_keys(cfg)
         raise UsageError(
             f"{run.source} of {str(run.folder)!r} does not fit the config's network "
             f"(algo {cfg.algo}, env {cfg.env.env_id}, {keys}): {exc}"

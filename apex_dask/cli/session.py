@@ -21,6 +21,7 @@ only part of the replay in it says so in one line.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,7 @@ def _weights_in(checkpoint: Path | None) -> tuple[int, dict[str, Any]] | None:
     (checksum verified), or None."""
     if checkpoint is None:
         return None
-    from apex_dask.algo.checkpoint import read_manifest, read_part
+    from apex_dask.experiment.checkpoint import read_manifest, read_part
 
     try:
         tree = read_part(checkpoint, read_manifest(checkpoint)["parts"]["learner"])
@@ -106,11 +107,12 @@ class RunSession:
         self.signals = StopSignals()
         self.lost_scheduler = False
         self.scheduler_id: str | None = None
+        self.best: str | None = None  # the best evaluation and its weights file, one line
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
         self._children_before = child_pids()  # not this run's to end
-        self.signals = StopSignals.install(self.cfg.checkpoint.grace_s)
+        self.signals = StopSignals.install(grace_s=self.cfg.checkpoint.grace_s)
         route_logs(self.log_file, debug=self.args.debug)
         try:
             if self.out is not None:
@@ -140,7 +142,9 @@ class RunSession:
             check_learner_worker(self.client, self.cfg, self.spaces, timeout_s=bound)
         from apex_dask.runtime.orchestration.driver import ApexDriver  # torch: after connecting
 
-        resume = None if self.resume is None else self.resume.checkpoint
+        # a resume gives the driver the whole folder: it restores the newest checkpoint
+        # that verifies, as resolve_resume found it, or an older one if a part's checksum fails
+        resume = None if self.resume is None else self.resume.checkpoint.parent
         self.driver = ApexDriver(
             self.cfg,
             client=self.client,
@@ -149,14 +153,11 @@ class RunSession:
             resume_from=resume,
             out_dir=self.out,
         )
-        if resume is not None and self.out is not None:
-            from apex_dask.cli.resume import record_resume
-
-            record_resume(self.out, resume, self.resume.overrides)
-            print(f"{PREFIX} resumed from {resume}", flush=True)
-            left = (getattr(self.driver, "resumed_from", None) or {}).get("left_out")
-            if left:  # written inside a stop's grace: each shard goes on with what it kept
-                _note(f"{resume.name} was written inside a stop's grace: {left['summary']}")
+        for line in getattr(self.driver, "startup_notes", ()):
+            _note(line)
+        resumed = getattr(self.driver, "resumed_path", None)
+        if resumed is not None and self.out is not None and self.resume is not None:
+            self._rewind(resumed, self.driver.resumed_from or {})
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
         where = "embedded LocalCluster" if self.embedded else "cluster"
@@ -174,6 +175,30 @@ class RunSession:
         learner = self.watcher.placement.get("learner", {})
         if learner and not self.args.quiet:
             print(f"{PREFIX} learner on {learner.get('name') or learner}", flush=True)
+
+    def _rewind(self, checkpoint: Path, meta: dict[str, Any]) -> None:
+        """Rows past ``checkpoint`` leave ``results.jsonl`` (:mod:`.rewind`); the resume is
+        recorded in ``resumes.jsonl``."""
+        from apex_dask.cli.resume import record_resume
+        from apex_dask.cli.rewind import rewind_results
+
+        assert self.out is not None and self.resume is not None
+        if self.log is not None:
+            self.log.close()
+        rewound = rewind_results(
+            self.out,
+            iteration=float(meta.get("iteration", math.inf)),
+            timesteps_total=float(meta.get("timesteps_total", math.inf)),
+            checkpoint=checkpoint.name,
+        )
+        self.log = ResultsLog(self.out / "results.jsonl")
+        if rewound.line():
+            _note(str(rewound.line()))
+        record_resume(self.out, checkpoint, self.resume.overrides)
+        print(f"{PREFIX} resumed from {checkpoint}", flush=True)
+        left = meta.get("left_out")
+        if left:  # written inside a stop's grace: each shard goes on with what it kept
+            _note(f"{checkpoint.name} was written inside a stop's grace: {left['summary']}")
 
     def _connect(self) -> tuple[Any, Any]:
         """``(client, cluster)``: the cluster is ours to close (embedded, jobqueue)."""
@@ -267,6 +292,8 @@ class RunSession:
         except Exception as exc:
             final = None
             _note(f"could not halt cleanly: {describe(exc)}")
+        best = getattr(d, "best", None)
+        self.best = None if best is None else best.summary()
         try:
             self._record_final(final)
         except Exception as exc:  # a full disk: what is written stays whole
@@ -296,12 +323,9 @@ class RunSession:
             _note(f"no checkpoint written: {describe(exc)}")
             return
         self.signals.checkpoint = self.checkpoint
-        left = getattr(d, "checkpoint_left_out", None)
-        if left:
-            _note(
-                f"checkpoint {self.checkpoint.name} keeps what fit in the stop's "
-                f"{clock.grace_s:g} s: {left['summary']}"
-            )
+        if left := getattr(d, "checkpoint_left_out", None):
+            within = f"keeps what fit in the stop's {clock.grace_s:g} s"
+            _note(f"checkpoint {self.checkpoint.name} {within}: {left['summary']}")
 
     def _record_final(self, final: dict[str, Any] | None) -> None:
         if not final:
@@ -325,9 +349,10 @@ class RunSession:
     def _finish(self) -> int:
         drop_empty(self.log_file)  # a log opened on a full disk and never written
         if self.started:
-            print(format_summary(self.results, self._summary_reason()), flush=True)
+            print(format_summary(self.results, self._summary_reason(), self.best), flush=True)
         if self.out is not None and self.started:
-            names = ("results.jsonl", "final.json", "config.yaml", "weights.npz", "placement.json")
+            names = ("results.jsonl", "final.json", "config.yaml", "weights.npz")
+            names += ("weights-best.npz", "placement.json")
             wrote = [n for n in names + self.reporter.outputs if (self.out / n).exists()]
             print(f"{PREFIX} wrote {', '.join(wrote)} to {self.out}", flush=True)
         if self.error is not None:

@@ -19,10 +19,10 @@
   killed first). A SIGTERM within 2 s of the first is the same stop passed
   on twice (a batch system signals every process of a job, and the job
   script passes the stop on to this one): it is ignored.
-- The whole stop, whatever phase it came in, ends within the grace
-  (``checkpoint.grace_s``, for a SIGTERM at most ``APEX_TERM_GRACE_S``;
-  :mod:`apex_dask.cli.stopclock`): a watchdog ends the process in one line
-  when it is spent, with what was saved by then.
+- With a grace (``install(grace_s=checkpoint.grace_s)``; for a SIGTERM at
+  most ``APEX_TERM_GRACE_S``, :mod:`apex_dask.cli.stopclock`), the whole stop,
+  whatever phase it came in, ends within it: a watchdog ends the process in
+  one line when it is spent, with what was saved by then.
 
 SIGTERM and SIGUSR1 (``scancel``, a batch system's time limit with
 ``--signal=B:USR1@...``, ``docker stop``) mean *preempted*: the CLI writes a
@@ -59,21 +59,27 @@ class StopSignals:
     """The CLI's handlers for SIGINT, SIGTERM and SIGUSR1 (see the module docstring)."""
 
     HANDLED = ("SIGINT", "SIGTERM", "SIGUSR1")
+    saving = {"SIGINT": "the weights", "SIGTERM": "a checkpoint and the weights"}
+    """What the first signal's line says is saved (a sweep sets its own)."""
     DUPLICATE_S = 2.0
     """A SIGTERM this soon after the first is the same stop (see the module docstring)."""
 
-    def __init__(self, grace_s: float = 120.0) -> None:
+    def __init__(self, prefix: str = PREFIX, grace_s: float | None = None) -> None:
+        self.prefix = prefix
         self.phase = "startup"
         self.requested: str | None = None
-        self.grace_s = float(grace_s)  # checkpoint.grace_s of the run
-        self.clock: StopClock | None = None  # started by the first signal
+        self.grace_s = grace_s  # checkpoint.grace_s of the run (None: no watchdog)
+        self.clock: StopClock | None = None  # started by the first signal, with a grace
         self.checkpoint: Any = None  # the stop's checkpoint once written (the watchdog's 75)
+        self._first_at: float | None = None
         self._previous: dict[int, Any] = {}
 
     @classmethod
-    def install(cls, grace_s: float = 120.0) -> StopSignals:
+    def install(cls, prefix: str = PREFIX, grace_s: float | None = None) -> StopSignals:
+        """Install the handlers (main thread only); ``prefix`` starts their lines; with
+        ``grace_s`` a stop ends within it (see the module docstring)."""
         global _ACTIVE
-        self = _ACTIVE = cls(grace_s)
+        self = _ACTIVE = cls(prefix, grace_s)
         if threading.current_thread() is threading.main_thread():
             for name in cls.HANDLED:
                 signum = getattr(signal, name, None)
@@ -104,28 +110,30 @@ class StopSignals:
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested is not None and name in ("SIGINT", "SIGTERM"):
-            clock = self.clock
-            if (
-                name == self.requested == "SIGTERM"
-                and clock is not None
-                and time.monotonic() - clock.start < self.DUPLICATE_S
-            ):
-                return  # the same stop, passed on by the job script too
+            first = self._first_at
+            if name == self.requested == "SIGTERM" and first is not None:
+                if time.monotonic() - first < self.DUPLICATE_S:
+                    return  # the same stop, passed on by the job script too
             code = EXIT_INTERRUPTED if name == "SIGINT" else EXIT_TERMINATED
-            _say(f"{name} again: exiting now, without saving more (exit {code})")
+            _say(f"{name} again: exiting now, without saving more (exit {code})", self.prefix)
             _kill_children()
             os._exit(code)
         if self.requested is not None:
             return  # a repeated SIGUSR1: already stopping
-        self.requested = name
-        self.clock = StopClock(grace_for(name, self.grace_s))
-        self.clock.start_watchdog(self._grace_spent)
-        within = f"within {self.clock.grace_s:g} s"
+        self.requested, self._first_at = name, time.monotonic()
+        within = ""
+        if self.grace_s is not None:
+            self.clock = StopClock(grace_for(name, self.grace_s), start=self._first_at)
+            self.clock.start_watchdog(self._grace_spent)
+            within = f" within {self.clock.grace_s:g} s"
         if self.phase == "startup":
-            _say(f"{name}: stopping while the run starts, {within} (Ctrl-C again to exit at once)")
+            _say(
+                f"{name}: stopping while the run starts{within} (Ctrl-C again to exit at once)",
+                self.prefix,
+            )
             raise Interrupted(name)
-        what = "a checkpoint and " if name != "SIGINT" else ""
-        _say(f"{name}: stopping, saving {what}the weights {within} (Ctrl-C again to exit at once)")
+        what = self.saving.get(name, self.saving["SIGTERM"])
+        _say(f"{name}: stopping, saving {what}{within} (Ctrl-C again to exit at once)", self.prefix)
 
     def _grace_spent(self) -> None:
         """The watchdog: the stop outlasted its grace; end the process with what is saved."""
@@ -136,11 +144,12 @@ class StopSignals:
         grace = self.clock.grace_s if self.clock is not None else self.grace_s
         late = f"the stop outlasted its grace ({grace:g} s, checkpoint.grace_s): exiting now"
         if code == EXIT_PREEMPTED:  # the line the end of the run would have printed
-            _say(
+            line = (
                 f"preempted ({self.requested}); checkpoint {self.checkpoint}; {late} (exit {code})"
             )
         else:
-            _say(f"{late} with what was saved (exit {code})")
+            line = f"{late} with what was saved (exit {code})"
+        _say(line, self.prefix)
         _kill_children()
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -195,9 +204,9 @@ def _kill_children() -> None:
             pass
 
 
-def _say(line: str) -> None:
+def _say(line: str, prefix: str = PREFIX) -> None:
     try:
-        sys.stderr.write(f"\n{PREFIX} {line}\n")
+        sys.stderr.write(f"\n{prefix} {line}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -93,8 +93,9 @@ class PlacementWatcher:
                 )
 
 
-ROUTED = ("distributed", "tornado", "bokeh", "py.warnings", "asyncio")
-"""Loggers (with their children) whose records go to the run's log, not the console."""
+ROUTED = ("distributed", "tornado", "bokeh", "py.warnings", "asyncio", "apex_dask.checkpoints")
+"""Loggers (with their children) whose records go to the run's log, not the console (the
+CLI prints ``apex_dask.checkpoints``' lines itself, as notes)."""
 
 
 def route_logs(log_file: Path | None, *, debug: bool) -> None:

@@ -15,7 +15,7 @@ __all__ = ["PRESETS"]
 PRESETS: dict[str, dict[str, Any]] = {
     # RLlib's Ape-X defaults: 32 workers, 4 shards, 2M replay, batch 512.
     # Frames are stored once each (replay.frame_stack), not as whole 4-frame stacks.
-    # The DQN Atari setup (algo/atari.py): no sticky actions, sign-clipped training
+    # The DQN Atari setup (algo/envs/atari.py): no sticky actions, sign-clipped training
     # rewards; 8 envs per worker with batched inference, as RLlib's tuned Atari Ape-X,
     # stepped by ale-py's C++ vector env (the same preprocessing, ~3x the env steps/s
     # of the Python pipeline; differences in docs/algorithm.md). MinAtar and CartPole

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,12 @@ class ReplayConfig:
     shared_memory: bool = True
     """Shards in other processes on the learner's host send batches through /dev/shm (a
     small reference over TCP, read in place; ``prefetch_per_shard + 4`` batches each)."""
+    audit_priorities: bool = False
+    """A check for tests and debugging (Dask runner): each priority update carries a
+    checksum of every item its batch trained on, and the shard compares it with the data
+    stored where the update lands (``replay/<k>/audit_checked``,
+    ``replay/<k>/audit_mismatches``: 0 in a correct run). Costs a hash per item on the
+    learner and on the shard."""
 
     @property
     def colocate_with_learner(self) -> bool:
@@ -133,7 +140,8 @@ class ReplayConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """The learner: n-step double dueling DQN with Adam."""
+    """The learner: the batch and queue settings of every agent, and the DQN agent's network
+    and optimizer (the DPG agent's networks are in ``dpg``)."""
 
     batch_size: int = 512
     """Transitions per sampled batch (RLlib ``train_batch_size``)."""
@@ -184,7 +192,7 @@ class LearnerConfig:
 
 @dataclass(frozen=True)
 class EnvWorkersConfig:
-    """The epsilon-greedy env workers (RLlib rollout workers)."""
+    """The env workers (RLlib rollout workers): epsilon-greedy for DQN, noisy for DPG."""
 
     num_workers: int = 32
     """Number of env worker actors; with ``topology.elastic``, the most there may be (the
@@ -221,9 +229,15 @@ class EnvWorkersConfig:
     """An env that raises, hangs (``env.step_timeout_s``) or returns a non-finite observation
     or reward is counted (``faults/env_errors``), closed and made again; its partial episode
     is dropped, complete n-step transitions are kept. false: the first env error ends the run."""
-    max_env_errors_per_min: int = 10
-    """With ``restart_failed_envs``: more env errors than this within 60 s in one env worker
-    end the run (an env that fails on every step)."""
+    max_env_errors_per_1k_steps: int = 10
+    """With ``restart_failed_envs``: more env errors than this within the last 1,000 env
+    steps of one env worker (all its envs) end the run. Relative to the work done: an env
+    that fails once every few thousand steps is survived at any step rate. (Replaces
+    ``max_env_errors_per_min``, which ended fast envs' runs and let slow broken ones go on.)"""
+    max_consecutive_env_errors: int = 5
+    """With ``restart_failed_envs``: an env that fails this many times in a row, made again
+    each time, without completing a step in between ends the run (a broken env, however
+    slow)."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +329,9 @@ class ApexConfig:
             )
         tree = self.to_dict()
         for key, value in overrides.items():
+            if key in RETIRED:  # accepted and ignored, with one line saying what replaced it
+                warnings.warn(RETIRED[key], FutureWarning, stacklevel=2)
+                continue
             key, value = _renamed(key, value)
             set_dotted(tree, key, value, list(_FIELD_DOCS))
         return build(ApexConfig, tree, "", list(_FIELD_DOCS))
@@ -335,8 +352,33 @@ class ApexConfig:
         return dict(_FIELD_DOCS)
 
 
+RETIRED = {
+    "workers.max_env_errors_per_min": (
+        "workers.max_env_errors_per_min is no longer used and is ignored: a cap per minute "
+        "ended runs of fast envs and let slow broken ones go on; env errors are now capped "
+        "by workers.max_env_errors_per_1k_steps (default 10) and "
+        "workers.max_consecutive_env_errors (default 5)"
+    ),
+}
+"""Keys that are accepted (old config files and checkpoints still load) but ignored; each
+gives one ``FutureWarning`` line naming what replaced it."""
+
+
+RENAMED_ENV_IDS = {
+    "apex_dask.algo.benchmark_envs:ApexSleepy-v0": "apex_dask.algo.envs.benchmark:ApexSleepy-v0",
+}
+"""Env ids that moved with their module: the old id still works, with one line naming the new."""
+
+
 def _renamed(key: Any, value: Any) -> tuple[Any, Any]:
-    """Keys that were renamed, as their new key and value (old config files keep working)."""
+    """Keys (and env ids) that were renamed, as their new key and value (old config files
+    keep working)."""
+    if key == "env.env_id" and value in RENAMED_ENV_IDS:
+        new = RENAMED_ENV_IDS[value]
+        warnings.warn(
+            f"env.env_id {value} is now {new}; the old id still works", FutureWarning, stacklevel=3
+        )
+        return key, new
     if key == "replay.colocate_with_learner":
         if isinstance(value, str):
             value = value.strip().lower() in ("true", "yes", "on", "1")

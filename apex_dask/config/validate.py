@@ -14,12 +14,13 @@ import re
 import typing
 from typing import Any
 
+from apex_dask.algo.agents.registry import AGENTS, UnknownAgentError, agent
 from apex_dask.config.plumbing import ConfigError
 
 __all__ = ["check_types", "validate"]
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
-# the learner's own checks (apex_dask.algo.device_batches) hold the same values
+# the learner's own checks (apex_dask.algo.agents.device_batches) hold the same values
 LEARNER_AMP = ("off", "bf16")
 LEARNER_MEMORY_FORMATS = ("contiguous", "channels_last")
 
@@ -175,7 +176,8 @@ def validate(cfg: Any) -> None:
     positive("workers.envs_per_worker", w.envs_per_worker)
     if w.vector_mode not in ("native", "sync"):
         raise bad("workers.vector_mode", w.vector_mode, "must be native or sync")
-    positive("workers.max_env_errors_per_min", w.max_env_errors_per_min)
+    positive("workers.max_env_errors_per_1k_steps", w.max_env_errors_per_1k_steps)
+    positive("workers.max_consecutive_env_errors", w.max_consecutive_env_errors)
     positive("env.make_timeout_s", cfg.env.make_timeout_s)
     if cfg.env.step_timeout_s is not None:
         positive("env.step_timeout_s", cfg.env.step_timeout_s)
@@ -198,8 +200,10 @@ def validate(cfg: Any) -> None:
         if value is not None:
             positive(f"stop.{name}", value)
     nonneg("seed", cfg.seed)
-    if cfg.algo not in ("dqn", "dpg"):
-        raise bad("algo", cfg.algo, "must be dqn (Discrete actions) or dpg (a bounded Box)")
+    try:
+        builder = agent(cfg.algo)
+    except UnknownAgentError:
+        raise bad("algo", cfg.algo, f"must be one of the agents: {', '.join(AGENTS)}") from None
     d = cfg.dpg
     for name in ("actor_hiddens", "critic_hiddens"):
         sizes = getattr(d, name)
@@ -216,9 +220,6 @@ def validate(cfg: Any) -> None:
     unit("dpg.noise_base", d.noise_base, lo_open=True)
     nonneg("dpg.noise_alpha", d.noise_alpha)
     unit("dpg.ou_theta", d.ou_theta, lo_open=True)
-    if cfg.algo == "dpg" and r.frame_stack is not None:
-        raise bad(
-            "replay.frame_stack",
-            r.frame_stack,
-            "must be null with algo=dpg (its networks take vector observations)",
-        )
+    problem = builder.check_config(cfg)  # what the run's agent cannot run with
+    if problem is not None:
+        raise bad(*problem)

@@ -12,112 +12,77 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.envs import EnvFactory, make_env_factory
-from apex_dask.algo.exploration import apex_epsilons
-from apex_dask.algo.noise import noise_ladder
-from apex_dask.algo.replay import ReplayShard
-from apex_dask.algo.results import derive_seed
+from apex_dask.algo.agents.registry import agent
+from apex_dask.algo.agents.spec import AgentBuilder, AgentSpec, WorkerSpec
+from apex_dask.algo.envs.factory import EnvFactory, make_env_factory
+from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.config import ApexConfig, ConfigError
+from apex_dask.experiment.stats import derive_seed
+
+if TYPE_CHECKING:
+    from apex_dask.algo.replay.shard import ReplayShard
 
 __all__ = [
     "Hook",
+    "agent_of",
+    "agent_spec",
     "build_shards",
     "env_factory",
-    "env_worker_kwargs",
     "exploration_ladder",
-    "learner_kwargs",
+    "learner_seed",
     "resolve_hook",
     "shard_actor_kwargs",
     "shard_kwargs",
+    "worker_spec",
 ]
 
 Hook = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
-def learner_kwargs(cfg: ApexConfig) -> dict[str, Any]:
-    """Keyword arguments of :func:`apex_dask.algo.agents.make_learner` (after the spaces):
-    ``algo`` and those of the agent's learner."""
-    lc = cfg.learner
-    if cfg.algo == "dpg":
-        d = cfg.dpg
-        return {
-            "algo": "dpg",
-            "actor_hiddens": d.actor_hiddens,
-            "critic_hiddens": d.critic_hiddens,
-            "actor_lr": d.actor_lr,
-            "critic_lr": d.critic_lr,
-            "adam_eps": lc.adam_eps,
-            "grad_clip": lc.grad_clip,
-            "twin_q": d.twin_q,
-            "policy_delay": d.policy_delay,
-            "smooth_target_policy": d.smooth_target_policy,
-            "target_noise": d.target_noise,
-            "target_noise_clip": d.target_noise_clip,
-            "tau": d.tau,
-            "target_update_freq": lc.target_update_freq,
-            "use_huber": d.use_huber,
-            "device": lc.device,
-            "num_threads": lc.num_threads,
-            "seed": derive_seed(cfg.seed, "learner"),
-        }
-    return {
-        "hiddens": lc.hiddens,
-        "dueling": lc.dueling,
-        "double_q": lc.double_q,
-        "lr": lc.lr,
-        "adam_eps": lc.adam_eps,
-        "grad_clip": lc.grad_clip,
-        "target_update_freq": lc.target_update_freq,
-        "device": lc.device,
-        "num_threads": lc.num_threads,
-        "seed": derive_seed(cfg.seed, "learner"),
-        "amp": lc.amp,
-        "compile": lc.compile,
-        "memory_format": lc.memory_format,
-    }
+def agent_of(cfg: ApexConfig) -> AgentBuilder:
+    """The builder of the run's agent (``cfg.algo``, looked up in the registry)."""
+    return agent(cfg.algo)
 
 
-def env_worker_kwargs(cfg: ApexConfig) -> dict[str, Any]:
-    """Keyword arguments every env worker of :func:`apex_dask.algo.agents.make_env_worker`
-    shares (each adds its own ``epsilon`` and ``seed``)."""
-    lc, d = cfg.learner, cfg.dpg
-    dpg = {
-        "actor_hiddens": d.actor_hiddens,
-        "critic_hiddens": d.critic_hiddens,
-        "twin_q": d.twin_q,
-        "noise": d.noise,
-        "ou_theta": d.ou_theta,
-    }
-    return {
-        "algo": cfg.algo,
-        "dpg": dpg if cfg.algo == "dpg" else None,
-        "n_step": lc.n_step,
-        "gamma": lc.gamma,
-        "fragment_length": cfg.workers.rollout_fragment_length,
-        "hiddens": lc.hiddens,
-        "dueling": lc.dueling,
-        "double_q": lc.double_q,
-        "frame_stack": cfg.replay.frame_stack,
-        "num_envs": cfg.workers.envs_per_worker,
-        "vector_mode": cfg.workers.vector_mode,
-        "make_timeout_s": cfg.env.make_timeout_s,
-        "step_timeout_s": cfg.env.step_timeout_s,
-        "restart_failed_envs": cfg.workers.restart_failed_envs,
-        "max_env_errors_per_min": cfg.workers.max_env_errors_per_min,
-    }
+def agent_spec(cfg: ApexConfig) -> AgentSpec:
+    """The run's agent and its options: what the learner, the env workers, evaluation and
+    export are built with."""
+    return agent_of(cfg).agent_spec(cfg)
+
+
+def learner_seed(cfg: ApexConfig) -> int:
+    """The seed of the learner's initial weights."""
+    return derive_seed(cfg.seed, "learner")
+
+
+def worker_spec(cfg: ApexConfig) -> WorkerSpec:
+    """What every env worker of the run is built with (each adds its epsilon and seed)."""
+    w, lc, ec = cfg.workers, cfg.learner, cfg.env
+    rollout = RolloutSpec(
+        n_step=lc.n_step,
+        gamma=lc.gamma,
+        fragment_length=w.rollout_fragment_length,
+        num_envs=w.envs_per_worker,
+        vector_mode=w.vector_mode,
+        frame_stack=cfg.replay.frame_stack,
+        make_timeout_s=ec.make_timeout_s,
+        step_timeout_s=ec.step_timeout_s,
+        restart_failed_envs=w.restart_failed_envs,
+        max_env_errors_per_1k_steps=w.max_env_errors_per_1k_steps,
+        max_consecutive_env_errors=w.max_consecutive_env_errors,
+    )
+    return WorkerSpec(agent_spec(cfg), rollout)
 
 
 def exploration_ladder(cfg: ApexConfig, num_workers: int | None = None) -> np.ndarray:
     """Each env worker's exploration: its epsilon (``dqn``) or noise scale sigma (``dpg``),
     decreasing with the worker's index (metrics follow the last third)."""
     n = cfg.workers.num_workers if num_workers is None else num_workers
-    if cfg.algo == "dpg":
-        return noise_ladder(n, cfg.dpg.noise_base, cfg.dpg.noise_alpha)
-    return apex_epsilons(n, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
+    return agent_of(cfg).exploration_ladder(cfg, n)
 
 
 def env_factory(cfg: ApexConfig) -> EnvFactory:
@@ -157,6 +122,8 @@ def shard_actor_kwargs(cfg: ApexConfig, shard_id: int) -> dict[str, Any]:
 
 def build_shards(cfg: ApexConfig) -> list[ReplayShard]:
     """The ``replay.num_shards`` shards of an in-process run."""
+    from apex_dask.algo.replay.shard import ReplayShard  # numba: only where shards are made
+
     return [ReplayShard(**shard_kwargs(cfg, k)) for k in range(cfg.replay.num_shards)]
 
 

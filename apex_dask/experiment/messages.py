@@ -4,21 +4,20 @@ Three messages close Ape-X's loops (each is pickled by Dask's comm with its
 numpy arrays out of band, so there is no copy beyond the wire)::
 
     env worker --RolloutSummary--> driver        (the rollout itself went to a shard)
-    shard      --ReplayedBatch---> learner       (Replay + Enqueue; = algo's ReplaySample)
+    shard      --ReplaySample----> learner       (Replay + Enqueue)
     learner    --PriorityUpdate--> source shard  (Dequeue + update_priorities)
 
-The in-process runner uses the same types, so both runners speak alike.
+The last two are the algorithm's own types (:mod:`apex_dask.algo.replay.sample`);
+the in-process runner uses the same ones, so both runners speak alike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from apex_dask.algo.replay.sample import PriorityUpdate, ReplaySample
 
-from apex_dask.algo.replay_sample import ReplaySample
-
-__all__ = ["PriorityUpdate", "ReplayedBatch", "RolloutSummary"]
+__all__ = ["PriorityUpdate", "ReplaySample", "RolloutSummary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,19 +41,3 @@ class RolloutSummary:
     episode_lengths: tuple[int, ...] = ()
     env_errors: int = 0
     warnings: tuple[str, ...] = ()
-
-
-ReplayedBatch = ReplaySample
-"""A prioritized batch from shard ``shard_id``: the algorithm's own
-:class:`~apex_dask.algo.replay_sample.ReplaySample` (``indices, weights, data,
-shard_id, added``; ``added`` the items ever added to that shard), one type from
-the shard's ``sample`` to the learner in both runners."""
-
-
-@dataclass(frozen=True, slots=True)
-class PriorityUpdate:
-    """New priorities (|TD error|) for the items of a batch, back to its source shard."""
-
-    shard_id: int
-    indices: np.ndarray
-    priorities: np.ndarray

@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apex_dask.algo.results import episode_metrics, mean_or_nan, window_stat_metrics
-from apex_dask.algo.timers import Timer, WindowStat
 from apex_dask.experiment.flow import (
     ROLLOUTS_LOST,
     ROLLOUTS_SENT,
@@ -25,6 +23,8 @@ from apex_dask.experiment.flow import (
     ShardFlow,
     rollouts_lost,
 )
+from apex_dask.experiment.stats import episode_metrics, mean_or_nan, window_stat_metrics
+from apex_dask.experiment.timers import Timer, WindowStat
 
 __all__ = [
     "IterationWindow",
@@ -37,7 +37,17 @@ __all__ = [
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
 _INTERNAL = ("errors", "thread_error", "device")
-_SHARD_KEYS = ("size", "added", "sampled", "evicted", "bytes", "add_s", "sample_s", "update_s")
+_SHARD_KEYS = (
+    "size",
+    "added",
+    "sampled",
+    "evicted",
+    "stale_priority_updates",
+    "bytes",
+    "add_s",
+    "sample_s",
+    "update_s",
+)
 
 
 @dataclass
@@ -99,7 +109,7 @@ def learner_metrics(
 ) -> dict[str, float]:
     """The learner's ``learner/*`` stats, its ``flow/*`` counters and ``counters``.
 
-    ``learner`` is an :class:`apex_dask.algo.learner.Learner`; ``recent`` the
+    ``learner`` is an :class:`apex_dask.algo.agents.dqn.learner.Learner`; ``recent`` the
     last updates' ``(loss, mean_q, grad_norm)``.
     """
     return {
@@ -184,11 +194,13 @@ def build_result(
     out["learner/updates_per_s"] = d_updates / wall
     out["learner/busy_frac"] = min(1.0, d_grad / wall)
     out["learner/replay_ratio"] = learner["learner/steps_trained"] / max(steps_total, 1)
-    size = 0.0
+    size = stale = 0.0
     for k, s in enumerate(shards):
         out.update(s)
         size += shard_stat(s, k, "size")
+        stale += shard_stat(s, k, "stale_priority_updates")
     out["replay/size"] = size
+    out["replay/stale_priority_updates"] = stale
     out[ROLLOUTS_SENT] = sent
     out.update(ShardFlow.total(list(shards)).metrics())
     out["sync/weight_syncs"] = float(weight_syncs)

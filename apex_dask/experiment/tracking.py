@@ -33,6 +33,7 @@ __all__ = [
     "TensorBoardSink",
     "TrackingError",
     "WandbSink",
+    "require_tensorboard",
     "scalar_metrics",
     "tensorboard_available",
     "wandb_available",
@@ -55,6 +56,15 @@ def _importable(name: str) -> bool:
 def tensorboard_available() -> bool:
     """True when the ``tensorboard`` package (the writer's backend) can be imported."""
     return _importable("tensorboard")
+
+
+def require_tensorboard() -> None:
+    """:class:`TrackingError` (one line naming the extra) unless tensorboard is importable."""
+    if not tensorboard_available():
+        raise TrackingError(
+            "TensorBoard logging needs the tensorboard package: "
+            "pip install 'apex_dask[tensorboard]'"
+        )
 
 
 def wandb_available() -> bool:
@@ -91,11 +101,7 @@ class TensorBoardSink:
     """
 
     def __init__(self, log_dir: str | os.PathLike[str], *, purge_step: int | None = None) -> None:
-        if not tensorboard_available():
-            raise TrackingError(
-                "TensorBoard logging needs the tensorboard package: "
-                "pip install 'apex_dask[tensorboard]'"
-            )
+        require_tensorboard()
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = os.fspath(log_dir)

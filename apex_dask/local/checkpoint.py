@@ -5,6 +5,14 @@
     path = save_runner(apex, "runs/x/ckpt")
     parts, meta = load_runner_checkpoint(path)   # CheckpointError: one line naming the file
     restore_runner(apex, parts)
+    parts, meta, path = load_newest_runner_checkpoint("runs/x")   # a folder of ckpt-N
+
+Both :func:`save_runner` and :func:`load_newest_runner_checkpoint` first
+remove what an interrupted write of that checkpoint left beside it
+(``.<name>.tmp-*``; :func:`~apex_dask.experiment.checkpoint_folder.remove_leftovers`),
+with one logged line saying how much was freed. Given a folder of ``ckpt-N``
+checkpoints, :func:`load_newest_runner_checkpoint` takes the newest that
+verifies, logging one line for each newer one it skipped and why.
 
 :func:`load_runner_checkpoint` refuses, before any runner is built, a
 checkpoint that is not the in-process runner's (a Dask run's has no
@@ -14,17 +22,31 @@ would make every Q-value NaN from the first step.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from apex_dask.experiment.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from apex_dask.experiment.checkpoint_folder import remove_leftovers, resume_candidates, skip_line
 
 if TYPE_CHECKING:
     from apex_dask.local.runner import LocalApex
 
-__all__ = ["load_runner_checkpoint", "restore_runner", "save_runner"]
+__all__ = [
+    "load_newest_runner_checkpoint",
+    "load_runner_checkpoint",
+    "restore_runner",
+    "save_runner",
+]
+
+log = logging.getLogger("apex_dask.checkpoints")
 
 _COUNTERS = (
     "steps_sampled",
@@ -46,7 +68,46 @@ def save_runner(apex: LocalApex, path: str | Path) -> Path:
     parts: dict[str, Any] = {"learner": apex.learner.state_dict(), "runner": runner}
     parts.update({f"shard_{k}": s.state_dict() for k, s in enumerate(apex.shards)})
     meta = {"timesteps": apex.steps_sampled, "config": apex.config.to_dict()}
+    _clean_beside(Path(path))
     return save_checkpoint(path, parts, metadata=meta)
+
+
+def _clean_beside(path: Path) -> None:
+    """Remove what interrupted writes of checkpoint ``path`` (or, for a folder of ``ckpt-N``
+    checkpoints, of any of them) left; one logged line."""
+    if path.is_dir() and not (path / MANIFEST).is_file() and resume_candidates(path):
+        root, name = path, None
+    else:
+        root, name = path.parent, path.name
+    line = remove_leftovers(root, name).line(root)
+    if line:
+        log.warning("%s", line)
+
+
+def load_newest_runner_checkpoint(
+    path: str | Path,
+) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """``(parts, metadata, checkpoint)``: ``path`` if it is a checkpoint, else the newest
+    checkpoint under it that verifies and holds finite weights (newer ones that do not are
+    skipped, one logged line each).
+    :class:`CheckpointError` (one line) if there is none."""
+    path = Path(path)
+    _clean_beside(path)
+    candidates = resume_candidates(path)
+    if not candidates:
+        raise CheckpointError(f"{path}: not a checkpoint (no {MANIFEST}, no ckpt-N inside)")
+    first: CheckpointError | None = None
+    for ckpt in candidates:
+        try:
+            parts, meta = load_runner_checkpoint(ckpt)
+        except CheckpointError as exc:
+            if len(candidates) == 1:
+                raise
+            first = first or exc
+            log.warning("%s", skip_line(ckpt, exc))
+            continue
+        return parts, meta, ckpt
+    raise CheckpointError(f"none of the {len(candidates)} checkpoints verifies; {first}")
 
 
 def load_runner_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:

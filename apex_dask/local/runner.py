@@ -11,24 +11,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from apex_dask.algo.agents import make_env_worker, make_learner
-from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.exploration import lowest_epsilon_workers
-from apex_dask.algo.results import derive_seed
-from apex_dask.algo.timers import Timer, WindowStat
-from apex_dask.algo.worker_base import ActingWorker
+from apex_dask.algo.agents.registry import make_env_worker, make_learner
+from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.rollout.exploration import lowest_epsilon_workers
+from apex_dask.algo.rollout.worker import ActingWorker
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import (
     Hook,
+    agent_spec,
     build_shards,
     env_factory,
-    env_worker_kwargs,
     exploration_ladder,
-    learner_kwargs,
+    learner_seed,
     resolve_hook,
+    worker_spec,
 )
 from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
-from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import (
     IterationWindow,
     build_result,
@@ -36,8 +35,10 @@ from apex_dask.experiment.results import (
     learner_metrics,
     shard_metrics,
 )
+from apex_dask.experiment.stats import derive_seed
 from apex_dask.experiment.stop import StopRule
-from apex_dask.local.checkpoint import load_runner_checkpoint, restore_runner, save_runner
+from apex_dask.experiment.timers import Timer, WindowStat
+from apex_dask.local.checkpoint import load_newest_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
 
@@ -62,23 +63,21 @@ class LocalApex:
         self.hook_calls = 0
         self.env_factory = env_factory(cfg)
         obs_space, act_space = probe_spaces(self.env_factory, cfg.env.make_timeout_s)
-        self.learner = make_learner(obs_space, act_space, **learner_kwargs(cfg))
+        self.learner = make_learner(agent_spec(cfg), obs_space, act_space, seed=learner_seed(cfg))
         self.epsilons = exploration_ladder(cfg)
-        worker_kwargs = env_worker_kwargs(cfg)
+        spec = worker_spec(cfg)
         self.workers = [
             make_env_worker(
+                spec,
                 self.env_factory,
                 epsilon=float(eps),
                 seed=derive_seed(cfg.seed, "worker", i),
                 where=f"env worker {i}",
-                **worker_kwargs,
             )
             for i, eps in enumerate(self.epsilons)
         ]
         self.evaluator = (
-            make_env_worker(
-                self.env_factory, epsilon=0.0, seed=derive_seed(cfg.seed, "eval"), **worker_kwargs
-            )
+            make_env_worker(spec, self.env_factory, epsilon=0.0, seed=derive_seed(cfg.seed, "eval"))
             if cfg.eval.episodes > 0
             else None
         )
@@ -102,6 +101,7 @@ class LocalApex:
         self._recent: deque[tuple[float, float, float]] = deque(maxlen=_METRIC_WINDOW)
         self.eval_time_s = 0.0
         self.last_eval: dict[str, Any] | None = None
+        self.best = BestWeights()  # the best greedy evaluation's record and weights
         self._last_eval_at: float | None = None
         self.iteration = 0
         self.start_time = time.perf_counter()
@@ -110,8 +110,7 @@ class LocalApex:
             self._sync(worker)
 
     # -- the round ------------------------------------------------------
-    def elapsed(self) -> float:
-        """Seconds since the runner was built."""
+    def elapsed(self) -> float:  # seconds since the runner was built
         return time.perf_counter() - self.start_time
 
     def _weights(self) -> tuple[int, dict[str, np.ndarray]]:
@@ -131,15 +130,15 @@ class LocalApex:
         for i, worker in enumerate(self.workers):
             out = worker.sample()
             k = int(self.rng.integers(len(self.shards)))
-            self.shards[k].add(out["batch"], out["priorities"])
+            self.shards[k].add(out.batch, out.priorities)
             self.rollouts += 1
             self.worker_rollouts[i] += 1
             self.shard_rollouts[k] += 1
-            self.steps_sampled += out["steps"]
+            self.steps_sampled += out.steps
             if i in self.selected_workers:
-                self._window.episode_returns += out["episode_returns"]
-                self._window.episode_lengths += out["episode_lengths"]
-            self._since_sync[i] += out["steps"]
+                self._window.episode_returns += out.episode_returns
+                self._window.episode_lengths += out.episode_lengths
+            self._since_sync[i] += out.steps
             if self._since_sync[i] >= delay and self.learner.version > worker.weights_version:
                 self._sync(worker)
                 self._since_sync[i] = 0
@@ -181,8 +180,8 @@ class LocalApex:
             with self.grad_timer:
                 td_abs, metrics = self.learner.update(batch.data, batch.weights)
             self.grad_cpu_timer.push(time.thread_time() - c0)
-            update = PriorityUpdate(k, batch.indices, td_abs)
-            self.shards[update.shard_id].update_priorities(update.indices, update.priorities)
+            update = batch.priority_update(td_abs)
+            self.shards[update.shard_id].update_priorities(*update.args()[:3])
         self._recent.append((metrics["loss"], metrics["mean_q"], metrics["grad_norm"]))
         return True
 
@@ -214,6 +213,7 @@ class LocalApex:
             "eval_time_s": self.eval_time_s,
         }
         self._window_eval = self.last_eval
+        self.best.offer(self.last_eval, version, weights)  # in memory: self.best.weights
         return self.last_eval
 
     # -- iterations -----------------------------------------------------
@@ -362,8 +362,9 @@ class LocalApex:
 
     @classmethod
     def restore(cls, path: str | Path, config: ApexConfig | None = None) -> LocalApex:
-        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given)."""
-        parts, meta = load_runner_checkpoint(path)  # refuses NaN weights, names the file
+        """A runner continuing from :meth:`save`'s checkpoint (with its config, unless given),
+        or from the newest good one in a folder of ``ckpt-N`` (``load_newest_runner_checkpoint``)."""
+        parts, meta, _ = load_newest_runner_checkpoint(path)  # refuses NaN weights, names it
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
         restore_runner(apex, parts)
         for worker in apex.workers:

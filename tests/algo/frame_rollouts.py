@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from apex_dask.algo.nstep import NStepAdder, stack_transitions
+from apex_dask.algo.rollout.nstep import NStepAdder, stack_transitions
 
 
 class StackedEpisodes:

@@ -15,10 +15,13 @@ import importlib.util
 import numpy as np
 import pytest
 
-from apex_dask.algo.env_worker import EnvWorker, probe_spaces
-from apex_dask.algo.envs import make_env_factory
-from apex_dask.algo.frame_codec import decode_batch
-from apex_dask.algo.learner import Learner
+from apex_dask.algo.agents.dqn.learner import Learner
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.worker import EnvWorker
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.replay.codec import decode_batch
+from apex_dask.algo.rollout.spec import RolloutSpec
 
 N_STEP, GAMMA = 3, 0.99
 
@@ -33,24 +36,24 @@ def _check_fragments(worker: EnvWorker, learner: Learner, fragments: int) -> dic
                 p.data.add_(0.01 * np.float32(i))
             worker.set_weights(i, {k: v.numpy() for k, v in learner.online.state_dict().items()})
         out = worker.sample()
-        batch = out["batch"]
+        batch = out.batch
         if "frames" in batch:
             batch = decode_batch(batch)
         want = worker.td_errors(batch)
-        assert out["priorities"].dtype == np.float32 and out["priorities"].shape == want.shape
-        np.testing.assert_allclose(out["priorities"], want, rtol=1e-4, atol=1e-5)
+        assert out.priorities.dtype == np.float32 and out.priorities.shape == want.shape
+        np.testing.assert_allclose(out.priorities, want, rtol=1e-4, atol=1e-5)
         done, disc = batch["done"], batch["discount"]
         seen["done"] += int(done.sum())
         # a time limit flushes k < n steps that still bootstrap: discount gamma^k > gamma^n
         seen["cut_short"] += int(((~done) & (disc > GAMMA**N_STEP * 1.0001)).sum())
         seen["bootstraps"] += int((~done).sum())
-        seen["episodes"] += len(out["episode_returns"])
+        seen["episodes"] += len(out.episode_returns)
     return seen
 
 
 def _learner(factory, hiddens=(32,)):
     obs_space, act_space = probe_spaces(factory)
-    return Learner(obs_space, act_space, hiddens=hiddens, device="cpu", seed=3)
+    return Learner(obs_space, act_space, DQNOptions(hiddens=hiddens, device="cpu"), seed=3)
 
 
 @pytest.mark.parametrize("double_q", [True, False])
@@ -61,12 +64,8 @@ def test_cartpole_priorities_equal_the_recomputation(double_q):
         factory,
         epsilon=0.5,
         seed=1,
-        hiddens=(32,),
-        fragment_length=20,
-        num_envs=3,
-        n_step=N_STEP,
-        gamma=GAMMA,
-        double_q=double_q,
+        rollout=RolloutSpec(fragment_length=20, num_envs=3, n_step=N_STEP, gamma=GAMMA),
+        options=DQNOptions(hiddens=(32,), double_q=double_q),
     )
     seen = _check_fragments(worker, learner, 8)
     assert seen["done"] > 0 and seen["cut_short"] > 0 and seen["bootstraps"] > 0
@@ -76,7 +75,13 @@ def test_cartpole_priorities_equal_the_recomputation(double_q):
 def test_minatar_priorities_equal_the_recomputation():
     factory = make_env_factory("MinAtar/Breakout-v1", {"max_episode_steps": 8})
     learner = _learner(factory)
-    worker = EnvWorker(factory, epsilon=0.5, seed=2, hiddens=(32,), fragment_length=30, num_envs=4)
+    worker = EnvWorker(
+        factory,
+        epsilon=0.5,
+        seed=2,
+        rollout=RolloutSpec(fragment_length=30, num_envs=4),
+        options=DQNOptions(hiddens=(32,)),
+    )
     seen = _check_fragments(worker, learner, 4)
     assert seen["cut_short"] > 0 and seen["bootstraps"] > 0 and seen["episodes"] > 0
 
@@ -92,10 +97,8 @@ def test_atari_priorities_equal_the_recomputation_with_life_losses_and_frame_sta
         factory,
         epsilon=0.5,
         seed=3,
-        hiddens=(32,),
-        fragment_length=40,
-        num_envs=2,
-        frame_stack=4,
+        rollout=RolloutSpec(fragment_length=40, num_envs=2, frame_stack=4),
+        options=DQNOptions(hiddens=(32,)),
     )
     seen = _check_fragments(worker, learner, 6)
     # a time limit of 400 frames is 100 agent steps; Breakout's lost lives are training terminals long before a game ends

@@ -10,9 +10,10 @@ import pytest
 
 pytest.importorskip("ale_py")
 
-from apex_dask.algo.atari import NOOP_MAX, wrap_atari  # noqa: E402
-from apex_dask.algo.env_worker import EnvWorker  # noqa: E402
-from apex_dask.algo.envs import check_env_id, make_env_factory  # noqa: E402
+from apex_dask.algo.agents.dqn.worker import EnvWorker  # noqa: E402
+from apex_dask.algo.envs.atari import NOOP_MAX, wrap_atari  # noqa: E402
+from apex_dask.algo.envs.factory import check_env_id, make_env_factory  # noqa: E402
+from apex_dask.algo.rollout.spec import RolloutSpec
 
 DEADLINE_S = 120.0
 
@@ -90,28 +91,34 @@ def _sample_until(worker: EnvWorker, stop) -> list[dict]:
 
 def test_life_loss_is_a_training_terminal_but_not_an_episode_end():
     worker = EnvWorker(
-        make_env_factory("ALE/Breakout-v5"), epsilon=1.0, seed=3, n_step=3, fragment_length=50
+        make_env_factory("ALE/Breakout-v5"),
+        epsilon=1.0,
+        seed=3,
+        rollout=RolloutSpec(n_step=3, fragment_length=50),
     )
     lives0 = worker.env.unwrapped.ale.lives()
-    outs = _sample_until(worker, lambda outs: any(o["batch"]["done"].any() for o in outs))
+    outs = _sample_until(worker, lambda outs: any(o.batch["done"].any() for o in outs))
     assert worker.env.unwrapped.ale.lives() < lives0  # a life was lost...
-    assert all(o["episode_returns"] == [] for o in outs)  # ...and the game goes on
+    assert all(o.episode_returns == [] for o in outs)  # ...and the game goes on
     assert worker.episodes == 0
-    done = np.concatenate([o["batch"]["done"] for o in outs])
-    discount = np.concatenate([o["batch"]["discount"] for o in outs])
+    done = np.concatenate([o.batch["done"] for o in outs])
+    discount = np.concatenate([o.batch["discount"] for o in outs])
     assert (discount[done] == 0.0).all()  # no bootstrapping across the lost life
     worker.close()
 
 
 def test_training_rewards_are_clipped_while_episode_returns_are_raw_scores():
     worker = EnvWorker(
-        make_env_factory("ALE/SpaceInvaders-v5"), epsilon=1.0, seed=1, n_step=1, fragment_length=100
+        make_env_factory("ALE/SpaceInvaders-v5"),
+        epsilon=1.0,
+        seed=1,
+        rollout=RolloutSpec(n_step=1, fragment_length=100),
     )
-    outs = _sample_until(worker, lambda outs: any(o["episode_returns"] for o in outs))
-    rewards = np.concatenate([o["batch"]["reward"] for o in outs])
-    done = np.concatenate([o["batch"]["done"] for o in outs])
-    returns = [r for o in outs for r in o["episode_returns"]]
-    lengths = [n for o in outs for n in o["episode_lengths"]]
+    outs = _sample_until(worker, lambda outs: any(o.episode_returns for o in outs))
+    rewards = np.concatenate([o.batch["reward"] for o in outs])
+    done = np.concatenate([o.batch["done"] for o in outs])
+    returns = [r for o in outs for r in o.episode_returns]
+    lengths = [n for o in outs for n in o.episode_lengths]
     assert set(np.unique(rewards)) <= {0.0, 1.0} and rewards.max() == 1.0
     game = slice(0, lengths[0])  # n_step=1: one transition per step, in order
     clipped = float(rewards[game].sum())

@@ -8,10 +8,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from apex_dask.algo.env_worker import EnvWorker
-from apex_dask.algo.envs import make_env_factory
-from apex_dask.algo.frame_codec import decode_batch
-from apex_dask.algo.learner import module_weights
+from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.worker import EnvWorker
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.replay.codec import decode_batch
+from apex_dask.algo.rollout.spec import RolloutSpec
 
 CARTPOLE = make_env_factory("CartPole-v1")
 
@@ -55,19 +57,22 @@ class SlowEndlessEnv(EndlessEnv):
 def test_each_env_keeps_its_own_nstep_state_and_episode_stats():
     CountingEnv.made = 0
     worker = EnvWorker(
-        CountingEnv, epsilon=0.5, seed=0, n_step=3, gamma=0.5, fragment_length=10, num_envs=4
+        CountingEnv,
+        epsilon=0.5,
+        seed=0,
+        rollout=RolloutSpec(n_step=3, gamma=0.5, fragment_length=10, num_envs=4),
     )
     assert len(worker.envs) == 1  # an evaluator never makes the others
     out = worker.sample()
     envs = {int(e.env_id) for e in worker.envs}
     assert len(worker.envs) == 4 and len(envs) == 4
-    assert out["steps"] == 40
-    b = out["batch"]
+    assert out.steps == 40
+    b = out.batch
     # no transition mixes envs: obs and next_obs come from the same env
     np.testing.assert_array_equal(b["obs"][:, 0], b["next_obs"][:, 0])
     # 10 steps of 7-step episodes per env: one episode each, 10 - 2 pending transitions
-    assert sorted(out["episode_returns"]) == [7.0] * 4
-    assert out["episode_lengths"] == [7] * 4
+    assert sorted(out.episode_returns) == [7.0] * 4
+    assert out.episode_lengths == [7] * 4
     assert len(b["action"]) == 4 * (10 - 2) and worker.num_pending == 4 * 2
     for env_id in envs:
         mine = b["obs"][:, 0] == env_id
@@ -79,7 +84,9 @@ def test_each_env_keeps_its_own_nstep_state_and_episode_stats():
 
 
 def test_one_forward_per_step_for_all_envs():
-    worker = EnvWorker(CARTPOLE, epsilon=0.0, seed=0, fragment_length=5, num_envs=8)
+    worker = EnvWorker(
+        CARTPOLE, epsilon=0.0, seed=0, rollout=RolloutSpec(fragment_length=5, num_envs=8)
+    )
     calls = []
     inner = worker.q_values
     worker.q_values = lambda obs: calls.append(len(obs)) or inner(obs)
@@ -98,7 +105,9 @@ def test_one_forward_per_step_for_all_envs():
 
 
 def test_all_envs_use_the_worker_epsilon():
-    worker = EnvWorker(CARTPOLE, epsilon=1.0, seed=0, fragment_length=50, num_envs=4)
+    worker = EnvWorker(
+        CARTPOLE, epsilon=1.0, seed=0, rollout=RolloutSpec(fragment_length=50, num_envs=4)
+    )
     forwards = []
     worker.q_values = lambda obs: forwards.append(len(obs)) or np.zeros((len(obs), 2), np.float32)
     actions = []
@@ -114,9 +123,11 @@ def test_all_envs_use_the_worker_epsilon():
 
 
 def test_one_env_draws_as_before():
-    a = EnvWorker(CARTPOLE, epsilon=0.3, seed=5, fragment_length=40)
-    b = EnvWorker(CARTPOLE, epsilon=0.3, seed=5, fragment_length=40, num_envs=1)
-    for x, y in zip(a.sample()["batch"].values(), b.sample()["batch"].values(), strict=True):
+    a = EnvWorker(CARTPOLE, epsilon=0.3, seed=5, rollout=RolloutSpec(fragment_length=40))
+    b = EnvWorker(
+        CARTPOLE, epsilon=0.3, seed=5, rollout=RolloutSpec(fragment_length=40, num_envs=1)
+    )
+    for x, y in zip(a.sample().batch.values(), b.sample().batch.values(), strict=True):
         np.testing.assert_array_equal(x, y)
 
 
@@ -126,27 +137,37 @@ def test_frame_stack_rollouts_of_several_envs_decode_to_the_full_stacks():
     def stacked():
         return gym.wrappers.FrameStackObservation(factory(), 4)
 
-    full = EnvWorker(stacked, epsilon=0.5, seed=2, fragment_length=30, num_envs=3, hiddens=(8,))
+    full = EnvWorker(
+        stacked,
+        epsilon=0.5,
+        seed=2,
+        rollout=RolloutSpec(fragment_length=30, num_envs=3),
+        options=DQNOptions(hiddens=(8,)),
+    )
     compact = EnvWorker(
-        stacked, epsilon=0.5, seed=2, fragment_length=30, num_envs=3, hiddens=(8,), frame_stack=4
+        stacked,
+        epsilon=0.5,
+        seed=2,
+        rollout=RolloutSpec(fragment_length=30, num_envs=3, frame_stack=4),
+        options=DQNOptions(hiddens=(8,)),
     )
     for _ in range(2):
         want, got = full.sample(), compact.sample()
-        assert "frames" in got["batch"]
-        decoded = decode_batch(got["batch"])
-        for key, value in want["batch"].items():
+        assert "frames" in got.batch
+        decoded = decode_batch(got.batch)
+        for key, value in want.batch.items():
             np.testing.assert_array_equal(decoded[key], value)
-        np.testing.assert_array_equal(got["priorities"], want["priorities"])
+        np.testing.assert_array_equal(got.priorities, want.priorities)
 
 
 def test_evaluation_caps_each_episode_at_max_steps():
-    worker = EnvWorker(EndlessEnv, epsilon=0.1, seed=0, hiddens=(8,))
+    worker = EnvWorker(EndlessEnv, epsilon=0.1, seed=0, options=DQNOptions(hiddens=(8,)))
     out = worker.evaluate(2, seed=0, max_steps=300)
     assert out["lengths"] == [300, 300] and out["timed_out"] is False
 
 
 def test_evaluation_stops_at_its_timeout_and_says_so():
-    worker = EnvWorker(SlowEndlessEnv, epsilon=0.1, seed=0, hiddens=(8,))
+    worker = EnvWorker(SlowEndlessEnv, epsilon=0.1, seed=0, options=DQNOptions(hiddens=(8,)))
     t0 = time.monotonic()
     out = worker.evaluate(3, seed=0, timeout_s=0.3)
     took = time.monotonic() - t0

@@ -2,19 +2,22 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from apex_dask.algo.checkpoint import (
+from apex_dask.algo.agents.dqn.learner import Learner
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.experiment.checkpoint import (
     CheckpointError,
     StagedCheckpoint,
     load_checkpoint,
     save_checkpoint,
     write_part,
 )
-from apex_dask.algo.learner import Learner
 
 
 def test_round_trip_of_learner_state_and_metadata(tmp_path):
     learner = Learner(
-        spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), hiddens=(8,), device="cpu"
+        spaces.Box(-1, 1, (3,), np.float32),
+        spaces.Discrete(2),
+        DQNOptions(hiddens=(8,), device="cpu"),
     )
     rng = np.random.default_rng(0)
     data = {
@@ -31,7 +34,10 @@ def test_round_trip_of_learner_state_and_metadata(tmp_path):
     parts, meta = load_checkpoint(path)
     assert meta == {"timesteps": 7}
     restored = Learner(
-        spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), hiddens=(8,), device="cpu", seed=5
+        spaces.Box(-1, 1, (3,), np.float32),
+        spaces.Discrete(2),
+        DQNOptions(hiddens=(8,), device="cpu"),
+        seed=5,
     )
     restored.load_state_dict(parts["learner"])
     assert restored.version == 1

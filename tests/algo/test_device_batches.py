@@ -12,8 +12,10 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.device_batches import BatchStager, ResultPipe, check_device_options
-from apex_dask.algo.learner import Learner, NonFiniteLossError
+from apex_dask.algo.agents.base import NonFiniteLossError
+from apex_dask.algo.agents.device_batches import BatchStager, ResultPipe, check_device_options
+from apex_dask.algo.agents.dqn.learner import Learner
+from apex_dask.algo.agents.dqn.options import DQNOptions
 
 OBS = spaces.Box(0, 255, (4, 12, 12), np.uint8)
 ACT = spaces.Discrete(3)
@@ -37,7 +39,7 @@ def frames_batch(rng: np.random.Generator, n: int = 8) -> tuple[dict[str, np.nda
 
 
 def learner(**kw) -> Learner:
-    return Learner(OBS, ACT, hiddens=(16,), device=kw.pop("device", "cpu"), **kw)
+    return Learner(OBS, ACT, DQNOptions(hiddens=(16,), device=kw.pop("device", "cpu"), **kw))
 
 
 def weights_of(lr: Learner) -> dict[str, np.ndarray]:
@@ -162,7 +164,7 @@ def test_device_options_are_checked_with_a_one_line_message(options, message):
 
 
 def test_the_configs_option_values_are_the_learners():
-    from apex_dask.algo.device_batches import AMP_MODES, MEMORY_FORMATS
+    from apex_dask.algo.agents.device_batches import AMP_MODES, MEMORY_FORMATS
     from apex_dask.config.validate import LEARNER_AMP, LEARNER_MEMORY_FORMATS
 
     assert (LEARNER_AMP, LEARNER_MEMORY_FORMATS) == (AMP_MODES, MEMORY_FORMATS)

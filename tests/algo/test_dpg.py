@@ -9,12 +9,14 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.checkpoint import load_checkpoint, save_checkpoint
-from apex_dask.algo.dpg_learner import DPGLearner
-from apex_dask.algo.dpg_loss import actor_loss, critic_loss, dpg_targets, target_actions
-from apex_dask.algo.dpg_worker import DPGEnvWorker
-from apex_dask.algo.envs import make_env_factory
-from apex_dask.algo.noise import ActionNoise, noise_ladder
+from apex_dask.algo.agents.dpg.learner import DPGLearner
+from apex_dask.algo.agents.dpg.loss import actor_loss, critic_loss, dpg_targets, target_actions
+from apex_dask.algo.agents.dpg.noise import ActionNoise, noise_ladder
+from apex_dask.algo.agents.dpg.options import DPGOptions
+from apex_dask.algo.agents.dpg.worker import DPGEnvWorker
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.rollout.spec import RolloutSpec
+from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
 
 OBS1 = spaces.Box(-10.0, 10.0, (1,), np.float32)
 ACT1 = spaces.Box(-2.0, 2.0, (1,), np.float32)  # center 0, half range 2
@@ -22,9 +24,8 @@ ACT1 = spaces.Box(-2.0, 2.0, (1,), np.float32)  # center 0, half range 2
 
 def _linear_learner(twin_q: bool = True, **kw) -> DPGLearner:
     """No hidden layers: mu(s) = 2 tanh(0.5 s), Q1 = s + 2a + 0.5, Q2 = 2s + a."""
-    learner = DPGLearner(
-        OBS1, ACT1, actor_hiddens=(), critic_hiddens=(), twin_q=twin_q, device="cpu", **kw
-    )
+    options = DPGOptions(actor_hiddens=(), critic_hiddens=(), twin_q=twin_q, device="cpu", **kw)
+    learner = DPGLearner(OBS1, ACT1, options)
     with torch.no_grad():
         for model in (learner.online, learner.target):
             model.actor.net[0].weight.fill_(0.5)
@@ -149,14 +150,14 @@ def test_checkpoint_round_trip_restores_nets_optimizers_counters_and_noise(tmp_p
             "discount": np.full(16, 0.99, np.float32),
         }
 
-    kw = {"actor_hiddens": (16,), "critic_hiddens": (16,), "device": "cpu", "seed": 4}
-    a = DPGLearner(obs, act, **kw)
+    options = DPGOptions(actor_hiddens=(16,), critic_hiddens=(16,), device="cpu")
+    a = DPGLearner(obs, act, options, seed=4)
     w = np.ones(16, np.float32)
     for _ in range(5):
         a.update(batch(), w)
     save_checkpoint(tmp_path / "ckpt", {"learner": a.state_dict()})
     parts, _ = load_checkpoint(tmp_path / "ckpt")
-    b = DPGLearner(obs, act, **{**kw, "seed": 99})
+    b = DPGLearner(obs, act, options, seed=99)
     b.load_state_dict(parts["learner"])
     assert b.counters() == a.counters()
     nxt = batch()
@@ -193,26 +194,36 @@ def pendulum():
 
 @pytest.mark.parametrize("noise", ["gaussian", "ou"])
 def test_worker_priorities_are_the_learners_td_errors_from_the_acting_passes(pendulum, noise):
-    worker = DPGEnvWorker(pendulum, sigma=0.5, seed=3, num_envs=3, fragment_length=90, noise=noise)
+    worker = DPGEnvWorker(
+        pendulum,
+        sigma=0.5,
+        seed=3,
+        rollout=RolloutSpec(num_envs=3, fragment_length=90),
+        options=DPGOptions(noise=noise),
+    )
     learner = DPGLearner(
-        worker.observation_space, worker.action_space, smooth_target_policy=False, device="cpu"
+        worker.observation_space,
+        worker.action_space,
+        DPGOptions(smooth_target_policy=False, device="cpu"),
     )
     worker.set_weights(*learner.get_weights())
     for k in range(4):  # 270 steps: time limits at 200 (final observations), carried steps
         out = worker.sample()
-        batch = out["batch"]
-        np.testing.assert_allclose(out["priorities"], worker.td_errors(batch), rtol=1e-4, atol=1e-4)
+        batch = out.batch
+        np.testing.assert_allclose(out.priorities, worker.td_errors(batch), rtol=1e-4, atol=1e-4)
         if k == 1:  # online = target (no update yet), no smoothing: the same |td|
             td, _ = learner.update(batch, np.ones(len(batch["action"]), np.float32))
-            np.testing.assert_allclose(out["priorities"], td, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(out.priorities, td, rtol=1e-4, atol=1e-4)
         if k == 2:  # new weights mid-run: pending steps get values from them
             worker.set_weights(*learner.get_weights())
     assert worker.episodes == 3  # each env's first 200-step episode ended
 
 
 def test_worker_actions_are_clipped_to_the_bounds_and_greedy_has_no_noise(pendulum):
-    worker = DPGEnvWorker(pendulum, sigma=1.0, seed=0, num_envs=2, fragment_length=100)
-    batch = worker.sample()["batch"]
+    worker = DPGEnvWorker(
+        pendulum, sigma=1.0, seed=0, rollout=RolloutSpec(num_envs=2, fragment_length=100)
+    )
+    batch = worker.sample().batch
     assert batch["action"].dtype == np.float32 and batch["action"].shape[1:] == (1,)
     assert np.all(np.abs(batch["action"]) <= 2.0)
     assert np.mean(np.abs(batch["action"]) == 2.0) > 0.1  # sigma 1 half range: often clipped
@@ -224,13 +235,15 @@ def test_worker_actions_are_clipped_to_the_bounds_and_greedy_has_no_noise(pendul
 
 def test_halfcheetah_rollouts_train_the_learner():
     pytest.importorskip("mujoco", reason="HalfCheetah-v5 needs apex_dask[mujoco]")
-    worker = DPGEnvWorker(make_env_factory("HalfCheetah-v5"), sigma=0.3, seed=0, num_envs=2)
-    learner = DPGLearner(worker.observation_space, worker.action_space, device="cpu")
+    worker = DPGEnvWorker(
+        make_env_factory("HalfCheetah-v5"), sigma=0.3, seed=0, rollout=RolloutSpec(num_envs=2)
+    )
+    learner = DPGLearner(worker.observation_space, worker.action_space, DPGOptions(device="cpu"))
     worker.set_weights(*learner.get_weights())
     out = worker.sample()
-    batch = out["batch"]
+    batch = out.batch
     assert batch["action"].shape[1:] == (6,) and np.all(np.abs(batch["action"]) <= 1.0)
-    np.testing.assert_allclose(out["priorities"], worker.td_errors(batch), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(out.priorities, worker.td_errors(batch), rtol=1e-4, atol=1e-3)
     n = len(batch["action"])
     td, metrics = learner.update(batch, np.ones(n, np.float32))
     assert td.shape == (n,) and math.isfinite(metrics["loss"])

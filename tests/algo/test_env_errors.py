@@ -13,24 +13,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_parts import dqn_worker
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from apex_dask.algo.env_guard import EnvFailed, EnvFault, EnvGuard  # noqa: E402
-from apex_dask.algo.env_worker import EnvWorker, probe_spaces  # noqa: E402
-from apex_dask.algo.envs import make_env_factory  # noqa: E402
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.worker import EnvWorker
+from apex_dask.algo.envs.factory import make_env_factory  # noqa: E402
+from apex_dask.algo.envs.guard import EnvFailed, EnvFault, EnvGuard  # noqa: E402
+from apex_dask.algo.envs.probe import probe_spaces  # noqa: E402
+from apex_dask.algo.rollout.spec import Rollout, RolloutSpec
 
 RAISE = "misbehaving_envs:RaiseEvery-v0"
 
 
 def _worker(env_id: str, env_kwargs: dict | None = None, **kw) -> EnvWorker:
     kw = {"epsilon": 0.5, "seed": 0, "hiddens": (16,), "fragment_length": 50, **kw}
-    return EnvWorker(make_env_factory(env_id, env_kwargs or {}), **kw)
+    return dqn_worker(make_env_factory(env_id, env_kwargs or {}), **kw)
 
 
-def _finite(rollout: dict) -> bool:
-    b = rollout["batch"]
-    arrays = [b["obs"], b["next_obs"], b["reward"], rollout["priorities"]]
+def _finite(rollout: Rollout) -> bool:
+    b = rollout.batch
+    arrays = [b["obs"], b["next_obs"], b["reward"], rollout.priorities]
     return all(np.isfinite(a).all() for a in arrays)
 
 
@@ -40,7 +44,13 @@ def test_a_constructor_that_never_returns_is_one_line_naming_the_env_and_the_key
     with pytest.raises(EnvFault, match=r"HangOnMake-v0.*env\.make_timeout_s=0\.3 s"):
         probe_spaces(factory, make_timeout_s=0.3)
     with pytest.raises(EnvFailed, match=r"HangOnMake-v0.*env\.make_timeout_s=0\.3 s"):
-        EnvWorker(factory, epsilon=0.1, seed=0, hiddens=(16,), make_timeout_s=0.3)
+        EnvWorker(
+            factory,
+            epsilon=0.1,
+            seed=0,
+            rollout=RolloutSpec(make_timeout_s=0.3),
+            options=DQNOptions(hiddens=(16,)),
+        )
     assert time.monotonic() - t0 < 10  # a CPU hog beside it: far from the hang
 
 
@@ -50,10 +60,10 @@ def test_a_failed_step_is_survived_keeping_the_complete_transitions():
     w = _worker(RAISE, {"every": 30}, n_step=3)
     out = w.sample()
     assert w.env_errors == 1
-    assert out["episode_lengths"] == [20, 20]  # the partial episode is not reported
-    assert out["episode_returns"] == [20.0, 20.0]
-    assert len(out["batch"]["action"]) == 20 + 7 + 20
-    assert out["steps"] == 49 and _finite(out)
+    assert out.episode_lengths == [20, 20]  # the partial episode is not reported
+    assert out.episode_returns == [20.0, 20.0]
+    assert len(out.batch["action"]) == 20 + 7 + 20
+    assert out.steps == 49 and _finite(out)
     for _ in range(3):  # the worker goes on
         assert _finite(w.sample())
     assert w.env_errors >= 4
@@ -80,14 +90,15 @@ def test_with_restarts_off_the_first_error_names_the_env_the_exception_and_the_s
 
 
 def test_an_env_failing_on_every_step_ends_at_the_cap_naming_the_count_and_last_error():
-    w = _worker(RAISE, {"every": 1}, max_env_errors_per_min=5)
+    w = _worker(RAISE, {"every": 1}, max_consecutive_env_errors=4)
     t0 = time.monotonic()
     with pytest.raises(EnvFailed) as info:
         w.sample()
     msg = str(info.value)
-    assert "failed 6 times within 60 s" in msg and "workers.max_env_errors_per_min=5" in msg
+    assert "failed 4 times in a row without completing a step" in msg
+    assert "workers.max_consecutive_env_errors=4" in msg and "\n" not in msg
     assert RAISE in msg and "last: step raised at env step" in msg and "RuntimeError" in msg
-    assert time.monotonic() - t0 < 10
+    assert w.env_errors == 4 and time.monotonic() - t0 < 10
 
 
 @pytest.mark.parametrize(
@@ -104,10 +115,10 @@ def test_non_finite_values_are_caught_before_the_adder(kwargs, what):
         off.sample()
     assert f"env {env_id!r} returned a {what}" in str(info.value)
     assert "at env step 13" in str(info.value)
-    on = _worker(env_id, {"at": 13, **kwargs}, max_env_errors_per_min=100)
+    on = _worker(env_id, {"at": 13, **kwargs})
     out = on.sample()  # each env made gives 12 good steps: errors at steps 13, 26, 39
     assert on.env_errors == 3 and _finite(out)
-    assert out["episode_lengths"] == []  # no episode got to its end
+    assert out.episode_lengths == []  # no episode got to its end
 
 
 def test_a_hung_step_is_an_env_error_and_a_fresh_env_goes_on():
@@ -116,7 +127,7 @@ def test_a_hung_step_is_an_env_error_and_a_fresh_env_goes_on():
     out = w.sample()  # each env made: a 20-step episode, 4 steps, then its 25th step hangs
     assert time.monotonic() - t0 < 20  # two 0.5 s waits, not 60 s each
     assert w.env_errors == 2 and _finite(out)
-    assert out["episode_lengths"] == [20, 20]
+    assert out.episode_lengths == [20, 20]
     w.close()
 
 
@@ -164,7 +175,13 @@ class _MakesOnce:
 
 def test_an_env_that_cannot_be_made_again_ends_the_run_after_a_few_tries():
     factory = _MakesOnce()
-    w = EnvWorker(factory, epsilon=0.5, seed=0, hiddens=(16,), make_timeout_s=0.2)
+    w = EnvWorker(
+        factory,
+        epsilon=0.5,
+        seed=0,
+        rollout=RolloutSpec(make_timeout_s=0.2),
+        options=DQNOptions(hiddens=(16,)),
+    )
     t0 = time.monotonic()
     with pytest.raises(EnvFailed) as info:
         w.sample()

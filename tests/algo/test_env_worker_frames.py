@@ -5,13 +5,13 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from agent_parts import dqn_worker
 from gymnasium import spaces
 from gymnasium.wrappers import FrameStackObservation
 
-from apex_dask.algo.env_worker import EnvWorker
-from apex_dask.algo.envs import make_env_factory
-from apex_dask.algo.frame_codec import decode_batch
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.replay.codec import decode_batch
+from apex_dask.algo.replay.shard import ReplayShard
 
 
 class BlinkEnv(gym.Env):
@@ -41,7 +41,7 @@ def stacked_blink():
 
 def worker(frame_stack, factory=stacked_blink, **kw):
     kw = {"epsilon": 1.0, "seed": 3, "hiddens": (16,), "fragment_length": 50, **kw}
-    return EnvWorker(factory, frame_stack=frame_stack, **kw)
+    return dqn_worker(factory, frame_stack=frame_stack, **kw)
 
 
 def test_compact_rollouts_decode_to_what_a_full_stack_worker_sends():
@@ -49,7 +49,7 @@ def test_compact_rollouts_decode_to_what_a_full_stack_worker_sends():
     frames = transitions = 0
     for _ in range(8):
         a, b = full.sample(), compact.sample()
-        assert set(b["batch"]) == {
+        assert set(b.batch) == {
             "frames",
             "obs_refs",
             "action",
@@ -58,14 +58,14 @@ def test_compact_rollouts_decode_to_what_a_full_stack_worker_sends():
             "done",
             "discount",
         }
-        decoded = decode_batch(b["batch"])
-        for key, value in a["batch"].items():
+        decoded = decode_batch(b.batch)
+        for key, value in a.batch.items():
             assert decoded[key].dtype == value.dtype
             np.testing.assert_array_equal(decoded[key], value, err_msg=key)
-        np.testing.assert_array_equal(a["priorities"], b["priorities"])
-        assert a["episode_returns"] == b["episode_returns"]
-        frames += len(b["batch"]["frames"])
-        transitions += len(b["batch"]["action"])
+        np.testing.assert_array_equal(a.priorities, b.priorities)
+        assert a.episode_returns == b.episode_returns
+        frames += len(b.batch["frames"])
+        transitions += len(b.batch["action"])
     # each frame once per fragment: ~(50 + n + k - 1) / 50 plus one per episode start
     assert frames / transitions <= 1.3
 
@@ -81,9 +81,9 @@ def test_shard_returns_the_stacks_the_worker_saw():
     naive = {}
     for _ in range(12):
         a, b = full.sample(), compact.sample()
-        slots = shard.add(b["batch"], b["priorities"])
+        slots = shard.add(b.batch, b.priorities)
         for j, slot in enumerate(slots):
-            naive[int(slot)] = {key: value[j] for key, value in a["batch"].items()}
+            naive[int(slot)] = {key: value[j] for key, value in a.batch.items()}
     s = shard.sample(256, beta=0.4)
     for key in ("obs", "next_obs", "action", "reward", "done", "discount"):
         want = np.stack([naive[int(i)][key] for i in s.indices])
@@ -102,10 +102,10 @@ def test_real_ale_rollout_is_stored_and_sampled_exactly():
     frames = transitions = 0
     for _ in range(6):
         a, b = full.sample(), compact.sample()
-        frames += len(b["batch"]["frames"])
-        transitions += len(b["batch"]["action"])
-        for j, slot in enumerate(shard.add(b["batch"], b["priorities"])):
-            naive[int(slot)] = {key: value[j] for key, value in a["batch"].items()}
+        frames += len(b.batch["frames"])
+        transitions += len(b.batch["action"])
+        for j, slot in enumerate(shard.add(b.batch, b.priorities)):
+            naive[int(slot)] = {key: value[j] for key, value in a.batch.items()}
     assert frames / transitions <= 1.3
     s = shard.sample(128, beta=0.4)
     assert s.data["obs"].shape == (128, 4, 84, 84) and s.data["obs"].dtype == np.uint8

@@ -1,7 +1,11 @@
 import numpy as np
 import pytest
 
-from apex_dask.algo.exploration import apex_epsilons, ladder_fill_order, lowest_epsilon_workers
+from apex_dask.algo.rollout.exploration import (
+    apex_epsilons,
+    ladder_fill_order,
+    lowest_epsilon_workers,
+)
 
 
 def test_epsilons_follow_apex_formula_hand_computed():

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from frame_rollouts import StackedEpisodes
 
-from apex_dask.algo import frame_codec
-from apex_dask.algo.frame_codec import (
+from apex_dask.algo.replay.codec import (
     decode_batch,
     encode_batch,
     encode_stacks,
     is_compact,
     split_compact,
 )
+from apex_dask.algo.replay import codec as frame_codec
 
 
 def assert_same_batch(a: dict, b: dict) -> None:
@@ -162,7 +162,7 @@ def test_without_numba_the_numpy_path_encodes_the_same(tmp_path):
     code = (
         "import sys; sys.modules['numba'] = None\n"  # numba cannot be imported
         "import numpy as np\n"
-        "from apex_dask.algo import frame_codec\n"
+        "from apex_dask.algo.replay import codec as frame_codec\n"
         "assert not frame_codec.HAVE_NUMBA\n"
         f"b = np.load({str(tmp_path / 'batch.npz')!r})\n"
         "out = frame_codec.encode_stacks(b['obs'], b['next_obs'])\n"

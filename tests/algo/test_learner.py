@@ -5,7 +5,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.learner import Learner
+from apex_dask.algo.agents.dqn.learner import Learner
+from apex_dask.algo.agents.dqn.options import DQNOptions
 
 OBS = spaces.Box(-5.0, 5.0, (4,), np.float32)
 ACT = spaces.Discrete(2)
@@ -23,8 +24,9 @@ def _batch(rng, n=32):
 
 
 def _learner(**kw):
-    kw = {"hiddens": (32,), "lr": 1e-2, "device": "cpu", "seed": 0, **kw}
-    return Learner(OBS, ACT, **kw)
+    seed = kw.pop("seed", 0)
+    kw = {"hiddens": (32,), "lr": 1e-2, "device": "cpu", **kw}
+    return Learner(OBS, ACT, DQNOptions(**kw), seed=seed)
 
 
 def test_learner_overfits_fixed_batch_so_td_errors_fall():
@@ -129,7 +131,7 @@ def test_grad_clip_bounds_the_gradient_norm():
 
 def test_learner_trains_on_uint8_frames():
     space = spaces.Box(0, 255, (10, 10, 3), np.uint8)
-    learner = Learner(space, spaces.Discrete(4), hiddens=(32,), device="cpu", seed=0)
+    learner = Learner(space, spaces.Discrete(4), DQNOptions(hiddens=(32,), device="cpu"), seed=0)
     rng = np.random.default_rng(6)
     data = {
         "obs": rng.integers(0, 256, (8, 10, 10, 3), dtype=np.uint8),
@@ -145,7 +147,7 @@ def test_learner_trains_on_uint8_frames():
 def test_device_auto_resolves_and_num_threads_applies():
     before = torch.get_num_threads()
     try:
-        learner = Learner(OBS, ACT, hiddens=(8,), device="auto", num_threads=1)
+        learner = Learner(OBS, ACT, DQNOptions(hiddens=(8,), device="auto", num_threads=1))
         assert torch.get_num_threads() == 1
         assert learner.device == ("cuda" if torch.cuda.is_available() else "cpu")
     finally:

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from apex_dask.algo.loss import dqn_loss, huber, q_targets, td_errors_numpy
+from apex_dask.algo.agents.dqn.loss import dqn_loss, q_targets, td_errors_numpy
+from apex_dask.algo.agents.losses import huber
 
 
 class TableQ(nn.Module):

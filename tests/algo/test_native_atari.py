@@ -1,4 +1,4 @@
-"""ale-py's native vector env against the gymnasium Atari pipeline (algo/atari.py), on real games.
+"""ale-py's native vector env against the gymnasium Atari pipeline (algo/envs/atari.py), on real games.
 
 Where the two should agree they are compared step by step on the same game,
 seed and actions: frames, raw and clipped rewards, game overs, life losses as
@@ -15,17 +15,19 @@ import pytest
 
 pytest.importorskip("ale_py")
 
-from apex_dask.algo.atari import wrap_atari  # noqa: E402
-from apex_dask.algo.env_guard import EnvErrorPolicy, EnvGuard  # noqa: E402
-from apex_dask.algo.env_worker import EnvWorker  # noqa: E402
-from apex_dask.algo.envs import check_env_id, make_env_factory  # noqa: E402
-from apex_dask.algo.native_envs import NativeAtariEnvs, native_game, native_kwargs  # noqa: E402
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.worker import EnvWorker  # noqa: E402
+from apex_dask.algo.envs.atari import wrap_atari  # noqa: E402
+from apex_dask.algo.envs.factory import check_env_id, make_env_factory  # noqa: E402
+from apex_dask.algo.envs.guard import EnvErrorPolicy, EnvGuard  # noqa: E402
+from apex_dask.algo.envs.native import NativeAtariEnvs, native_game, native_kwargs  # noqa: E402
+from apex_dask.algo.rollout.spec import RolloutSpec
 
 
 def _native(env_id: str, num_envs: int = 1, seed: int = 1, **kwargs):
     factory = make_env_factory(env_id, **kwargs)
     guard = EnvGuard(env_id)
-    policy = EnvErrorPolicy(env_id, restart=True, max_per_min=10)
+    policy = EnvErrorPolicy(env_id, restart=True, max_per_1k_steps=10)
     rng = np.random.default_rng(0)
     return NativeAtariEnvs(
         factory, num_envs=num_envs, seed=seed, guard=guard, policy=policy, rng=rng, noop_max=0
@@ -109,24 +111,21 @@ def test_env_worker_on_the_native_env_keeps_priorities_equal_to_the_recomputatio
         factory,
         epsilon=0.5,
         seed=3,
-        hiddens=(32,),
-        fragment_length=60,
-        num_envs=2,
-        frame_stack=4,
-        vector_mode="native",
+        rollout=RolloutSpec(fragment_length=60, num_envs=2, frame_stack=4, vector_mode="native"),
+        options=DQNOptions(hiddens=(32,)),
     )
     assert worker.vector_mode == "native"
     assert worker.envs[0].num_envs == 1  # an evaluator never makes the others
-    from apex_dask.algo.frame_codec import decode_batch
+    from apex_dask.algo.replay.codec import decode_batch
 
     done = cut = 0
     for _ in range(4):
         out = worker.sample()
-        batch = decode_batch(out["batch"])
-        np.testing.assert_allclose(out["priorities"], worker.td_errors(batch), rtol=1e-4, atol=1e-5)
+        batch = decode_batch(out.batch)
+        np.testing.assert_allclose(out.priorities, worker.td_errors(batch), rtol=1e-4, atol=1e-5)
         done += int(batch["done"].sum())
         cut += int(((~batch["done"]) & (batch["discount"] > 0.99**3 * 1.0001)).sum())
     assert worker.envs[0].num_envs == 2
     # lost lives are training terminals; 400 frames (100 steps) cut episodes by time
-    assert done > 0 and cut > 0 and out["steps"] == 120
+    assert done > 0 and cut > 0 and out.steps == 120
     worker.close()

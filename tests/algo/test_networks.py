@@ -3,7 +3,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from apex_dask.algo.networks import (
+from apex_dask.algo.agents.dqn.networks import (
     ConvQNetwork,
     MLPQNetwork,
     NumpyMLPQ,

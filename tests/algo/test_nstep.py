@@ -8,7 +8,7 @@ are integer labels so next_obs is easy to check. An expected transition is
 import numpy as np
 import pytest
 
-from apex_dask.algo.nstep import TRANSITION_KEYS, NStepAdder, stack_transitions
+from apex_dask.algo.rollout.nstep import TRANSITION_KEYS, NStepAdder, stack_transitions
 
 F, T = False, True
 

@@ -11,32 +11,38 @@ import numpy as np
 import pytest
 from trained_runs import cartpole_weights, pendulum_model
 
-from apex_dask.algo.envs import make_env_factory
-from apex_dask.algo.learner import module_weights
-from apex_dask.algo.networks import build_q_network
-from apex_dask.algo.play import QPolicy, WeightsMismatch, make_policy, play_episodes
-from apex_dask.algo.video import rgb_frame, video_problem
+from apex_dask.algo.agents.base import WeightsMismatch, module_weights
+from apex_dask.algo.agents.dpg.options import DPGOptions
+from apex_dask.algo.agents.dqn.networks import build_q_network
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.policy import QPolicy
+from apex_dask.algo.agents.registry import make_policy
+from apex_dask.algo.agents.spec import AgentSpec
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.play.episodes import play_episodes
+from apex_dask.algo.play.video import rgb_frame, video_problem
 from apex_dask.config import ApexConfig
 
 HIDDENS = (128, 128)
+DQN = AgentSpec("dqn", DQNOptions(hiddens=HIDDENS))
 
 
 def test_episodes_do_not_depend_on_how_they_are_split():
     factory = make_env_factory("CartPole-v1")
-    kw = {"base_seed": 11, "epsilon": 0.3, "hiddens": HIDDENS}
-    whole = play_episodes(factory, cartpole_weights(), range(6), **kw)
-    parts = play_episodes(factory, cartpole_weights(), [4, 5], **kw)
-    parts += play_episodes(factory, cartpole_weights(), [0, 1, 2, 3], **kw)
+    kw = {"base_seed": 11, "epsilon": 0.3}
+    whole = play_episodes(factory, DQN, cartpole_weights(), range(6), **kw)
+    parts = play_episodes(factory, DQN, cartpole_weights(), [4, 5], **kw)
+    parts += play_episodes(factory, DQN, cartpole_weights(), [0, 1, 2, 3], **kw)
     key = sorted((r["index"], r["return"], r["length"]) for r in parts)
     assert key == [(r["index"], r["return"], r["length"]) for r in whole]
     assert len({r["length"] for r in whole}) > 1  # epsilon 0.3 makes episodes differ
-    other = play_episodes(factory, cartpole_weights(), range(6), **{**kw, "base_seed": 12})
+    other = play_episodes(factory, DQN, cartpole_weights(), range(6), **{**kw, "base_seed": 12})
     assert [r["length"] for r in other] != [r["length"] for r in whole]
 
 
 def test_greedy_controller_weights_balance_for_500_steps():
     rows = play_episodes(
-        make_env_factory("CartPole-v1"), cartpole_weights(), range(3), base_seed=0, hiddens=HIDDENS
+        make_env_factory("CartPole-v1"), DQN, cartpole_weights(), range(3), base_seed=0
     )
     assert [r["return"] for r in rows] == [500.0] * 3
 
@@ -44,26 +50,22 @@ def test_greedy_controller_weights_balance_for_500_steps():
 def test_weights_of_another_network_are_named():
     env = gym.make("CartPole-v1")
     with pytest.raises(WeightsMismatch, match=r"lack 'trunk\.2\.weight'"):
-        QPolicy(env.observation_space, env.action_space, cartpole_weights((64,)), HIDDENS)
+        QPolicy(env.observation_space, env.action_space, cartpole_weights((64,)), DQN.options)
     with pytest.raises(WeightsMismatch, match=r"'trunk\.0\.weight' has shape \[64, 4\]"):
-        QPolicy(env.observation_space, env.action_space, cartpole_weights((64, 8)), HIDDENS)
+        QPolicy(env.observation_space, env.action_space, cartpole_weights((64, 8)), DQN.options)
 
 
-def _pendulum() -> tuple[gym.Env, dict, dict]:
+def _pendulum() -> tuple[gym.Env, dict, AgentSpec]:
     d = ApexConfig.preset("pendulum").dpg
-    nets = {
-        "actor_hiddens": d.actor_hiddens,
-        "critic_hiddens": d.critic_hiddens,
-        "twin_q": d.twin_q,
-    }
-    return gym.make("Pendulum-v1"), module_weights(pendulum_model()), nets
+    options = DPGOptions(actor_hiddens=d.actor_hiddens, critic_hiddens=d.critic_hiddens)
+    return gym.make("Pendulum-v1"), module_weights(pendulum_model()), AgentSpec("dpg", options)
 
 
 def test_a_dpg_policy_plays_its_actor_and_explores_within_the_bounds():
     import torch
 
-    env, weights, nets = _pendulum()
-    policy = make_policy(env.observation_space, env.action_space, weights, algo="dpg", dpg=nets)
+    env, weights, spec = _pendulum()
+    policy = make_policy(spec, env.observation_space, env.action_space, weights)
     obs = np.random.default_rng(0).uniform(-1, 1, (200, 3)).astype(np.float32)
     with torch.no_grad():
         want = pendulum_model().actor(torch.as_tensor(obs)).numpy()
@@ -76,28 +78,23 @@ def test_a_dpg_policy_plays_its_actor_and_explores_within_the_bounds():
     assert np.all(np.abs(explored) <= 2.0) and not np.allclose(explored, got)
     assert abs(float(explored.mean())) < 0.3  # uniform over [-2, 2]
     with pytest.raises(WeightsMismatch, match=r"'actor\.net\.0\.weight' has shape"):
-        make_policy(
-            env.observation_space,
-            env.action_space,
-            weights,
-            algo="dpg",
-            dpg={**nets, "actor_hiddens": (32, 32)},
-        )
+        other = AgentSpec("dpg", replace(spec.options, actor_hiddens=(32, 32)))
+        make_policy(other, env.observation_space, env.action_space, weights)
 
 
 def test_dpg_episodes_are_seeded_per_episode_and_greedy_ones_repeat():
     factory = make_env_factory("Pendulum-v1")
-    _, weights, nets = _pendulum()
-    kw = {"base_seed": 3, "algo": "dpg", "dpg": nets}
-    whole = play_episodes(factory, weights, range(4), **kw)
-    parts = play_episodes(factory, weights, [2, 3], **kw) + play_episodes(
-        factory, weights, [0, 1], **kw
+    _, weights, spec = _pendulum()
+    kw = {"base_seed": 3}
+    whole = play_episodes(factory, spec, weights, range(4), **kw)
+    parts = play_episodes(factory, spec, weights, [2, 3], **kw) + play_episodes(
+        factory, spec, weights, [0, 1], **kw
     )
     key = sorted((r["index"], r["return"], r["length"]) for r in parts)
     assert key == [(r["index"], r["return"], r["length"]) for r in whole]
     assert [r["length"] for r in whole] == [200] * 4  # Pendulum's time limit
     assert len({r["return"] for r in whole}) == 4  # each episode its own start
-    noisy = play_episodes(factory, weights, range(4), epsilon=0.5, **kw)
+    noisy = play_episodes(factory, spec, weights, range(4), epsilon=0.5, **kw)
     assert [r["return"] for r in noisy] != [r["return"] for r in whole]
 
 
@@ -138,13 +135,14 @@ def test_recorded_video_decodes_to_the_episodes_frames(tmp_path, env_id, weights
     else:
         w, hiddens = weights(), HIDDENS
     # epsilon 0.5 keeps CartPole episodes short (and different from 500)
-    kw = {"base_seed": 5, "epsilon": 0.5, "hiddens": hiddens, "max_steps": 400}
-    rows = play_episodes(factory, w, [0, 1], record=[1], render_factory=render, **kw)
+    spec = AgentSpec("dqn", DQNOptions(hiddens=hiddens))
+    kw = {"base_seed": 5, "epsilon": 0.5, "max_steps": 400}
+    rows = play_episodes(factory, spec, w, [0, 1], record=[1], render_factory=render, **kw)
     assert "video" not in rows[0]
     frames, got_size = _decoded_frames(rows[1]["video"], tmp_path)
     assert frames == rows[1]["length"] + 1  # the reset frame, then one per step
     assert tuple(got_size) == size
-    plain = play_episodes(factory, w, [1], **kw)  # recording does not change the episode
+    plain = play_episodes(factory, spec, w, [1], **kw)  # recording does not change the episode
     assert (plain[0]["return"], plain[0]["length"]) == (rows[1]["return"], rows[1]["length"])
 
 
@@ -153,7 +151,7 @@ def test_episode_frames_stay_few_small_and_evenly_spread():
 
     from PIL import Image
 
-    from apex_dask.algo.video import EpisodeFrames, quiet_pygame
+    from apex_dask.algo.play.video import EpisodeFrames, quiet_pygame
 
     quiet_pygame()
     env = gym.make("MountainCar-v0", render_mode="rgb_array")  # 200 steps, never earlier
@@ -180,8 +178,8 @@ def test_episode_frames_stay_few_small_and_evenly_spread():
 
 
 def test_a_render_that_raises_stops_the_frames_not_the_evaluation():
-    from apex_dask.algo.env_worker import EnvWorker
-    from apex_dask.algo.video import EpisodeFrames
+    from apex_dask.algo.agents.dqn.worker import EnvWorker
+    from apex_dask.algo.play.video import EpisodeFrames
 
     class NoPygame(gym.Wrapper):
         def render(self):

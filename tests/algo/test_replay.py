@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from apex_dask.algo.replay import ReplayShard
-from apex_dask.algo.sumtree import HAVE_NUMBA
+from apex_dask.algo.replay.sample import item_checksums
+from apex_dask.algo.replay.shard import ReplayShard
+from apex_dask.algo.replay.sumtree import HAVE_NUMBA
 
 BACKENDS = ["numpy"] + (["numba"] if HAVE_NUMBA else [])
 
@@ -116,6 +117,54 @@ def test_update_of_an_overwritten_slot_applies_to_the_item_there_now():
     s = shard.sample(500, beta=0.0)
     assert np.array_equal(s.data["action"][s.indices == 0], np.full((s.indices == 0).sum(), 4))
     assert shard.state_dict()["priority"].tolist() == [6.0, 1.0, 1.0, 1.0]
+
+
+def test_an_item_overwritten_since_its_sample_keeps_its_new_priority():
+    shard = ReplayShard(4, alpha=1.0, eps=0.0, seed=0)
+    shard.add(transitions(4), priorities=np.ones(4))
+    s = shard.sample(64, beta=0.0)
+    assert set(s.indices.tolist()) == {0, 1, 2, 3}
+    shard.add(transitions(2, start=4), priorities=np.array([2.0, 3.0]))  # items 4, 5 -> 0, 1
+    gone = np.isin(s.indices, [0, 1])
+    stale = shard.update_priorities(s.indices, np.full(64, 7.0), s.generations)
+    assert stale == gone.sum() and shard.stats()["stale_priority_updates"] == stale
+    assert shard.stats()["updated"] == 64 - stale
+    assert shard.state_dict()["priority"].tolist() == [2.0, 3.0, 7.0, 7.0]
+    assert shard.max_priority == 7.0
+
+
+def test_each_write_stamps_its_slot_with_a_new_generation():
+    shard = ReplayShard(3, seed=0)
+    shard.add(transitions(2))
+    shard.add(transitions(5, start=2))  # wraps twice over the 3 slots: items 4, 5, 6 stay
+    state = shard.state_dict()
+    assert state["clock"] == 7
+    assert state["generation"].tolist() == [7, 5, 6]  # slot k holds the write numbered so
+    s = shard.sample(200, beta=0.4)
+    np.testing.assert_array_equal(s.generations, state["generation"][s.indices])
+
+
+def test_a_restored_shard_keeps_its_items_generations_and_never_reuses_one():
+    a = ReplayShard(4, alpha=1.0, eps=0.0, seed=0)
+    a.add(transitions(4))
+    s = a.sample(32, beta=0.0)
+    b = ReplayShard(4, alpha=1.0, eps=0.0, seed=0)
+    b.load_state_dict(a.state_dict())
+    a.add(transitions(1, start=4))  # the shard that was lost goes on to write slot 0 ...
+    b.add(transitions(1, start=9))  # ... and so does the one restored from its checkpoint
+    assert a.state_dict()["generation"][0] != b.state_dict()["generation"][0]
+    assert b.update_priorities(s.indices, np.full(32, 5.0), s.generations) == (s.indices == 0).sum()
+    assert b.state_dict()["priority"].tolist() == [1.0, 5.0, 5.0, 5.0]
+
+
+def test_the_audit_finds_an_update_aimed_at_other_items():
+    shard = ReplayShard(8, seed=0)
+    shard.add(transitions(8))
+    s = shard.sample(16, beta=0.4)
+    assert shard.audit(s.indices, s.generations, item_checksums(s.data)) == (16, 0)
+    other = (s.indices + 1) % 8  # what a reused buffer would send: other slots
+    checked, differ = shard.audit(other, shard.items.generation[other], item_checksums(s.data))
+    assert checked == 16 and differ == 16
 
 
 def test_priorities_written_into_the_shard_move_its_tree_exactly():

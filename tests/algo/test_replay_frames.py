@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from frame_rollouts import StackedEpisodes, naive_sample_check
 
-from apex_dask.algo.frame_codec import encode_batch
-from apex_dask.algo.frame_storage import FRAMES_PER_ITEM
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay.codec import encode_batch
+from apex_dask.algo.replay.frames import FRAMES_PER_ITEM
+from apex_dask.algo.replay.shard import ReplayShard
 
 
 def add_both(shard, naive: dict, batch: dict, k: int, compact: bool, priorities=None):

@@ -8,8 +8,8 @@ import tracemalloc
 import numpy as np
 from frame_rollouts import StackedEpisodes
 
-from apex_dask.algo.frame_codec import encode_batch
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay.codec import encode_batch
+from apex_dask.algo.replay.shard import ReplayShard
 
 FRAME = (84, 84)
 FRAME_BYTES = 84 * 84

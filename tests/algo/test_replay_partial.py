@@ -14,8 +14,8 @@ from frame_rollouts import StackedEpisodes, naive_sample_check
 from test_replay import transitions
 from test_replay_frames import add_both
 
-from apex_dask.algo.frame_codec import encode_batch
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay.codec import encode_batch
+from apex_dask.algo.replay.shard import ReplayShard
 
 
 def through_npz(state: dict, path) -> dict:
@@ -64,6 +64,9 @@ def test_the_newest_items_come_back_with_their_priorities_and_the_shards_counter
     if len(b) > 0:
         s = b.sample(64, beta=0.4)
         assert set(s.data["action"].tolist()) <= set(items.tolist())
+        # the restored items' generations name them: an update to what was sampled lands
+        assert b.update_priorities(s.indices, np.full(64, 7.0), s.generations) == 0
+        np.testing.assert_array_equal(priorities_of(b, s.indices), np.full(64, 7.0))
 
 
 def test_a_frame_stacked_shard_keeps_the_frames_of_its_newest_items_and_continues(tmp_path):

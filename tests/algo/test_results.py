@@ -3,15 +3,15 @@ import math
 import numpy as np
 import pytest
 
-from apex_dask.algo.replay import ReplayShard
-from apex_dask.algo.results import (
+from apex_dask.algo.replay.shard import ReplayShard
+from apex_dask.experiment.flow import ShardFlow
+from apex_dask.experiment.results import shard_metrics
+from apex_dask.experiment.stats import (
     derive_seed,
     episode_metrics,
     window_stat_metrics,
 )
-from apex_dask.algo.timers import WindowStat
-from apex_dask.experiment.flow import ShardFlow
-from apex_dask.experiment.results import shard_metrics
+from apex_dask.experiment.timers import WindowStat
 
 
 def test_derive_seed_is_stable_and_distinct_per_component():

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from apex_dask.algo.sumtree import HAVE_NUMBA, SumMinTree
+from apex_dask.algo.replay.sumtree import HAVE_NUMBA, SumMinTree
 
 BACKENDS = ["numpy"] + (["numba"] if HAVE_NUMBA else [])
 needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba not importable")

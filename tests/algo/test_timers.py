@@ -4,7 +4,7 @@ import time
 import numpy as np
 import pytest
 
-from apex_dask.algo.timers import Timer, WindowStat
+from apex_dask.experiment.timers import Timer, WindowStat
 
 
 def test_timer_measures_block_duration():

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from test_nstep import CASES
 
-from apex_dask.algo.nstep import NStepAdder
-from apex_dask.algo.vector_nstep import VectorNStepAdder
+from apex_dask.algo.rollout.nstep import NStepAdder
+from apex_dask.algo.rollout.vector_nstep import VectorNStepAdder
 
 KEYS = ("env", "obs", "action", "reward", "next_obs", "done", "discount")
 

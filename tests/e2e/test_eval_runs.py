@@ -61,7 +61,7 @@ def test_eval_on_embedded_and_running_clusters_gives_the_same_episodes(tmp_path)
 
 
 def test_a_dpg_run_plays_on_the_cluster_as_in_one_process(tmp_path):
-    from apex_dask.algo.play import play_episodes
+    from apex_dask.algo.play.episodes import play_episodes
     from apex_dask.cli.runfolder import load_run, policy_keys
     from apex_dask.experiment.builder import env_factory
 

@@ -189,16 +189,16 @@ sys.exit(subprocess.call(["apex-dask-submit", "--scheduler-file", os.environ["AP
 
 def rollout_bytes_per_item() -> float:
     """Bytes one stored MinAtar transition takes in an env worker's message to a shard."""
-    from apex_dask.algo.agents import make_env_worker
-    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.algo.agents.registry import make_env_worker
+    from apex_dask.algo.envs.factory import make_env_factory
     from apex_dask.config import ApexConfig
-    from apex_dask.experiment.builder import env_worker_kwargs
+    from apex_dask.experiment.builder import worker_spec
 
     cfg = ApexConfig.preset("minatar")
     factory = make_env_factory(cfg.env.env_id, cfg.env.env_kwargs)
-    out = make_env_worker(factory, epsilon=1.0, seed=0, **env_worker_kwargs(cfg)).sample()
-    items = len(out["priorities"])
-    data = sum(v.nbytes for v in out["batch"].values()) + out["priorities"].nbytes
+    out = make_env_worker(worker_spec(cfg), factory, epsilon=1.0, seed=0).sample()
+    items = len(out.priorities)
+    data = sum(v.nbytes for v in out.batch.values()) + out.priorities.nbytes
     return data / items
 
 

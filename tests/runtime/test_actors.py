@@ -8,14 +8,19 @@ import numpy as np
 import pytest
 from polling import poll
 
-from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.envs import make_env_factory
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 
 pytestmark = pytest.mark.slow  # every test uses the module's 2-process LocalCluster
 
 OBS = 4
-LEARNER_KWARGS = {"hiddens": (32,), "target_update_freq": 10_000, "device": "cpu", "num_threads": 1}
+AGENT = AgentSpec(
+    "dqn", DQNOptions(hiddens=(32,), target_update_freq=10_000, device="cpu", num_threads=1)
+)
 
 
 def rollout(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -53,7 +58,7 @@ def make_learner(client, where, spaces, shard_futures, **kwargs):
         LearnerActor,
         *spaces,
         shard_futures,
-        learner_kwargs=LEARNER_KWARGS,
+        agent=AGENT,
         call_timeout_s=20.0,
         actor=True,
         workers=[where],
@@ -191,14 +196,9 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
         make_env_factory("CartPole-v1"),
         shard_futs,
         learner_fut,
+        WorkerSpec(AGENT, RolloutSpec(n_step=3, gamma=0.99, fragment_length=20)),
         epsilon=0.3,
         seed=5,
-        n_step=3,
-        gamma=0.99,
-        fragment_length=20,
-        hiddens=LEARNER_KWARGS["hiddens"],
-        dueling=True,
-        double_q=True,
         call_timeout_s=20.0,
         actor=True,
         workers=[worker_addresses[1]],

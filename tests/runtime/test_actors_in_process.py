@@ -19,10 +19,14 @@ import time
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import CheckpointError
-from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.envs import make_env_factory
-from apex_dask.algo.learner import Learner
+from apex_dask.algo.agents.dqn.learner import Learner
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
+from apex_dask.algo.envs.factory import make_env_factory
+from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.replay.storage import GENERATION_EPOCH
+from apex_dask.algo.rollout.spec import RolloutSpec
+from apex_dask.experiment.checkpoint import CheckpointError
 from apex_dask.runtime.actors import EnvWorkerActor, ReplayShardActor
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 
@@ -74,7 +78,7 @@ def test_shard_answers_none_below_learning_starts_then_batches_and_takes_priorit
         assert await s.sample() is None
         assert await s.add(transitions(40, 1), np.full(40, 5.0, np.float32)) == 80
         batch = await s.sample()
-        await s.update_priorities(batch.indices, np.full(8, 0.5, np.float32))
+        await s.update_priorities(batch.indices, np.full(8, 0.5, np.float32), batch.generations)
         stats = await s.stats()
         await s.close()
         return batch, stats, await s.added()
@@ -104,20 +108,23 @@ def test_shard_checkpoint_part_restores_into_a_new_shard_and_refuses_another_cap
     held, (before, after) = asyncio.run(scenario())
     assert held == 100
     assert before.keys() == after.keys()
-    for key in before:
+    for key in before.keys() - {"clock"}:
         np.testing.assert_equal(after[key], before[key])
+    assert after["clock"] == before["clock"] + GENERATION_EPOCH  # a restore moves the clock on
 
 
 def test_env_worker_stores_each_rollout_in_the_named_shard_and_takes_only_newer_weights():
     factory = make_env_factory("CartPole-v1")
     obs_space, act_space = probe_spaces(factory)
-    weights = Learner(obs_space, act_space, hiddens=HIDDENS, device="cpu").get_weights()[1]
+    weights = Learner(
+        obs_space, act_space, DQNOptions(hiddens=HIDDENS, device="cpu")
+    ).get_weights()[1]
     source = WeightsSource(7, weights)
     shards = [shard(0, learning_starts=10**6), shard(1, learning_starts=10**6)]
-    worker = EnvWorkerActor(
-        3, factory, shards, source, epsilon=0.2, seed=3, n_step=3, gamma=0.99,
-        fragment_length=20, hiddens=HIDDENS, dueling=True, double_q=True,
-    )  # fmt: skip
+    spec = WorkerSpec(
+        AgentSpec("dqn", DQNOptions(hiddens=HIDDENS)), RolloutSpec(n_step=3, fragment_length=20)
+    )
+    worker = EnvWorkerActor(3, factory, shards, source, spec, epsilon=0.2, seed=3)
 
     async def scenario():
         first = await worker.sample_into(1)
@@ -211,8 +218,7 @@ def test_shard_links_call_local_shards_directly_and_follow_a_rebuilt_shard():
 
 
 def test_a_shard_sample_is_the_replayed_batch_message_with_its_shard_id():
-    from apex_dask.algo.replay_sample import ReplaySample
-    from apex_dask.experiment.messages import ReplayedBatch
+    from apex_dask.algo.replay.sample import ReplaySample
 
     s = shard(4, learning_starts=10)
 
@@ -221,7 +227,7 @@ def test_a_shard_sample_is_the_replayed_batch_message_with_its_shard_id():
         return await s.sample()
 
     batch = asyncio.run(scenario())
-    assert ReplayedBatch is ReplaySample and type(batch) is ReplaySample
+    assert type(batch) is ReplaySample and batch.generations.shape == (8,)
     assert batch.shard_id == 4 and batch.added == 30 and len(batch.indices) == 8
 
 
@@ -233,12 +239,12 @@ def test_learner_actor_hands_every_batchs_priorities_back_to_its_shard(pipeline)
 
     shards = [shard(0), shard(1)]
     spaces = probe_spaces(make_env_factory("CartPole-v1"))
-    kwargs = {"hiddens": HIDDENS, "device": "cpu", "pipeline": pipeline}
+    agent = AgentSpec("dqn", DQNOptions(hiddens=HIDDENS, device="cpu", pipeline=pipeline))
 
     async def scenario():
         for k, s in enumerate(shards):
             await s.add(transitions(64, k))
-        learner = LearnerActor(*spaces, shards, learner_kwargs=kwargs, batch_size=8)
+        learner = LearnerActor(*spaces, shards, agent=agent, batch_size=8)
         await learner.start()
         await until(lambda: learner.batches_trained >= 12)
         final = await learner.stop()

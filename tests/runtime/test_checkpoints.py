@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from apex_dask.algo.checkpoint import CheckpointError, read_manifest
+from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import CheckpointError, read_manifest
 from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
 from apex_dask.runtime.orchestration.driver import ApexDriver, ApexRuntimeError
 
@@ -58,7 +59,7 @@ def test_checkpoints_are_written_periodically_and_at_the_end_keeping_the_newest(
 
 
 def test_the_checkpoint_holds_the_learner_exactly(trained):
-    from apex_dask.algo.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoint import load_checkpoint
 
     parts, _ = load_checkpoint(latest_checkpoint(trained["root"]))
     saved, live = parts["learner"], trained["learner_state"]
@@ -69,9 +70,9 @@ def test_the_checkpoint_holds_the_learner_exactly(trained):
 
 def greedy_return_of(ckpt, cfg: ApexConfig) -> float:
     """20 greedy episodes, in this process, with exactly the checkpoint's online weights."""
-    from apex_dask.algo.checkpoint import load_checkpoint
-    from apex_dask.algo.env_worker import EnvWorker
-    from apex_dask.algo.envs import make_env_factory
+    from apex_dask.algo.agents.dqn.worker import EnvWorker
+    from apex_dask.algo.envs.factory import make_env_factory
+    from apex_dask.experiment.checkpoint import load_checkpoint
 
     online = load_checkpoint(ckpt)[0]["learner"]["online"]
     lc = cfg.learner
@@ -79,8 +80,7 @@ def greedy_return_of(ckpt, cfg: ApexConfig) -> float:
         make_env_factory(cfg.env.env_id),
         epsilon=0.0,
         seed=7,
-        hiddens=lc.hiddens,
-        dueling=lc.dueling,
+        options=DQNOptions(hiddens=lc.hiddens, dueling=lc.dueling),
     )
     player.set_weights(1, {k: np.asarray(v) for k, v in online.items()})
     try:
@@ -99,7 +99,7 @@ def test_resume_continues_counters_and_replay_without_a_collapse(trained, client
     of the checkpointed policy's return, and >= 100 where random play scores ~22),
     while the restore itself is checked exactly: the resumed learner holds the
     checkpoint's weights, so its greedy return is the checkpoint's."""
-    from apex_dask.algo.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoint import load_checkpoint
 
     before = trained["results"]
     ckpt = latest_checkpoint(trained["root"])
@@ -149,6 +149,41 @@ def test_a_corrupt_checkpoint_is_refused_naming_the_file(trained, client, tmp_pa
         ApexDriver(config(), client, resume_from=copy)
 
 
+def test_resume_skips_a_damaged_newest_checkpoint_and_removes_leftovers(trained, client, tmp_path):
+    """keep=2 keeps an older good checkpoint; a resume uses it, naming the one it skipped
+    (a flipped byte only the shard actor's SHA-256 finds) and the bytes freed. The damaged
+    one is moved aside, so the next save's rotation keeps the good one."""
+    import shutil
+
+    from apex_dask.experiment.checkpoint import load_checkpoint
+
+    root = tmp_path / "checkpoints"
+    good, bad = root / "ckpt-000001", root / "ckpt-000002"
+    shutil.copytree(latest_checkpoint(trained["root"]), good)
+    shutil.copytree(good, bad)
+    data = bytearray((bad / "shard_1.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (bad / "shard_1.npz").write_bytes(bytes(data))
+    killed = root / ".ckpt-000003.tmp-k1"  # a write killed half-way
+    killed.mkdir()
+    (killed / "shard_0.npz").write_bytes(b"\0" * 10_000)
+    with ApexDriver(config(), client, checkpoint_dir=root, resume_from=root) as d:
+        version, weights = d.learner_weights()
+        notes, resumed = list(d.startup_notes), d.resumed_path
+    assert not killed.exists()
+    assert notes[0] == f"removed 1 unfinished checkpoint write from {root} (10.0 kB freed)"
+    assert notes[1].startswith("skipped checkpoint ckpt-000002, it does not verify: ")
+    assert "shard_1.npz: checksum mismatch" in notes[1]
+    assert notes[1].endswith("; moved it to ckpt-000002.damaged")
+    assert len(notes) == 2 and resumed == good
+    assert (root / "ckpt-000002.damaged" / "shard_1.npz").exists()
+    assert [p.name for p in checkpoints_in(root)] == ["ckpt-000001", "ckpt-000002"]  # + "end"
+    saved = load_checkpoint(good)[0]["learner"]
+    assert version == saved["counters"]["version"]
+    for name, arr in saved["online"].items():
+        np.testing.assert_array_equal(weights[name], arr)
+
+
 def test_a_checkpoint_of_another_network_is_refused(trained, client):
     other = config(**{"learner.hiddens": [64]})
     with pytest.raises(CheckpointError, match="learner.npz: does not fit this learner"):
@@ -171,7 +206,7 @@ def test_a_dpg_run_resumes_its_actor_critic_counters_and_replay(client, tmp_path
     """Ape-X DPG through the same checkpoints: the resumed learner holds the saved actor
     and critic (online and target) and its optimizers' step counts, and the counters
     and the replay continue."""
-    from apex_dask.algo.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoint import load_checkpoint
 
     cfg = ApexConfig.preset("pendulum").override(
         {

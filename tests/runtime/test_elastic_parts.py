@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 
-from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.algo.rollout.exploration import apex_epsilons
 from apex_dask.config import ApexConfig
 from apex_dask.runtime.actors.replay_shard import ReplayShardActor
 from apex_dask.runtime.orchestration.elastic import env_hosts, free_slots, start_placement
@@ -86,12 +86,19 @@ def test_a_handed_over_shard_loses_nothing_and_forwards_late_calls():
         await old.add(_batch(10, 30.0), np.ones(10))  # a rollout already on its way
         sample = await old.sample()  # a request already on its way: served by the new one
         assert sample is not None and sample.shard_id == 0
-        await old.update_priorities(sample.indices, np.full(4, 2.0))
+        stale = await old.update_priorities(sample.indices, np.full(4, 2.0), sample.generations)
+        assert stale == 0  # the items moved with their generations
+        gone = await new.sample()  # then the new shard overwrites the ring: 40 + 60 > 100
+        for i in range(6):
+            await new.add(_batch(10, 100.0 + 10 * i), np.ones(10))
+        assert await old.update_priorities(gone.indices, np.ones(4), gone.generations) == sum(
+            int(i) < 40 + 60 - 100 for i in gone.indices
+        )
         stats = await new.stats()
-        assert stats["replay/0/size"] == 40
-        assert stats["replay/0/rollouts_stored"] == 4  # counted once, where they are now
-        assert stats["replay/0/batches_sampled"] == 2
-        assert stats["replay/0/priority_updates_applied"] == 1
+        assert stats["replay/0/size"] == 100
+        assert stats["replay/0/rollouts_stored"] == 10  # counted once, where they are now
+        assert stats["replay/0/batches_sampled"] == 3
+        assert stats["replay/0/priority_updates_applied"] == 2
         assert (await old.stats())["replay/0/rollouts_stored"] == 3  # frozen at the move
 
     asyncio.run(go())

@@ -159,3 +159,15 @@ def test_config_key_and_the_old_colocate_key():
     with pytest.raises(ConfigError, match="replay.placement='near' is invalid") as err:
         cfg.override({"replay.placement": "near"})
     assert "\n" not in str(err.value)
+
+
+def test_only_workers_keeps_the_named_ones_and_refuses_a_stranger():
+    from apex_dask.runtime.orchestration.placement import only_workers
+
+    workers = [WorkerInfo(f"tcp://h:{i}", str(i), "h") for i in range(4)]
+    assert only_workers(workers, None) == workers
+    assert [w.name for w in only_workers(workers, ["tcp://h:3", "1", "1"])] == ["3", "1"]
+    with pytest.raises(ApexRuntimeError, match="'tcp://h:9' is not on the Dask cluster"):
+        only_workers(workers, ["tcp://h:9"])
+    with pytest.raises(ApexRuntimeError, match="empty"):
+        only_workers(workers, [])

@@ -16,16 +16,16 @@ import time
 
 import pytest
 
-from apex_dask.algo.checkpoint import read_manifest
-from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.exploration import apex_epsilons
+from apex_dask.algo.envs.probe import probe_spaces
+from apex_dask.algo.rollout.exploration import apex_epsilons
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
+    agent_spec,
     env_factory,
-    env_worker_kwargs,
-    learner_kwargs,
     shard_actor_kwargs,
+    worker_spec,
 )
+from apex_dask.experiment.checkpoint import read_manifest
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState
@@ -55,7 +55,7 @@ def build(cfg: ApexConfig) -> RunState:
     learner = LearnerActor(
         *spaces,
         shards,
-        learner_kwargs=learner_kwargs(cfg),
+        agent=agent_spec(cfg),
         batch_size=lr.batch_size,
         inqueue_size=lr.inqueue_size,
         prefetch_per_shard=lr.prefetch_per_shard,
@@ -64,8 +64,8 @@ def build(cfg: ApexConfig) -> RunState:
     eps = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
 
     def worker(i: int, epsilon: float) -> EnvWorkerActor:
-        kwargs = env_worker_kwargs(cfg)
-        return EnvWorkerActor(i, factory, shards, learner, epsilon=epsilon, seed=i + 1, **kwargs)
+        spec = worker_spec(cfg)
+        return EnvWorkerActor(i, factory, shards, learner, spec, epsilon=epsilon, seed=i + 1)
 
     slots = [EnvSlot(i, None, worker(i, e), "in-process", float(e)) for i, e in enumerate(eps)]
     evaluator = EnvSlot(-1, None, worker(-1, 0.0), "in-process", 0.0)

@@ -79,7 +79,7 @@ def test_the_table_parses_into_names():
 
 
 def test_the_cuda_only_rows_are_the_learners_device_metrics():
-    from apex_dask.algo.device_batches import DEVICE_METRICS
+    from apex_dask.algo.agents.device_batches import DEVICE_METRICS
 
     assert documented()["cuda"] == set(DEVICE_METRICS)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import is_dataclass, replace
 from typing import Any
 
-from apex_dask.algo.video import EpisodeFrames, quiet_pygame
+from apex_dask.algo.play.video import EpisodeFrames, quiet_pygame
 from apex_dask.runtime.observability.metrics import ANIMATION_TOPIC, worker_sink
 
 __all__ = ["EVERY_S", "EvalAnimation", "rendering"]

@@ -43,7 +43,13 @@ class ShardHandle(Protocol):
 
     def shared_stats(self) -> ActorCall[dict[str, Any]]: ...
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> ActorCall[None]: ...
+    def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray,
+        checksums: np.ndarray | None = None,
+    ) -> ActorCall[int]: ...
 
     def added(self) -> ActorCall[int]: ...
 
@@ -102,7 +108,7 @@ class LearnerHandle(Protocol):
 
 
 class EnvWorkerHandle(Protocol):
-    """An epsilon-greedy env worker or the evaluator (:class:`~.env_worker.EnvWorkerActor`)."""
+    """An env worker of the run's agent, or the evaluator (:class:`~.env_worker.EnvWorkerActor`)."""
 
     def sample_into(self, shard_ids: int | Sequence[int]) -> ActorCall[Any]: ...
 
@@ -114,6 +120,7 @@ class EnvWorkerHandle(Protocol):
         seed: int | None = None,
         max_steps: int | None = None,
         timeout_s: float | None = None,
+        weights_above: float | None = None,
     ) -> ActorCall[dict[str, Any]]: ...
 
     def set_shard(self, shard_id: int, handle: Any) -> ActorCall[None]: ...

@@ -1,4 +1,4 @@
-"""The env worker actor: epsilon-greedy rollouts sent straight to a replay shard.
+"""The env worker actor: an agent's rollouts sent straight to a replay shard.
 
 The env and the policy run in a private one-thread executor and the actor
 only ``await``s on the worker's loop, so two requests in flight pipeline
@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from apex_dask.algo.env_guard import EnvFailed
+from apex_dask.algo.agents.spec import WorkerSpec
+from apex_dask.algo.envs.guard import EnvFailed
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.experiment.results import env_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
@@ -45,7 +46,8 @@ def _take_warnings() -> tuple[str, ...]:
 
 
 class EnvWorkerActor:
-    """An epsilon-greedy env worker (:class:`apex_dask.algo.env_worker.EnvWorker`).
+    """An env worker of the run's agent (made by the agent's builder from ``spec``:
+    :class:`~apex_dask.algo.agents.spec.WorkerSpec`), exploring with ``epsilon``.
 
     ``sample_into(k)`` runs one rollout of ``fragment_length`` env steps with
     the worker's current (possibly stale) weights, computes its initial
@@ -71,29 +73,15 @@ class EnvWorkerActor:
         env_factory: Callable[[], Any],
         shards: Sequence[Any],
         learner: Any,
+        spec: WorkerSpec,
         *,
         epsilon: float,
         seed: int,
-        n_step: int,
-        gamma: float,
-        fragment_length: int,
-        hiddens: Sequence[int],
-        dueling: bool,
-        double_q: bool,
-        frame_stack: int | None = None,
-        num_envs: int = 1,
-        make_timeout_s: float = 60.0,
-        step_timeout_s: float | None = None,
-        restart_failed_envs: bool = True,
-        max_env_errors_per_min: int = 10,
-        vector_mode: str = "sync",
         call_timeout_s: float = 60.0,
         run: str = "",
         animation: bool = False,
-        algo: str = "dqn",
-        dpg: dict[str, Any] | None = None,
     ) -> None:
-        from apex_dask.algo.agents import make_env_worker
+        from apex_dask.algo.agents.registry import make_env_worker
         from apex_dask.runtime.actors.animation import EvalAnimation, rendering
 
         self._animation = EvalAnimation(run) if animation else None
@@ -104,27 +92,8 @@ class EnvWorkerActor:
         self._learner = as_handle(learner)
         self._timeout = float(call_timeout_s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
-        self._worker = make_env_worker(
-            env_factory,
-            algo=algo,
-            dpg=dpg,
-            epsilon=epsilon,
-            seed=seed,
-            n_step=n_step,
-            gamma=gamma,
-            fragment_length=fragment_length,
-            hiddens=tuple(hiddens),
-            dueling=dueling,
-            double_q=double_q,
-            frame_stack=frame_stack,
-            num_envs=num_envs,
-            make_timeout_s=make_timeout_s,
-            step_timeout_s=step_timeout_s,
-            restart_failed_envs=restart_failed_envs,
-            max_env_errors_per_min=max_env_errors_per_min,
-            vector_mode=vector_mode,
-            where=f"env worker {index}" if index >= 0 else "the evaluator",
-        )
+        where = f"env worker {index}" if index >= 0 else "the evaluator"
+        self._worker = make_env_worker(spec, env_factory, epsilon=epsilon, seed=seed, where=where)
         if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
             modes = (getattr(self._worker.env, "metadata", None) or {}).get("render_modes") or []
             if "rgb_array" in modes:
@@ -138,6 +107,7 @@ class EnvWorkerActor:
         self.weight_syncs = 0
         self._errors_reported = 0
         self._last_eval: dict[str, Any] | None = None
+        self._applied: dict[str, Any] | None = None  # the evaluator's weights, as pulled
         self._t0 = time.monotonic()
         self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
 
@@ -160,7 +130,7 @@ class EnvWorkerActor:
                 out = await self._in_pool(self._worker.sample)
                 self.rollouts_sent += 1
                 await call_with_timeout(
-                    self._shards[k].add(out["batch"], out["priorities"]), self._timeout
+                    self._shards[k].add(out.batch, out.priorities), self._timeout
                 )
             except EnvFailed as exc:  # with this process's warnings, for the driver's log
                 raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
@@ -169,10 +139,10 @@ class EnvWorkerActor:
                     raise
                 break
             done += 1
-            steps += int(out["steps"])
-            version = int(out["weights_version"])
-            returns += [float(x) for x in out["episode_returns"]]
-            lengths += [int(x) for x in out["episode_lengths"]]
+            steps += int(out.steps)
+            version = int(out.weights_version)
+            returns += [float(x) for x in out.episode_returns]
+            lengths += [int(x) for x in out.episode_lengths]
         self.steps_sampled += steps
         self._pub.maybe(self._metrics)
         errors = self._new_env_errors()
@@ -200,6 +170,8 @@ class EnvWorkerActor:
         version, weights = pickle.loads(blob)
         if version > self._worker.weights_version:
             self._worker.set_weights(version, weights)
+            if self.index < 0:  # the evaluator: a best evaluation sends back what it played
+                self._applied = weights
         return int(self._worker.weights_version)
 
     async def evaluate(
@@ -208,9 +180,12 @@ class EnvWorkerActor:
         seed: int | None = None,
         max_steps: int | None = None,
         timeout_s: float | None = None,
+        weights_above: float | None = None,
     ) -> dict[str, Any]:
         """Sync to the newest weights, then ``num_episodes`` greedy episodes of at most
-        ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats."""
+        ``max_steps`` steps each, stopped after ``timeout_s`` (``timed_out``); their stats.
+        With ``weights_above``: a mean return above it sends the weights played along
+        (``weights``), the ones a run keeps as its best."""
         await self.sync_weights()
         frames = None if self._animation is None else self._animation.frames()
         try:
@@ -227,6 +202,9 @@ class EnvWorkerActor:
             self._pool.submit(self._send_animation, frames, out)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
+        mean = out.get("return_mean")
+        if weights_above is not None and self._applied is not None and mean > weights_above:
+            out["weights"] = self._applied  # NaN (no episode finished) is never above
         out["env_errors"] = self._new_env_errors()
         out["warnings"] = _take_warnings()
         self._last_eval = out

@@ -12,12 +12,13 @@
   Shards on the learner's own worker (the default placement) are called as
   local objects: no serialization, no loopback round trip. The learner and
   the prefetcher share one :class:`~apex_dask.runtime.actors.prefetch.ShardLinks`.
-- The **learner thread** takes :class:`~apex_dask.algo.replay_sample.ReplaySample` s (``learner/dequeue_s``
-  times that wait: high means starved), runs the user's
-  ``before_learn_on_batch(batch, shard_id)`` hook, then one ``Learner.update`` (on CUDA
-  ``Learner.submit``: results one update later, no blocking sync) (``learner/grad_s``,
-  CPU ``learner/grad_cpu_s``; denormals flushed, heap kept: :mod:`.heap`), releases a
-  shared-memory batch and hands a :class:`PriorityUpdate` to the outqueue.
+- The **learner thread** takes :class:`~apex_dask.algo.replay.sample.ReplaySample` s
+  (``learner/dequeue_s`` times that wait: high means starved), runs the user's
+  ``before_learn_on_batch(batch, shard_id)`` hook, then the agent's learner's ``submit``
+  (:mod:`apex_dask.algo.agents.base`: a pipelined learner's results come one update later)
+  (``learner/grad_s``, CPU ``learner/grad_cpu_s``; denormals flushed, heap kept:
+  :mod:`.heap`), hands a ``PriorityUpdate`` (the sample's own indices and generations)
+  to the outqueue, then releases a shared-memory batch.
   ``learner/overall_s`` times the whole step; ``learner/queue_size`` a window of sizes.
 - The **priority sender** (an asyncio task) drains the outqueue every 4 ms to each
   update's source shard (inline if local, a task with a timeout if remote); the learner
@@ -48,13 +49,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from apex_dask.algo.checkpoint import CheckpointError, read_part, write_part
-from apex_dask.algo.replay_sample import ReplaySample
-from apex_dask.algo.timers import Timer, WindowStat
+from apex_dask.algo.agents.base import LearnerProtocol
+from apex_dask.algo.agents.device_batches import FinishedUpdate
+from apex_dask.algo.agents.spec import AgentSpec
+from apex_dask.algo.replay.sample import PriorityUpdate, ReplaySample, item_checksums
 from apex_dask.experiment.builder import Hook
+from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.experiment.flow import LearnerFlow
-from apex_dask.experiment.messages import PriorityUpdate
 from apex_dask.experiment.results import learner_metrics
+from apex_dask.experiment.timers import Timer, WindowStat
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout, current_worker
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
@@ -63,7 +66,8 @@ __all__ = ["LearnerActor"]
 
 
 class LearnerActor:
-    """Owns a :class:`apex_dask.algo.learner.Learner`, its thread and its prefetcher.
+    """Owns the agent's learner (``agent``: an :class:`~apex_dask.algo.agents.spec.AgentSpec`),
+    its thread and its prefetcher.
 
     Call ``start()`` once the shards exist, ``stop()`` to drain and halt (after
     which ``batches_received == batches_trained + batches_in_queue`` and every
@@ -76,7 +80,8 @@ class LearnerActor:
         action_space: Any,
         shards: Sequence[Any],
         *,
-        learner_kwargs: dict[str, Any],
+        agent: AgentSpec,
+        seed: int = 0,
         batch_size: int,
         inqueue_size: int = 16,
         prefetch_per_shard: int = 4,
@@ -86,17 +91,18 @@ class LearnerActor:
         idle_poll_s: float = 0.02,
         run: str = "",
         shared_memory: bool = False,
+        audit_priorities: bool = False,
     ) -> None:
-        from apex_dask.algo.agents import make_learner
+        from apex_dask.algo.agents.registry import make_learner
 
         worker = current_worker()  # None: the actor runs in this process, without Dask
         self._loop = None if worker is None else worker.loop.asyncio_loop
-        self._learner = make_learner(observation_space, action_space, **learner_kwargs)
+        self._learner: LearnerProtocol = make_learner(
+            agent, observation_space, action_space, seed=seed
+        )
         # A shard on this worker is called as a local object (see the module docstring).
-        if worker is None:
-            self._links = ShardLinks(list(shards), list(shards))
-        else:
-            self._links = ShardLinks.on_worker(shards, worker)
+        local = worker is None
+        self._links = ShardLinks(shards, shards) if local else ShardLinks.on_worker(shards, worker)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
         self._prefetcher = ReplayPrefetcher(
             self._links,
@@ -108,7 +114,6 @@ class LearnerActor:
             idle_poll_s=idle_poll_s,
             shared_memory=shared_memory,
         )
-        # outqueue: the learner thread appends PriorityUpdates; the sender drains it
         self._outbox: deque[PriorityUpdate] = deque()
         self._sender: asyncio.Task | None = None
         self._sender_stop = False
@@ -116,6 +121,8 @@ class LearnerActor:
         self._pending: set[asyncio.Task] = set()
         self._timeout = float(call_timeout_s)
         self._hook = before_learn_on_batch
+        # replay.audit_priorities: updates carry checksums of the items trained on
+        self._audit: dict[int, np.ndarray] | None = {} if audit_priorities else None
         self._model_lock, self._stats_lock = threading.Lock(), threading.Lock()
         self._snap_pool = ThreadPoolExecutor(1, thread_name_prefix="apex-weights")
         self._snap_lock: asyncio.Lock | None = None
@@ -149,11 +156,8 @@ class LearnerActor:
         self._prefetcher.start(thread_alive=self._thread.is_alive)
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
-        """Stop requesting, queue the batches held, train what is queued, flush priorities;
-        all of it within ``timeout_s`` (what is not done by then is left).
-
-        Returns the final :meth:`stats`.
-        """
+        """Stop requesting, queue the batches held, train what is queued, flush priorities,
+        all within ``timeout_s`` (what is not done by then is left); the final :meth:`stats`."""
         end = time.monotonic() + timeout_s
         left = lambda: max(0.0, end - time.monotonic())  # noqa: E731
         await self._prefetcher.stop(left())
@@ -207,11 +211,13 @@ class LearnerActor:
                 if self._hook is not None:
                     batch = batch.with_hook_batch(self._hook(batch.as_hook_batch(), batch.shard_id))
                     self.hook_calls += 1
+                if self._audit is not None:  # the items as sampled, before any hook
+                    self._audit[id(batch)] = item_checksums(item.data)
                 t2, c2 = time.perf_counter(), time.thread_time()
                 done = self._train(batch)
-                item.release()  # a shared-memory slot: read (or staged) by now
                 t3, c3 = time.perf_counter(), time.thread_time()
-                self._hand_back(done)
+                self._hand_back(done)  # before the release: the updates carry the sample's own
+                item.release()  # a shared-memory slot: read (or staged) by now
                 with self._stats_lock:
                     self._dequeue.push(t1 - t0)
                     self._grad.push(t3 - t2)
@@ -220,24 +226,22 @@ class LearnerActor:
                     self.batches_trained += 1
                     self._overall.push(time.perf_counter() - t0)
                 self._pub.maybe(self._metrics)
-            with self._model_lock:  # the pipelined path's last update
-                drained = getattr(self._learner, "drain", list)()
-                self._hand_back([(d.tag, d.td_abs, d.metrics()) for d in drained])
+            with self._model_lock:  # a pipelined learner's last update
+                self._hand_back(self._learner.drain())
         except BaseException as exc:  # surfaced through stats() to the driver
             self._thread_error = f"{type(exc).__name__}: {exc}"
 
-    def _train(self, batch: ReplaySample) -> list[tuple[ReplaySample, Any, dict[str, float]]]:
-        with self._model_lock:  # the batches whose |TD| and metrics are in (pipelined: 1 later)
-            if getattr(self._learner, "pipeline", False):  # another learner may lack it
-                done = self._learner.submit(batch.data, batch.weights, tag=batch)
-                return [(d.tag, d.td_abs, d.metrics()) for d in done]
-            td, m = self._learner.update(batch.data, batch.weights)
-        return [(batch, td, m)]
+    def _train(self, batch: ReplaySample) -> list[FinishedUpdate]:
+        """The updates whose results are in: this batch's (a pipelined learner's: the one
+        before it)."""
+        with self._model_lock:
+            return self._learner.submit(batch.data, batch.weights, tag=batch)
 
-    def _hand_back(self, done: list[tuple[ReplaySample, Any, dict[str, float]]]) -> None:
-        for batch, td, m in done:  # the outqueue, and the loss window
-            self._outbox.append(PriorityUpdate(batch.shard_id, batch.indices, td))
-            self._window.append((m["loss"], m["mean_q"], m["grad_norm"]))
+    def _hand_back(self, done: list[FinishedUpdate]) -> None:
+        for d in done:  # the outqueue, and the loss window
+            sums = None if self._audit is None else self._audit.pop(id(d.tag))
+            self._outbox.append(d.tag.priority_update(d.td_abs, sums))
+            self._window.append((d.loss, d.mean_q, d.grad_norm))
 
     # -------------------------------------------------------------- priorities
     async def _send_priorities(self) -> None:
@@ -254,7 +258,7 @@ class LearnerActor:
                 self.priority_updates_sent += 1
                 k = update.shard_id
                 if self._links.is_local(k):
-                    await self._links.target(k).update_priorities(update.indices, update.priorities)
+                    await self._links.target(k).update_priorities(*update.args())
                     continue
                 task = asyncio.create_task(self._send_one(update))
                 self._pending.add(task)
@@ -267,7 +271,7 @@ class LearnerActor:
         k = update.shard_id
         try:
             await call_with_timeout(
-                self._links.target(k).update_priorities(update.indices, update.priorities),
+                self._links.target(k).update_priorities(*update.args()),
                 self._timeout,
             )
         except Exception as exc:
@@ -300,23 +304,20 @@ class LearnerActor:
         loop = asyncio.get_running_loop()
         return pickle.loads((await loop.run_in_executor(self._snap_pool, self._snapshot))[1])
 
+    def _state(self) -> dict[str, Any]:
+        with self._model_lock:
+            return self._learner.state_dict()
+
     async def state_dict(self) -> dict[str, Any]:
         """The learner's checkpoint state (nets, optimizer, counters), read between updates."""
-
-        def read() -> dict[str, Any]:
-            with self._model_lock:
-                return self._learner.state_dict()
-
-        return await asyncio.get_running_loop().run_in_executor(self._snap_pool, read)
+        return await asyncio.get_running_loop().run_in_executor(self._snap_pool, self._state)
 
     async def save_part(self, directory: str, name: str) -> dict[str, Any]:
         """Write the learner's state into checkpoint ``directory`` as part ``name`` (training
         pauses only while the state is copied under the model lock, not while it is written)."""
 
         def save() -> dict[str, Any]:
-            with self._model_lock:
-                state = self._learner.state_dict()
-            return write_part(directory, name, state)
+            return write_part(directory, name, self._state())
 
         return await asyncio.get_running_loop().run_in_executor(self._snap_pool, save)
 

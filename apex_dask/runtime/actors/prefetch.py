@@ -22,7 +22,7 @@ Runs as asyncio tasks on the learner's Dask worker loop (never blocking it)::
 - ``shared_memory``: a shard in another process is asked for ``sample_shared``
   (``shared_per_call`` batches a call: half the calls' cost on this loop);
   each batch comes as a reference to a shared-memory slot, read in place
-  (:mod:`apex_dask.algo.shared_batches`; the learner releases the slot after
+  (:mod:`apex_dask.runtime.actors.shared_batches`; the learner releases the slot after
   the update). A shard on another host, or whose block cannot be mapped here
   (the batch is then counted lost), is asked for whole batches.
 - ``max_replay_ratio`` (rho): a slot waits before requesting while
@@ -46,14 +46,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from apex_dask.algo.replay_sample import ReplaySample
-from apex_dask.algo.shared_batches import SharedBatch, SharedBatchReader
+from apex_dask.algo.replay.sample import ReplaySample
 from apex_dask.runtime.actors.calls import (
     as_handle,
     call_with_timeout,
     local_actor,
     same_host,
 )
+from apex_dask.runtime.actors.shared_batches import SharedBatch, SharedBatchReader
 
 __all__ = ["ReplayPrefetcher", "ShardLinks"]
 

@@ -3,8 +3,7 @@
 A shard usually lives on the learner's worker; its methods run on that
 worker's event loop, so none of them may block (each is a few milliseconds
 of numpy at most). ``sample()`` answers with the shard's own
-:class:`~apex_dask.algo.replay_sample.ReplaySample` (``ReplayedBatch`` in
-:mod:`apex_dask.experiment.messages`), its ``shard_id`` filled in.
+:class:`~apex_dask.algo.replay.sample.ReplaySample`, its ``shard_id`` filled in.
 """
 
 from __future__ import annotations
@@ -18,17 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.checkpoint import (
+from apex_dask.algo.replay.sample import ReplaySample
+from apex_dask.experiment.checkpoint import (
     CheckpointError,
     CheckpointTimeout,
     read_part,
     write_part,
 )
-from apex_dask.algo.replay_sample import ReplaySample
-from apex_dask.algo.shared_batches import SharedBatch, SharedBatchWriter
 from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.shared_batches import SharedBatch, SharedBatchWriter
 
 __all__ = ["PLAN_SHARE", "ReplayShardActor"]
 
@@ -41,24 +40,24 @@ second): a cautious guess; each checkpoint written teaches the real rate."""
 
 
 class ReplayShardActor:
-    """One prioritized replay shard (:class:`apex_dask.algo.replay.ReplayShard`).
+    """One prioritized replay shard (:class:`apex_dask.algo.replay.shard.ReplayShard`).
 
     ``sample()`` returns None until the shard holds ``learning_starts`` items
     (the run's ``learning_starts / num_shards``); then a
-    :class:`~apex_dask.algo.replay_sample.ReplaySample` with ``batch_size``
+    :class:`~apex_dask.algo.replay.sample.ReplaySample` with ``batch_size``
     items drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha and weights
     w_i = (N P(i))^-beta / max_j w_j (``beta`` constant), this shard's
     ``shard_id`` and ``added``: the items ever added to it (the learner's
     replay-ratio gate reads it; ``added()`` answers the same count).
 
     ``sample_shared(reader)`` answers the same batch written into a slot of the
-    shard's shared-memory block (:mod:`apex_dask.algo.shared_batches`, ``shared_slots``
+    shard's shared-memory block (:mod:`apex_dask.runtime.actors.shared_batches`, ``shared_slots``
     slots): only a small reference crosses the wire to a learner on the same host.
     With every slot held by the reader it waits for one up to ``shared_wait_s``,
     then answers the batch itself.
 
     Other keyword arguments (``storage``) go to
-    :class:`~apex_dask.algo.replay.ReplayShard` unchanged.
+    :class:`~apex_dask.algo.replay.shard.ReplayShard` unchanged.
 
     Flow counters (``stats()``): ``rollouts_stored`` (``add`` calls),
     ``batches_sampled`` (non-None ``sample`` replies) and
@@ -82,7 +81,7 @@ class ReplayShardActor:
         shared_wait_s: float = 1.0,
         **storage: Any,
     ) -> None:
-        from apex_dask.algo.replay import ReplayShard
+        from apex_dask.algo.replay.shard import ReplayShard
 
         self.shard_id = int(shard_id)
         self._shard = ReplayShard(capacity, alpha=alpha, eps=eps, seed=seed, **storage)
@@ -102,6 +101,7 @@ class ReplayShardActor:
         self._shared_slots = int(shared_slots)
         self._shared_wait_s = float(shared_wait_s)
         self._writer: SharedBatchWriter | None = None
+        self._audit: tuple[int, int] | None = None  # items checked, items that differed
 
     async def _wait_ready(self) -> None:
         """Hold a call while this shard takes over another's items (:meth:`take_over`,
@@ -137,7 +137,7 @@ class ReplayShardActor:
     ) -> list[SharedBatch | ReplaySample] | None:
         """As :meth:`sample`, up to ``count`` batches (as many as there are free slots, at
         least one) in shared-memory slots for ``reader`` (the learner's
-        :class:`~apex_dask.algo.shared_batches.SharedBatchReader` id); a batch travels
+        :class:`~apex_dask.runtime.actors.shared_batches.SharedBatchReader` id); a batch travels
         itself when no slot frees within ``shared_wait_s`` or shared memory is short."""
         if self._writer is None:
             self._writer = SharedBatchWriter(self._shared_slots, prefix=f"apex{self.shard_id}")
@@ -162,15 +162,30 @@ class ReplayShardActor:
             return {"written": 0, "no_slot": 0, "error": None, "block": None}
         return {"written": w.written, "no_slot": w.no_slot, "error": w.error, "block": w.block}
 
-    async def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass)."""
+    async def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray,
+        checksums: np.ndarray | None = None,
+    ) -> int:
+        """Set p_i = priorities (the learner's |TD|; the shard adds eps in the mass) for the
+        items sampled with ``indices`` and ``generations`` that are still stored; the
+        updates skipped because their item was overwritten since (see
+        ``ReplayShard.update_priorities``). With ``checksums`` (``replay.audit_priorities``)
+        the items reached are first checked against them (``replay/<k>/audit_*``)."""
         await self._wait_ready()
         if self._moved_to is not None:
-            update = self._moved_to.update_priorities(indices, priorities)
+            update = self._moved_to.update_priorities(indices, priorities, generations, checksums)
             return await call_with_timeout(update, self._timeout)
-        self._shard.update_priorities(indices, priorities)
+        if checksums is not None:
+            checked, differ = self._shard.audit(indices, generations, checksums)
+            seen = self._audit or (0, 0)
+            self._audit = (seen[0] + checked, seen[1] + differ)
+        stale = self._shard.update_priorities(indices, priorities, generations)
         self.flow.priority_updates_applied += 1
         self._pub.maybe(self._metrics)
+        return stale
 
     async def added(self) -> int:
         """Items ever added to this shard."""
@@ -290,4 +305,9 @@ class ReplayShardActor:
             self._writer.close()
 
     def _metrics(self) -> dict[str, float]:
-        return shard_metrics(self.shard_id, self._shard.stats(), self.flow)
+        out = shard_metrics(self.shard_id, self._shard.stats(), self.flow)
+        if self._audit is not None:
+            k = self.shard_id
+            out[f"replay/{k}/audit_checked"] = float(self._audit[0])
+            out[f"replay/{k}/audit_mismatches"] = float(self._audit[1])
+        return out

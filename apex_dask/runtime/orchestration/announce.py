@@ -1,16 +1,11 @@
-"""What the driver tells the outside about a run: the dashboard's link, the scheduler's
-metrics store (its output folder, that it is done) and TensorBoard's first texts."""
+"""What the driver tells the outside about a run: the dashboard's link and the scheduler's
+metrics store (its output folder, that it is done)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from apex_dask.config import ApexConfig
-from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
-from apex_dask.runtime.errors import ApexRuntimeError
-
-__all__ = ["announce", "dashboard_link", "open_tensorboard"]
+__all__ = ["announce", "dashboard_link"]
 
 
 def dashboard_link(client: Any, embedded: bool) -> str | None:
@@ -40,19 +35,3 @@ def announce(client: Any, run_id: str, timeout_s: float = 5.0, **fields: Any) ->
         )
     except Exception:
         pass
-
-
-def open_tensorboard(
-    log_dir: str | os.PathLike[str] | None, config: ApexConfig, run_id: str
-) -> TensorBoardSink | None:
-    """A TensorBoard sink in ``log_dir`` with the config and run id as texts (None
-    without a folder); a missing tensorboard package is one :class:`ApexRuntimeError` line."""
-    if log_dir is None:
-        return None
-    try:
-        sink = TensorBoardSink(log_dir)
-    except TrackingError as exc:
-        raise ApexRuntimeError(str(exc)) from None
-    sink.write_text("config", config.to_yaml())
-    sink.write_text("run_id", run_id)
-    return sink

@@ -8,7 +8,8 @@
         learner.npz               written by the learner actor (nets, optimizer, counters)
         shard_0.npz ...           written by each replay shard actor, all in parallel
         driver.npz                the driver's counters, iteration, eval history, RNG
-      .ckpt-000008.tmp-xxxx/      being written (removed on failure; never loaded)
+      .ckpt-000008.tmp-xxxx/      being written (removed on failure, or at the next start,
+                                  :mod:`apex_dask.experiment.checkpoint_folder`; never loaded)
 
 The learner and every shard write their own part straight into the staged
 directory (a filesystem all workers share, as an HPC scratch or home
@@ -25,52 +26,26 @@ what it left out (``left_out``), and :attr:`Checkpointer.left_out` too.
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from apex_dask.algo.checkpoint import (
+from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint import (
     CheckpointError,
     StagedCheckpoint,
     read_manifest,
     read_part,
 )
-from apex_dask.config import ApexConfig
+from apex_dask.experiment.checkpoint_folder import CKPT_NAME as _NAME
+from apex_dask.experiment.checkpoint_folder import checkpoints_in, latest_checkpoint
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.orchestration.checkpoint_budget import SaveBudget, WriteHistory, left_out
 from apex_dask.runtime.orchestration.state import RunState
 from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
 __all__ = ["Checkpointer", "checkpoints_in", "latest_checkpoint"]
-
-_NAME = re.compile(r"^ckpt-(\d{6,})$")
-
-
-def checkpoints_in(root: str | Path) -> list[Path]:
-    """Complete checkpoints under ``root`` (with a manifest), oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = []
-    for p in root.iterdir():
-        m = _NAME.match(p.name)
-        if m and (p / "manifest.json").is_file():
-            found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(path: str | Path) -> Path | None:
-    """``path`` itself if it is a checkpoint, else the newest one under it (or ``path/checkpoints``)."""
-    path = Path(path)
-    if (path / "manifest.json").is_file():
-        return path
-    for root in (path, path / "checkpoints"):
-        found = checkpoints_in(root)
-        if found:
-            return found[-1]
-    return None
 
 
 class Checkpointer(Job):
@@ -231,7 +206,13 @@ class Checkpointer(Job):
         d = str(path)
         calls = [s.learner.load_part(d, parts["learner"])]
         calls += [h.load_part(d, parts[f"shard_{k}"]) for k, h in enumerate(s.shards)]
-        loaded = await asyncio.gather(*(call_with_timeout(c, timeout_s) for c in calls))
+        # every load ends before this returns (a caller may try an older checkpoint next)
+        loaded = await asyncio.gather(
+            *(call_with_timeout(c, timeout_s) for c in calls), return_exceptions=True
+        )
+        failed = [x for x in loaded if isinstance(x, BaseException)]
+        if failed:
+            raise failed[0]
         s.restart_rates(int(loaded[0]))  # the first result's rates count from the restore
         state = await asyncio.get_running_loop().run_in_executor(
             None, read_part, path, parts["driver"]

@@ -29,19 +29,18 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from apex_dask.algo.envs import UnknownEnvError
+from apex_dask.algo.envs.factory import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
+from apex_dask.experiment.tracking import TensorBoardSink, TrackingError, require_tensorboard
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.orchestration.announce import announce, dashboard_link, open_tensorboard
-from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
+from apex_dask.runtime.orchestration.announce import announce, dashboard_link
 from apex_dask.runtime.orchestration.cluster import (
     close_local_cluster,
     start_local_cluster,
@@ -49,13 +48,30 @@ from apex_dask.runtime.orchestration.cluster import (
 )
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
+from apex_dask.runtime.orchestration.placement import only_workers
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
+from apex_dask.runtime.orchestration.resume import (
+    StartCheckpoints,
+    open_tensorboard,
+    restore_newest,
+)
 from apex_dask.runtime.orchestration.state import RunState
+from apex_dask.runtime.orchestration.views import RunViews
 
 __all__ = ["ApexDriver", "ApexRuntimeError", "train"]
 
 
-class ApexDriver:
+def _slow_s(call_timeout_s: float) -> float:
+    """A checkpoint's bound without a budget: its parts' (>= 120 s) and a minute."""
+    return max(call_timeout_s, 120.0) + 60.0
+
+
+def _share(end: float | None, part: float, cap: float) -> float:
+    """``part`` of the seconds left until ``end``, at most ``cap`` (``cap``: no end)."""
+    return cap if end is None else max(0.1, min(cap, part * (end - time.monotonic())))
+
+
+class ApexDriver(RunViews):
     """Runs Ape-X with ``config`` on ``client``'s cluster (an embedded one when None).
 
     ``before_learn_on_batch(batch, shard_id) -> batch`` runs on the learner's
@@ -70,12 +86,16 @@ class ApexDriver:
     ``tensorboard_dir``: every result dict that :meth:`iterate` yields is also
     written there as TensorBoard scalars (tag = metric name, step =
     ``timesteps_total``; needs the ``tensorboard`` extra), appending to any log
-    already in the folder; the config goes to the Text tab. ``out_dir`` (the
-    run's output folder) is shown beside the run id on the ``/apex`` page,
-    which lists every run on the scheduler and marks this one done once
-    :meth:`stop` returns. Raises :class:`ApexRuntimeError` (one line) for an
-    unknown env id or a missing tensorboard package (checked before anything
-    starts), a cluster without workers or actors that cannot be created.
+    in the folder (a resumed run purges the events past its checkpoint's step);
+    the config goes to the Text tab. ``out_dir`` (the run's output folder) is
+    shown beside the run id on the ``/apex`` page (marked done once :meth:`stop`
+    returns) and gets the best evaluation's ``weights-best.npz`` (:attr:`best`).
+    ``resume_from``: a checkpoint, or a folder whose newest checkpoint that
+    verifies is restored (:attr:`resumed_path`; skipped ones and leftovers removed
+    from ``checkpoint_dir``: one line each in :attr:`startup_notes`). ``workers``: only
+    these workers (runs sharing a cluster). Raises :class:`ApexRuntimeError` for an unknown env
+    id or a missing tensorboard package (checked before anything starts), a
+    cluster without workers or actors that cannot be created.
     """
 
     def __init__(
@@ -91,29 +111,27 @@ class ApexDriver:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume_from: str | os.PathLike[str] | None = None,
         out_dir: str | os.PathLike[str] | None = None,
+        workers: Sequence[str] | None = None,
     ) -> None:
         self.config = config
         self._out_dir = None if out_dir is None else str(Path(out_dir).resolve())
         self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        resume = None
-        if resume_from is not None:
-            resume = latest_checkpoint(resume_from)
-            if resume is None:
-                raise ApexRuntimeError(
-                    f"no checkpoint in {str(resume_from)!r} (nothing to resume); "
-                    "start a new run instead"
-                )
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         try:
             self._env_factory = env_factory(config)
             hook = resolve_hook(config, before_learn_on_batch)
-        except (UnknownEnvError, ConfigError) as exc:
+            if tensorboard_dir is not None:  # its sink opens once the step to go on from is known
+                require_tensorboard()
+        except (UnknownEnvError, ConfigError, TrackingError) as exc:
             raise ApexRuntimeError(str(exc)) from None
-        self._tensorboard = open_tensorboard(tensorboard_dir, config, self.run_id)
+        start = StartCheckpoints.prepare(self._checkpoint_dir, resume_from)
+        self.startup_notes = start.notes  # leftovers removed, checkpoints skipped: one line each
+        self._tensorboard: TensorBoardSink | None = None
         self._cluster = None
         self._stopped = False
         self._saved_at = -1
-        self.resumed_from = None
+        self.resumed_from: dict[str, Any] | None = None
+        self.resumed_path: Path | None = None
         self._actors: ActorSet | None = None
         self._state: RunState | None = None
         self._core: Any = None
@@ -138,8 +156,8 @@ class ApexDriver:
             raise ApexRuntimeError("ApexDriver needs a synchronous dask Client (not asynchronous)")
         self._client = client
         try:
-            workers = wait_for_workers(client, 1, worker_wait_s)
-            placement = start_placement(workers, config)
+            found = only_workers(wait_for_workers(client, 1, worker_wait_s), workers)
+            placement = start_placement(found, config)
             if config.topology.elastic:
                 install_handover(client)
             self.dashboard_link: str | None = dashboard_link(client, self._cluster is not None)
@@ -147,31 +165,18 @@ class ApexDriver:
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._state = self._actors.create(hook)
             self._plan = self._make_plan(self._actors, self._state)
-            if resume is not None:
-                self.resumed_from: dict[str, Any] | None = self._sync(
-                    self._plan.checkpoints.restore(resume), self._slow_s()
+            if start.candidates:
+                restoring = restore_newest(self._plan.checkpoints, start.candidates, start)
+                got = self._sync(restoring, _slow_s(self._timeout) * len(start.candidates))
+                self.resumed_path, self.resumed_from = got.path, got.metadata
+            if tensorboard_dir is not None:  # past the checkpoint's step: no fold in the curves
+                self._tensorboard = open_tensorboard(
+                    tensorboard_dir, self.config, self.run_id, self.resumed_from
                 )
         except BaseException:
             self._release()
             raise
 
-    @property
-    def cluster(self) -> Any:
-        """The embedded ``LocalCluster`` (None on a cluster given by a client): e.g.
-        ``driver.cluster.scale(4)`` mid-run, which an elastic run follows."""
-        return self._cluster
-
-    @property
-    def changes(self) -> list[str]:
-        """Elastic runs: one line per env worker added or retired and per actor moved."""
-        return [] if self._state is None else list(self._state.changes)
-
-    @property
-    def placement(self) -> dict[str, Any]:
-        """Where each actor is now: ``{"learner", "shards", "env_workers", "evaluator"}``."""
-        return {} if self._actors is None else self._actors.placement.as_dict()
-
-    # ------------------------------------------------------------------ setup
     def _make_plan(self, actors: ActorSet, state: RunState) -> ExecutionPlan:
         return ExecutionPlan(
             config=self.config,
@@ -182,6 +187,7 @@ class ApexDriver:
             results=self._results,
             min_replay_ratio=self._min_replay_ratio,
             checkpoint_root=None if self._checkpoint_dir is None else str(self._checkpoint_dir),
+            best_weights_dir=self._out_dir,
         )
 
     def _sync(self, coro: Any, timeout_s: float) -> Any:
@@ -194,38 +200,21 @@ class ApexDriver:
             fut.cancel()
             raise
 
-    def _slow_s(self) -> float:
-        """A checkpoint's bound without a budget: its parts' (>= 120 s) and a minute."""
-        return max(self._timeout, 120.0) + 60.0
-
     def save_checkpoint(self, reason: str = "requested", *, within_s: float | None = None) -> Path:
         """Write a checkpoint now (while training or halted) under ``checkpoint_dir``; its path.
 
         The learner and every shard write their own part in parallel; see
-        :mod:`apex_dask.runtime.orchestration.checkpointing`. ``within_s``: the
-        whole checkpoint within that many seconds (a stop's grace), keeping the
-        newest replay items that fit; :attr:`checkpoint_left_out` then says what
-        was left out.
+        :mod:`apex_dask.runtime.orchestration.checkpointing`. ``within_s``: all of it
+        within that many seconds (a stop's grace), keeping the newest replay items
+        that fit; :attr:`checkpoint_left_out` says what was left out.
         """
         if self._plan is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
-        bound = self._slow_s() if within_s is None else within_s + 1.0
+        bound = _slow_s(self._timeout) if within_s is None else within_s + 1.0
         path = self._sync(self._plan.checkpoints.save(reason, within_s=within_s), bound)
         self._saved_at = self._plan.state.counters.steps_total
         return path
 
-    @property
-    def checkpoint_left_out(self) -> dict[str, Any] | None:
-        """What the last checkpoint written left out of the replay (``summary``: one
-        line; ``items_saved``, ``items_held``, per shard ``shards``); None: nothing."""
-        return None if self._plan is None else self._plan.checkpoints.left_out
-
-    @property
-    def last_checkpoint(self) -> Path | None:
-        """The newest checkpoint this driver wrote or resumed from."""
-        return None if self._plan is None else self._plan.checkpoints.last_path
-
-    # ---------------------------------------------------------------- running
     def _ensure_running(self) -> None:
         if self._stopped or self._plan is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
@@ -271,12 +260,9 @@ class ApexDriver:
         return results
 
     def halt(self, timeout_s: float | None = None) -> dict[str, float] | None:
-        """Pause: finish calls in flight, stop the learner; return consistent final stats.
-
-        After a halt every hop's counters agree (``flow/*``); :meth:`iterate`
-        resumes. ``timeout_s``: the halt's time in all (else each step gets the
-        call timeout); past it what is not done is left (the learner may still be
-        training) and :class:`ApexRuntimeError` says so."""
+        """Pause: finish calls in flight, stop the learner; return consistent final stats
+        (every hop's ``flow/*`` counters agree); :meth:`iterate` resumes. ``timeout_s``: all
+        of it (else the call timeout each); what is left then, :class:`ApexRuntimeError`."""
         core, self._core = self._core, None
         plan = self._plan
         if core is not None and plan is not None:
@@ -296,6 +282,17 @@ class ApexDriver:
             self._tensorboard.flush()
         return self.final
 
+    @property
+    def checkpoint_left_out(self) -> dict[str, Any] | None:
+        """What the last checkpoint left out of the replay (``summary``, ...); None: nothing."""
+        return None if self._plan is None else self._plan.checkpoints.left_out
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint this driver wrote or resumed from."""
+        return None if self._plan is None else self._plan.checkpoints.last_path
+
+    # ---------------------------------------------------------------- running
     def count_partial_iteration(self) -> None:
         """Count the partial iteration a caller recorded from :attr:`final` (after a
         halt mid-iteration), so later results and checkpoints number after it."""
@@ -307,24 +304,12 @@ class ApexDriver:
         """Stats taken after the last :meth:`halt` (None before one)."""
         return None if self._plan is None else self._plan.final
 
-    def learner_weights(self, timeout_s: float | None = None) -> tuple[int, dict[str, np.ndarray]]:
-        """``(version, {name: array})`` of the learner's online net (within ``timeout_s``)."""
-        return self._live().learner.get_weights().result(timeout=timeout_s or self._timeout)
-
-    def learner_state(self) -> dict[str, Any]:
-        """The learner's full state (online, target, optimizer, counters) as numpy."""
-        return self._live().learner.state_dict().result(timeout=self._timeout)
-
     @property
-    def notes(self) -> list[str]:
-        """Problems the run met without ending (a failed periodic checkpoint, a rebuilt
-        shard or learner): the last 20, oldest first."""
-        return [] if self._state is None else list(self._state.notes)
-
-    def _live(self) -> RunState:
-        if self._state is None:
-            raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
-        return self._state
+    def best(self) -> BestWeights | None:
+        """The best greedy evaluation so far: ``record`` (``eval/return_mean``,
+        ``timesteps_total``, ``weights_version``), ``weights``, ``path`` (``weights-best.npz``
+        under ``out_dir``; None without one) and ``summary()``."""
+        return None if self._plan is None else self._plan.evaluation.best
 
     # ---------------------------------------------------------------- teardown
     def stop(self, timeout_s: float | None = None) -> None:
@@ -335,29 +320,26 @@ class ApexDriver:
             return
         self._stopped = True
         end = None if timeout_s is None else time.monotonic() + timeout_s
-
-        def share(part: float, cap: float) -> float:  # of what is left, at most cap
-            return cap if end is None else max(0.1, min(cap, part * (end - time.monotonic())))
-
         try:
-            self.halt(None if end is None else share(0.3, 3 * self._timeout + 10))
+            self.halt(None if end is None else _share(end, 0.3, 3 * self._timeout + 10))
         except Exception:
             pass
         plan = self._plan
         if plan is not None and self._checkpoint_dir is not None:
             if plan.state.counters.steps_total > self._saved_at:  # something new since the last one
                 try:
-                    self.save_checkpoint("end", within_s=None if end is None else share(0.5, 1e9))
+                    self.save_checkpoint(
+                        "end", within_s=None if end is None else _share(end, 0.5, 1e9)
+                    )
                 except Exception:  # a lost learner or shard: the previous checkpoint stands
                     pass
         if self._actors is not None and self._state is not None:
-            self._actors.close(self._state.handles(), timeout_s=share(0.3, 10.0))
-        announce(self._client, self.run_id, timeout_s=share(0.2, 5.0), done=True)
+            self._actors.close(self._state.handles(), timeout_s=_share(end, 0.3, 10.0))
+        announce(self._client, self.run_id, timeout_s=_share(end, 0.2, 5.0), done=True)
         self._release(None if end is None else max(0.5, end - time.monotonic()))
 
     def _release(self, timeout_s: float | None = None) -> None:
-        """Release the actors and close the cluster the driver started, within
-        ``timeout_s`` (default: 10 s for the actors, Dask's own bounds for the rest)."""
+        """Release the actors, close the cluster the driver started (within ``timeout_s``)."""
         end = time.monotonic() + (60.0 if timeout_s is None else timeout_s)
         if self._tensorboard is not None:
             self._tensorboard.close()

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from apex_dask.algo.exploration import ladder_fill_order
+from apex_dask.algo.rollout.exploration import ladder_fill_order
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.runtime.actors.calls import call_with_timeout
@@ -103,7 +103,7 @@ def install_handover(client: Any) -> None:
 
 def free_slots(used: set[int], ladder_size: int, wanted: int) -> list[int]:
     """The next ``wanted`` slots of the ladder not in ``used``, in the fill order
-    (:func:`apex_dask.algo.exploration.ladder_fill_order`: the live epsilons span the ladder)."""
+    (:func:`apex_dask.algo.rollout.exploration.ladder_fill_order`: the live epsilons span the ladder)."""
     return [i for i in ladder_fill_order(ladder_size) if i not in used][: max(0, wanted)]
 
 

@@ -15,7 +15,7 @@ counted in ``wall_s``. The weights go to every worker once
 (``scatter(broadcast=True)``). Episodes to record are one task each (so they
 spread); the others go in chunks of about ``episodes / (4 x workers)``, which
 the scheduler hands to whichever worker is free. Episode ``i`` is seeded from
-``base_seed`` and ``i`` alone (:func:`apex_dask.algo.play.episode_rng`), so the
+``base_seed`` and ``i`` alone (:func:`apex_dask.algo.play.episodes.episode_rng`), so the
 returns do not depend on how many workers play them or in which order.
 Tasks, not actors: an episode chunk holds no state between calls, and a task
 whose worker is lost is simply run again elsewhere by the scheduler.
@@ -29,7 +29,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from apex_dask.algo.play import play_episodes
+from apex_dask.algo.agents.spec import AgentSpec
+from apex_dask.algo.play.episodes import play_episodes
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 
 __all__ = ["EpisodeFailed", "PlayedEpisodes", "chunks", "play_on_cluster"]
@@ -69,24 +70,20 @@ def _warm(env_factory: Callable[[], Any]) -> str | None:
 def play_on_cluster(
     client: Any,
     env_factory: Callable[[], Any],
+    agent: AgentSpec,
     weights: Mapping[str, Any],
     *,
     episodes: int,
     base_seed: int,
     epsilon: float = 0.0,
-    hiddens: Sequence[int] = (256,),
-    dueling: bool = True,
     max_steps: int | None = None,
     record: Collection[int] = (),
     render_factory: Callable[[], Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     cancel_on_error: bool = True,
-    algo: str = "dqn",
-    dpg: Mapping[str, Any] | None = None,
 ) -> PlayedEpisodes:
     """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring), with
-    the policy :func:`~apex_dask.algo.play.make_policy` builds from ``algo`` and the
-    network keys (``hiddens``, ``dueling``; ``dpg``).
+    the greedy policy of ``agent``'s weights.
 
     A failure or Ctrl-C cancels the episode tasks still running, unless
     ``cancel_on_error`` is False (a cluster about to be closed anyway: its
@@ -115,17 +112,15 @@ def play_on_cluster(
     common = {
         "base_seed": int(base_seed),
         "epsilon": float(epsilon),
-        "hiddens": tuple(hiddens),
-        "dueling": bool(dueling),
-        "algo": algo,
-        "dpg": dict(dpg or {}),
         "max_steps": max_steps,
         "record": recorded,
         "render_factory": render_factory,
     }
     t0 = time.perf_counter()
     futures = [
-        client.submit(play_episodes, env_factory, weights_future, group, pure=False, **common)
+        client.submit(
+            play_episodes, env_factory, agent, weights_future, group, pure=False, **common
+        )
         for group in groups
     ]
     rows: list[dict[str, Any]] = []

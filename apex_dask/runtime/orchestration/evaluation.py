@@ -3,17 +3,22 @@
 Every ``eval.interval_s`` the evaluator (an env worker with epsilon 0) syncs
 to the newest weights and plays ``eval.episodes`` episodes. The report takes
 the evaluation that finished during an iteration (:meth:`Evaluation.take`);
-``eval/*`` metrics appear in that iteration's result only.
+``eval/*`` metrics appear in that iteration's result only. An evaluation whose
+mean beats the best so far brings back the weights it played, which
+:class:`~apex_dask.experiment.best_weights.BestWeights` keeps (and writes as
+``weights-best.npz`` when the run has an output folder).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 from typing import Any
 
 from apex_dask.config.tree import EvalConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.orchestration.operations import EnvFailure
 from apex_dask.runtime.orchestration.state import RunState
@@ -32,10 +37,12 @@ class Evaluation(Job):
         cfg: EvalConfig,
         timeout_s: float,
         on_failure: EnvFailure,
+        best: BestWeights | None = None,
     ) -> None:
         super().__init__(tasks, every_s=cfg.interval_s)
         self.state, self.cfg, self.timeout = state, cfg, timeout_s
         self.on_failure = on_failure
+        self.best = best if best is not None else BestWeights()
         self.finished: dict[str, Any] | None = None  # finished this iteration
         self.last: dict[str, Any] | None = None
         self._slot = state.evaluator
@@ -56,14 +63,28 @@ class Evaluation(Job):
 
         async def evaluate() -> tuple[dict[str, Any], float]:
             # the evaluator stops itself at eval.timeout_s; this bound catches a hung env step
+            bar = self.best.bar
             got = await call_with_timeout(
-                slot.handle.evaluate(ev.episodes, seed, ev.max_episode_steps, ev.timeout_s),
+                slot.handle.evaluate(ev.episodes, seed, ev.max_episode_steps, ev.timeout_s, bar),
                 ev.timeout_s + self.timeout,
             )
+            weights = got.pop("weights", None)
+            if weights is not None:
+                await self._keep_best({**got, "seed": seed}, weights)
             return got, now
 
         self._slot = slot
         return evaluate()
+
+    async def _keep_best(self, got: dict[str, Any], weights: dict[str, Any]) -> None:
+        record = {**got, "timesteps_total": self.state.counters.steps_total}
+        version = int(got.get("weights_version", -1))
+        try:  # a file write: off the event loop
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.best.offer, record, version, weights
+            )
+        except OSError as exc:  # a full disk: the previous best file stays, the run goes on
+            self.state.note(f"{self.best.path} not written: {exc.strerror or exc}")
 
     def done(self, result: Any, exc: BaseException | None) -> None:
         if isinstance(exc, TimeoutError):  # reported as a timed-out evaluation; the run goes on

@@ -1,8 +1,9 @@
 """What the plan does when a call to an env worker (or the evaluator) fails.
 
 - A bug (a method failed) stops the run with one line; so does an env error the
-  env worker did not survive (:class:`~apex_dask.algo.env_guard.EnvFailed`:
-  restarts off, or over ``workers.max_env_errors_per_min``).
+  env worker did not survive (:class:`~apex_dask.algo.envs.guard.EnvFailed`:
+  restarts off, or over ``workers.max_env_errors_per_1k_steps`` or
+  ``workers.max_consecutive_env_errors``).
 - A lost peer (the Dask worker holding the actor died, or a call timed out;
   :func:`~apex_dask.runtime.actors.calls.peer_lost`) starts a check: a lost
   learner or shard is rebuilt first (:mod:`.recovery`); if the env worker's
@@ -20,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from apex_dask.algo.env_guard import EnvFailed
+from apex_dask.algo.envs.guard import EnvFailed
 from apex_dask.runtime.actors.calls import peer_lost
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.creation import ActorNotCreated

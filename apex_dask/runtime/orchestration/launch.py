@@ -25,16 +25,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from apex_dask.algo.env_worker import probe_spaces
-from apex_dask.algo.results import derive_seed
+from apex_dask.algo.envs.probe import probe_spaces
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import (
     Hook,
-    env_worker_kwargs,
+    agent_spec,
     exploration_ladder,
-    learner_kwargs,
+    learner_seed,
     shard_actor_kwargs,
+    worker_spec,
 )
+from apex_dask.experiment.stats import derive_seed
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 from apex_dask.runtime.actors.calls import ActorRef, bind
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
@@ -89,6 +90,7 @@ class ActorSet:
         self.learner_ref: tuple = ()
         self._spaces: tuple[Any, Any] | None = None
         self._hook: Hook | None = None
+        self._worker_spec = worker_spec(config)
 
     def _submit(self, cls: type, *args: Any, where: str, **kwargs: Any) -> Any:
         fut = self.client.submit(cls, *args, actor=True, workers=[where], pure=False, **kwargs)
@@ -100,27 +102,21 @@ class ActorSet:
         """The handle of the (created) actor of ``fut``, bound to the driver's client."""
         return bind(self._refs[fut.key], self.client)
 
-    def _env_kwargs(self, epsilon: float, seed: int) -> dict[str, Any]:
-        return {
-            "epsilon": float(epsilon),
-            "seed": int(seed),
-            **env_worker_kwargs(self.config),
-            "call_timeout_s": self.timeout,
-            "run": self.run_id,
-        }
-
     def _env_worker(self, index: int, epsilon: float, seed: int, where: str) -> Any:
-        kwargs = self._env_kwargs(epsilon, seed)
-        if index < 0 and self.config.eval.animation:  # the evaluator
-            kwargs["animation"] = True
+        animation = index < 0 and self.config.eval.animation  # the evaluator's
         return self._submit(
             EnvWorkerActor,
             index,
             self.env_factory,
             list(self.shard_refs),
             self.learner_ref,
+            self._worker_spec,
+            epsilon=float(epsilon),
+            seed=int(seed),
+            call_timeout_s=self.timeout,
+            run=self.run_id,
+            animation=animation,
             where=where,
-            **kwargs,
         )
 
     def _shard(self, k: int, where: str) -> Any:
@@ -142,7 +138,8 @@ class ActorSet:
             LearnerActor,
             *self._spaces,
             list(self.shard_refs),
-            learner_kwargs=learner_kwargs(self.config),
+            agent=agent_spec(self.config),
+            seed=learner_seed(self.config),
             batch_size=lr.batch_size,
             inqueue_size=lr.inqueue_size,
             prefetch_per_shard=lr.prefetch_per_shard,
@@ -151,6 +148,7 @@ class ActorSet:
             before_learn_on_batch=self._hook,
             run=self.run_id,
             shared_memory=self.config.replay.shared_memory,
+            audit_priorities=self.config.replay.audit_priorities,
             where=where,
         )
         self.learner_ref = self._refs[fut.key]

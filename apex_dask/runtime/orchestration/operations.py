@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from apex_dask.algo.exploration import lowest_epsilon_workers
+from apex_dask.algo.rollout.exploration import lowest_epsilon_workers
 from apex_dask.config.tree import EnvWorkersConfig
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.experiment.results import IterationWindow

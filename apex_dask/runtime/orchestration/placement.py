@@ -24,7 +24,7 @@ placement only at creation and unpinned actors land unpredictably.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "REPLAY_PLACEMENTS",
     "Placement",
     "WorkerInfo",
+    "only_workers",
     "plan_placement",
     "workers_from_scheduler_info",
 ]
@@ -133,6 +134,23 @@ def _find(workers: Iterable[WorkerInfo], wanted: str) -> WorkerInfo | None:
         if wanted in (w.name, w.address):
             return w
     return None
+
+
+def only_workers(workers: list[WorkerInfo], wanted: Sequence[str] | None) -> list[WorkerInfo]:
+    """The workers named (by name or address) in ``wanted``; all of them when None.
+    Raises :class:`ApexRuntimeError` when a wanted worker is not on the cluster."""
+    if wanted is None:
+        return workers
+    chosen = []
+    for name in wanted:
+        found = _find(workers, str(name))
+        if found is None:
+            raise ApexRuntimeError(f"worker {name!r} is not on the Dask cluster (or has left)")
+        if found not in chosen:
+            chosen.append(found)
+    if not chosen:
+        raise ApexRuntimeError("the list of workers to use is empty; give at least one")
+    return chosen
 
 
 def plan_placement(

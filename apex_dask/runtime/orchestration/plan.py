@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import ApexConfig
+from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.runtime.orchestration.checkpointing import Checkpointer
 from apex_dask.runtime.orchestration.elastic import Elasticity
 from apex_dask.runtime.orchestration.evaluation import Evaluation
@@ -72,6 +73,7 @@ class ExecutionPlan:
         results: queue.Queue,
         min_replay_ratio: float | None = None,
         checkpoint_root: str | Path | None = None,
+        best_weights_dir: str | Path | None = None,
     ) -> None:
         self.state = state
         self.timeout = t = float(config.topology.call_timeout_s)
@@ -108,7 +110,9 @@ class ExecutionPlan:
             on_lost=self.recovery.soon,
         )
         self.store.hold = self.pacer.hold
-        self.evaluation = Evaluation(state, tasks, config.eval, t, self.faults.env_failed)
+        self.evaluation = Evaluation(
+            state, tasks, config.eval, t, self.faults.env_failed, BestWeights(best_weights_dir)
+        )
         self.report = Report(
             state,
             tasks,

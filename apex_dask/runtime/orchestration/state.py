@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.algo.results import derive_seed
 from apex_dask.experiment.flow import ROLLOUTS_SENT, ElasticCounters, FaultCounters, RetiredFlow
+from apex_dask.experiment.stats import derive_seed
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
 
 __all__ = ["EnvSlot", "RunCounters", "RunState"]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apex_dask.algo.checkpoint import save_checkpoint
-from apex_dask.algo.replay import ReplayShard
+from apex_dask.algo.replay.shard import ReplayShard
+from apex_dask.experiment.checkpoint import save_checkpoint
 
 OUT = Path(__file__).parent / "replay_checkpoints"
 

@@ -1,0 +1,227 @@
+"""An epsilon-greedy env worker: rollouts with n-step transitions and initial priorities.
+
+Usage loop (a runner or actor drives it)::
+
+    worker = EnvWorker(make_env_factory("CartPole-v1"), epsilon=0.4, seed=1,
+                       rollout=RolloutSpec(fragment_length=50), options=DQNOptions())
+    worker.set_weights(*learner.get_weights())
+    rollout = worker.sample()         # fragment_length env steps: a Rollout
+    shard.add(rollout.batch, rollout.priorities)
+
+Batched acting: a worker steps ``num_envs`` envs of its own together
+(``workers.envs_per_worker``; RLlib's tuned Atari Ape-X ran 8): gymnasium envs
+in turn (``vector_mode="sync"``, :mod:`apex_dask.algo.envs.sync`) or, for ALE
+games with ``vector_mode="native"``, ale-py's C++ vector env
+(:mod:`apex_dask.algo.envs.native`). It makes **one forward pass per step** over
+all of them, the exploring ones too. For each env, with probability
+``epsilon`` a uniform random action (drawn from the worker's own seeded
+``numpy.random.Generator``), else ``argmax_a Q(s, a)`` under the last synced
+weights. Vector observations use a numpy forward pass
+(:class:`~apex_dask.algo.agents.dqn.networks.NumpyMLPQ`), images go through torch. The
+caller should run ``torch.set_num_threads(1)`` in the worker's process:
+small-batch forwards are slower with more threads.
+
+Steps go through a :class:`~apex_dask.algo.rollout.vector_nstep.VectorNStepAdder`
+(n-step transitions over the env and time axes, worked out once per
+fragment) whose pending steps carry over
+between fragments, so a fragment holds the transitions *completed* during
+its steps (about ``fragment_length`` per env, not exactly).
+
+Initial priorities come from the Q-values of acting, as the Ape-X paper's
+actors do: each step keeps ``Q(s_t)[a_t]`` with its transition, and a
+transition's bootstrap value ``max_b Q(s_{t+k}, b)`` is read from the
+forward pass that acts on ``s_{t+k}`` (the step after it completes). A time
+limit's final observation is never acted on: those states ride along as
+extra rows of the next forward. The transitions that bootstrap from the
+fragment's last observations get them from one batched pass at the end of
+the fragment, whose Q-values also choose the next fragment's first actions
+(unless :meth:`set_weights` came in between). So a pass costs nothing
+extra per fragment, every transition ships in the fragment that completed
+it, and all of a fragment's priorities come from the weights it acted
+with. The priorities equal ``td_errors(batch)``: |td| with the double-DQN
+target, online = target = the synced weights,
+``|R + discount * Q(s', argmax_b Q(s', b)) - Q(s, a)|``.
+
+Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
+gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
+in the compact form of :mod:`apex_dask.algo.replay.codec` (each frame once),
+which a shard built with the same ``frame_stack`` stores as it is.
+
+Envs that misbehave (:mod:`apex_dask.algo.envs.guard`): making an env is
+bounded by ``make_timeout_s``, a ``step``/``reset`` by ``step_timeout_s``;
+an exception, a late call or a non-finite reward or float observation is an
+env error. With ``restart_failed_envs`` it is counted (``env_errors``), the
+env is closed (a hung one is abandoned with its thread) and made again, its
+partial episode is dropped from the episode stats and its pending n-step
+steps are dropped; transitions already complete are kept. More than
+``max_env_errors_per_1k_steps`` errors within the worker's last 1,000 env
+steps, ``max_consecutive_env_errors`` errors of one env in a row without a
+completed step, or any error with restarts off, raise
+:class:`~apex_dask.algo.envs.guard.EnvFailed` (one line naming the env, the
+error and the step); so does an env that fails to be made again
+:data:`REMAKE_TRIES` times in a row. Errors making or resetting the first
+envs always raise it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.loss import td_errors_numpy
+from apex_dask.algo.agents.dqn.networks import NumpyMLPQ, build_q_network
+from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.rollout.spec import RolloutSpec
+from apex_dask.algo.rollout.vector_nstep import VectorNStepAdder
+from apex_dask.algo.rollout.worker import ActingWorker
+
+__all__ = ["EnvWorker"]
+
+
+class EnvWorker(ActingWorker):
+    """Envs plus an epsilon-greedy policy; see the module docstring.
+
+    Before the first :meth:`set_weights` the worker acts with its own random
+    initial weights and ``weights_version == -1``.
+    """
+
+    def __init__(
+        self,
+        env_factory: Callable[[], gym.Env],
+        *,
+        epsilon: float,
+        seed: int,
+        rollout: RolloutSpec | None = None,
+        options: DQNOptions | None = None,
+        where: str = "",
+    ) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
+        r = rollout if rollout is not None else RolloutSpec()
+        o = options if options is not None else DQNOptions()
+        super().__init__(env_factory, r, seed=seed, where=where)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self._net = build_q_network(
+                self.observation_space, self.action_space, o.hiddens, o.dueling
+            )
+        self._net.eval()
+        self._numpy_net: NumpyMLPQ | None = None
+        if len(self.observation_space.shape) == 1:
+            self._numpy_net = NumpyMLPQ(module_weights(self._net))
+        self.epsilon = float(epsilon)
+        self.double_q = bool(o.double_q)
+        self.num_actions = int(self.action_space.n)
+        self._action_offset = int(self.action_space.start)
+        stack = r.frame_stack
+        if stack is not None and self._obs_shape[:1] != (stack,):
+            raise ValueError(
+                f"frame_stack={stack} needs observations [{stack}, ...] "
+                f"(first axis the stack), the env gives {list(self._obs_shape)}"
+            )
+        self.frame_stack = stack
+        self.adder = VectorNStepAdder(
+            self.num_envs,
+            r.n_step,
+            r.gamma,
+            self._obs_shape,
+            self._obs_dtype,
+            self.fragment_length,
+            num_actions=self.num_actions,
+        )
+        self._q_next: np.ndarray | None = None  # Q of self._obs under the current weights
+        self._requote = False
+        self._draws: tuple[np.ndarray, np.ndarray] | None = None
+        self._explore_at: list[bool] = []
+
+    # -- policy ---------------------------------------------------------
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values (B, A) float32 of a batch of observations under the synced weights."""
+        if self._numpy_net is not None:
+            return self._numpy_net.q_values(obs)
+        with torch.inference_mode():
+            return self._net(torch.as_tensor(obs)).numpy()
+
+    def _greedy(self, obs: np.ndarray) -> int:
+        return int(np.argmax(self.q_values(obs[None])[0]))
+
+    def _explore(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """A fragment's exploration draws: (explore?, random action) per step and env."""
+        if self.epsilon == 0.0:
+            return None
+        shape = (self.fragment_length, self.num_envs)
+        return self.rng.random(shape) < self.epsilon, self.rng.integers(
+            self.num_actions, size=shape
+        )
+
+    def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
+        """Act with these weights (a learner's ``get_weights()``) from now on."""
+        if self._numpy_net is not None:
+            self._numpy_net = NumpyMLPQ(weights)
+        else:
+            self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+        self.weights_version = int(version)
+        self._q_next = None  # acted on with the old weights: computed again
+        self._requote = True  # as are the pending steps' Q(s_t)[a_t]
+
+    # -- rollouts (the loop: ActingWorker.sample) --------------------------
+    def _begin_fragment(self) -> None:
+        self._draws = draws = self._explore()
+        n = self.fragment_length
+        self._explore_at = [False] * n if draws is None else draws[0].any(1).tolist()
+
+    def _actions(self, t: int) -> np.ndarray:
+        """Epsilon-greedy with the fragment's draws, from one forward pass."""
+        actions = self._forward().argmax(axis=1)
+        if self._explore_at[t]:
+            draws = self._draws
+            actions = np.where(draws[0][t], draws[1][t], actions)
+        return actions
+
+    def _end_fragment(self) -> None:
+        self._forward(keep=True)
+
+    def _forward(self, keep: bool = False) -> np.ndarray:
+        """Q-values of the envs' observations (one pass, with the last step's time-limit
+        final observations and, after new weights, the pending steps as extra rows); their
+        values go to the adder. ``keep``: the pass at a fragment's end, kept for the next
+        fragment's first step."""
+        n, adder = self.num_envs, self.adder
+        cached, self._q_next = self._q_next, None
+        finals = len(adder.finals())
+        if cached is not None and not finals:
+            adder.set_q(cached)
+            return cached
+        parts = [self._obs, adder.final_obs()] if finals else [self._obs]
+        pending = 0
+        if self._requote:  # new weights: the pending steps' Q(s_t)[a_t] too, same pass
+            self._requote = False
+            obs, actions = adder.pending_obs()
+            pending = len(actions)
+            if pending:
+                parts.append(obs)
+        q = self.q_values(np.concatenate(parts) if len(parts) > 1 else parts[0])
+        if pending:
+            adder.set_pending_q(q[len(q) - pending :])
+        q_envs = q[:n]
+        adder.set_q(q_envs, q[n : n + finals] if finals else None)
+        if keep:
+            self._q_next = q_envs
+        return q_envs
+
+    def td_errors(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        """float32 |td| of a batch under the synced weights (online = target), from two
+        new passes: what :meth:`sample`'s priorities equal, made from its acting passes."""
+        n = len(batch["action"])
+        if n == 0:
+            return np.zeros(0, np.float32)
+        q_all = self.q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
+        q, q_next = q_all[:n], q_all[n:]
+        b = batch
+        return td_errors_numpy(
+            q, q_next, q_next, b["action"], b["reward"], b["discount"], self.double_q
+        )

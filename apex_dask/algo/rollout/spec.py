@@ -1,0 +1,73 @@
+"""What an env worker's rollouts are made of, whatever the agent: the settings and the result.
+
+:class:`RolloutSpec` travels once per run from the config to every env worker
+(inside the agent's :class:`~apex_dask.algo.agents.spec.WorkerSpec`);
+:class:`Rollout` is what one :meth:`~apex_dask.algo.rollout.worker.ActingWorker.sample`
+gives back: the busy hop from the acting loop to the replay shard and the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["VECTOR_MODES", "Rollout", "RolloutSpec"]
+
+VECTOR_MODES = ("native", "sync")
+"""How a worker steps its envs: ``native`` (ALE games: ale-py's ``AtariVectorEnv``,
+:mod:`apex_dask.algo.envs.native`; other envs as ``sync``) or ``sync`` (gymnasium envs
+stepped in turn, :class:`~apex_dask.algo.envs.sync.GuardedEnvs`)."""
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How every env worker of a run steps its envs and cuts its rollouts."""
+
+    n_step: int = 3
+    """Steps summed in a transition's return before bootstrapping."""
+    gamma: float = 0.99
+    """Discount factor."""
+    fragment_length: int = 50
+    """Vector steps per rollout (of every env of the worker)."""
+    num_envs: int = 1
+    """Envs the worker steps together, one forward pass per step."""
+    vector_mode: str = "sync"
+    """One of :data:`VECTOR_MODES`."""
+    frame_stack: int | None = None
+    """Observations are stacks of this many frames, sent each frame once (None: whole)."""
+    make_timeout_s: float = 60.0
+    """Seconds making one env may take."""
+    step_timeout_s: float | None = None
+    """Seconds one ``step``/``reset`` may take (None: unbounded)."""
+    restart_failed_envs: bool = True
+    """Make a failed env again (else the first env error ends the run)."""
+    max_env_errors_per_1k_steps: int = 10
+    """With restarts: more env errors than this within the worker's last 1,000 env steps
+    end the run."""
+    max_consecutive_env_errors: int = 5
+    """With restarts: one env failing this many times in a row without a completed step
+    ends the run."""
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One rollout: its transitions and what the driver hears of it.
+
+    ``batch``: ``obs, action, reward, next_obs, done, discount`` arrays (with
+    ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs, done,
+    discount``); ``priorities``: float32 |td| per transition; ``steps``: env steps
+    made; the episodes that ended in it; the weights version it acted with; the
+    worker's exploration (epsilon, or the noise scale).
+    """
+
+    batch: dict[str, np.ndarray]
+    priorities: np.ndarray
+    steps: int
+    weights_version: int
+    epsilon: float
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.priorities)
