@@ -236,6 +236,8 @@ def test_sigterm_to_the_steps_then_scancel_save_what_fits_in_the_grace_and_resum
         assert left and 0 <= left["items_saved"] < left["items_held"], left
         poll(lambda: not site.jobs(), 60)  # the job ended with the driver's 75
         assert "stopped by SIGTERM with a checkpoint; not requeued" in log.read_text()
+        ended = site.job(jobs[0])
+        assert (ended.get("JobState"), ended.get("ExitCode")) == ("FAILED", "75:0"), ended
 
         # The same run folder, resubmitted: it resumes the partial checkpoint and trains on.
         jobs.append(submit(site, script, tmp_path, dict(env, APEX_RUN_DIR=str(run)), *BULKY))
