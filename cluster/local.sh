@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Ape-X on this machine with real Dask processes: a `dask scheduler` (with the
 # Ape-X dashboard preloaded), one learner worker advertising GPU=1, N CPU
-# workers, then `apex-dask-submit --scheduler-file ...`. Every process it
-# started is stopped when it exits, on Ctrl-C and on SIGTERM; the exit status
-# is apex-dask-submit's (130 after Ctrl-C).
+# workers, then `apex-dask-submit --scheduler-file ...`. Ctrl-C and SIGTERM go on
+# to apex-dask-submit, which stops and saves within checkpoint.grace_s; then every
+# process it started is stopped. The exit status is apex-dask-submit's (130 after
+# Ctrl-C, 75 after SIGTERM with a checkpoint written).
 #
 #   cluster/local.sh [--workers N] [--workdir DIR] [--serve] [--no-tls] [--] [apex-dask-submit args...]
 #
@@ -208,6 +209,17 @@ if [[ $SERVE -eq 1 ]]; then
   die "the scheduler exited; see $WORKDIR/scheduler.log"
 fi
 
+# The driver in its own session too: Ctrl-C (the whole process group) and SIGTERM reach
+# this script, which passes each on once and waits until the driver has saved and ended.
 rc=0
-"$SUBMIT" --scheduler-file "$SCHED_FILE" "$@" || rc=$?
+setsid "$SUBMIT" --scheduler-file "$SCHED_FILE" "$@" &
+DRIVER_PID=$!
+pass_on() { kill "-$1" "$DRIVER_PID" 2>/dev/null || true; }
+trap 'pass_on INT' INT
+trap 'pass_on TERM' TERM
+while kill -0 "$DRIVER_PID" 2>/dev/null; do
+  sleep 0.5 &
+  wait $! || true  # a trapped signal ends the wait at once
+done
+wait "$DRIVER_PID" || rc=$?
 exit "$rc"

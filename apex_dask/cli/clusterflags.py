@@ -26,6 +26,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -199,27 +200,29 @@ def _start_embedded(n_workers: int | None, **kwargs: Any) -> tuple[Any, Any]:
         while thread.is_alive():
             thread.join(0.1)
     except BaseException:
-        thread.join()  # Dask's own start-up is bounded; a second Ctrl-C exits at once
+        thread.join(60.0)  # a start-up still going then is left to the process's end
         if "client" in box:
-            box["client"].close()
-            box["cluster"].close()
+            close_cluster(box["client"], box["cluster"], timeout_s=20.0)
         raise
     if "error" in box:
         raise box["error"]
     return box["client"], box["cluster"]
 
 
-def close_cluster(client: Any, cluster: Any) -> None:
+def close_cluster(client: Any, cluster: Any, timeout_s: float | None = None) -> None:
     """Close the client, then the cluster if it is ours (a jobqueue cluster's jobs are
-    cancelled whatever happens while closing); errors while closing are ignored."""
+    cancelled whatever happens while closing); errors while closing are ignored.
+    ``timeout_s``: all of it within that many seconds (default: 10 s for the client,
+    30 s for the cluster)."""
+    end = time.monotonic() + (40.0 if timeout_s is None else timeout_s)
     if client is not None:
         try:
-            client.close(timeout=10)
+            client.close(timeout=10 if timeout_s is None else max(0.5, 0.3 * timeout_s))
         except Exception:
             pass
     if cluster is not None:
         try:
-            cluster.close(timeout=30)
+            cluster.close(timeout=30 if timeout_s is None else max(0.5, end - time.monotonic()))
         except Exception:
             pass
         finally:

@@ -114,6 +114,41 @@ def test_ctrl_c_during_training_stops_every_process_and_exits_130(tmp_path):
         assert_nothing_left(marker)
 
 
+@pytest.mark.slow
+def test_sigterm_to_the_script_reaches_the_driver_which_checkpoints_and_exits_75(tmp_path):
+    """SIGTERM to local.sh alone (``kill PID``, a container or service manager): it goes
+    on to apex-dask-submit, which writes a checkpoint before the cluster is stopped."""
+    marker = uuid.uuid4().hex
+    run = tmp_path / "run"
+    log = (tmp_path / "launcher.log").open("w")
+    proc = subprocess.Popen(
+        [str(LOCAL_SH), "--workers", "1", "--workdir", str(tmp_path / "cluster"), "--"]
+        + ["--preset", "cartpole", "--stop-time", "600", "--quiet", "--out", str(run)]
+        + ["--set", "report.min_iter_time_s=1", "--set", "checkpoint.grace_s=20"],
+        env=launcher_env(marker),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not read_results(run):
+            assert proc.poll() is None, (tmp_path / "launcher.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)  # the script only, not its process group
+        code = proc.wait(timeout=60)
+        text = (tmp_path / "launcher.log").read_text()
+        assert code == 75, text
+        checkpoints = sorted((run / "checkpoints").glob("ckpt-*/manifest.json"))
+        assert checkpoints and f"preempted (SIGTERM); checkpoint {checkpoints[-1].parent}" in text
+        assert "stopping 3 process(es)" in text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        assert_nothing_left(marker)
+
+
 def test_bad_worker_count_is_a_one_line_error_and_starts_nothing(tmp_path):
     marker = uuid.uuid4().hex
     proc = subprocess.run(

@@ -49,7 +49,13 @@ from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_s
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
-__all__ = ["connect", "shield_workers_from_ctrl_c", "start_local_cluster", "wait_for_workers"]
+__all__ = [
+    "close_local_cluster",
+    "connect",
+    "shield_workers_from_ctrl_c",
+    "start_local_cluster",
+    "wait_for_workers",
+]
 
 LOOPBACK = "127.0.0.1"
 """Where an embedded cluster listens unless asked otherwise."""
@@ -351,7 +357,7 @@ def start_local_cluster(
     try:
         client = Client(cluster, direct_to_workers=True)
     except Exception as exc:
-        cluster.close()
+        cluster.close(timeout=30)
         raise ApexRuntimeError(f"cannot connect to the local cluster: {describe(exc)}") from None
     return cluster, client
 
@@ -369,3 +375,19 @@ def _cluster_credentials(tls_dir: str | os.PathLike | None) -> tuple[RunCredenti
         raise ApexRuntimeError(
             f"cannot make TLS credentials in {tls_dir}: {describe(exc)}"
         ) from None
+
+
+def close_local_cluster(client: Any, cluster: Any, timeout_s: float = 40.0) -> None:
+    """Close ``client``, then ``cluster`` (one :func:`start_local_cluster` made), within
+    about ``timeout_s``; an error closing the client does not keep the cluster open,
+    and a cluster still closing then is left to finish (its worker processes end with
+    this one)."""
+    end = time.monotonic() + timeout_s
+    try:
+        client.close(timeout=max(0.5, min(10.0, 0.3 * timeout_s)))
+    except Exception:
+        pass
+    try:
+        cluster.close(timeout=max(0.5, end - time.monotonic()))
+    except TimeoutError:
+        pass
