@@ -16,7 +16,7 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
 
-from apex_dask.algo.agents.registry import registry  # noqa: E402
+from apex_dask.algo.agents import registry  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
 from apex_dask.experiment.builder import agent_spec, env_factory  # noqa: E402
 from apex_dask.runtime.orchestration.episodes import EpisodeFailed, play_on_cluster  # noqa: E402
