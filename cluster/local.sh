@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Ape-X on this machine with real Dask processes: a `dask scheduler` (with the
 # Ape-X dashboard preloaded), one learner worker advertising GPU=1, N CPU
-# workers, then `apex-dask-submit --scheduler-file ...`. Every process it
-# started is stopped when it exits, on Ctrl-C and on SIGTERM; the exit status
-# is apex-dask-submit's (130 after Ctrl-C).
+# workers, then `apex-dask-submit --scheduler-file ...`. Ctrl-C and SIGTERM go on
+# to apex-dask-submit, which stops and saves within checkpoint.grace_s; then every
+# process it started is stopped. The exit status is apex-dask-submit's (130 after
+# Ctrl-C, 75 after SIGTERM with a checkpoint written).
 #
-#   cluster/local.sh [--workers N] [--workdir DIR] [--serve] [--] [apex-dask-submit args...]
+#   cluster/local.sh [--workers N] [--workdir DIR] [--serve] [--no-tls] [--] [apex-dask-submit args...]
 #
 #   cluster/local.sh --workers 3 -- --preset cartpole --stop-reward 475 --out runs/cp
 #   cluster/local.sh --serve        # start the cluster only; connect a notebook to it
@@ -15,24 +16,28 @@
 #   --workdir DIR  scheduler file and logs (default: a new folder under $TMPDIR)
 #   --serve        start the cluster, print how to connect, wait for Ctrl-C
 #   --interface IF listen on network interface IF (e.g. ib0) instead of APEX_HOST
+#   --dashboard-address HOST:PORT
+#                  where the dashboard listens (default 127.0.0.1:8787: this machine
+#                  only, whatever --interface says; from elsewhere use an SSH tunnel)
 #   --tls-ca-file F, --tls-cert F, --tls-key F
-#                  TLS: tls:// addresses, encryption required, this CA, certificate
-#                  and key for the scheduler, the workers and the driver
-# Listening beyond loopback (APEX_HOST or --interface), TLS is on by default with
-# credentials made for this run in WORKDIR/tls (mode 0600); APEX_TLS=off turns it off.
+#                  TLS with your files: this CA, certificate and key for the
+#                  scheduler, the workers and the driver
+#   --no-tls       plain TCP (warns): anyone who reaches the ports can run code as you
+# TLS is on by default, loopback included (other users of this machine are kept out
+# too), with credentials made for this run in WORKDIR/tls (mode 0600).
 # Environment
 #   APEX_HOST            address to listen on (default 127.0.0.1; 0.0.0.0 to serve others)
 #   APEX_INTERFACE       as --interface
 #   APEX_TLS_CA_FILE, APEX_TLS_CERT, APEX_TLS_KEY  as the --tls-* flags
-#   APEX_TLS             on (default) | off: per-run TLS when listening beyond loopback
+#   APEX_TLS             on (default) | off: as --no-tls
 #   APEX_SCHEDULER_PORT  scheduler port (default 0: any free port, see the scheduler file)
-#   APEX_DASHBOARD       dashboard address (default APEX_HOST:8787, :8787 with --interface)
+#   APEX_DASHBOARD       as --dashboard-address
 #   APEX_WAIT_WORKERS_S  seconds to wait for the workers to join (default 120)
 # The Python environment with apex_dask must be active (dask and
 # apex-dask-submit on PATH).
 set -euo pipefail
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "local.sh: $*" >&2; exit 2; }
 
 ncpu=$( (command -v nproc >/dev/null && nproc) || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
@@ -43,6 +48,8 @@ IFACE=${APEX_INTERFACE:-}
 TLS_CA=${APEX_TLS_CA_FILE:-}
 TLS_CERT=${APEX_TLS_CERT:-}
 TLS_KEY=${APEX_TLS_KEY:-}
+TLS=${APEX_TLS:-on}
+DASHBOARD=${APEX_DASHBOARD:-127.0.0.1:8787}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) [[ $# -ge 2 ]] || die "--workers needs a number"; WORKERS=$2; shift 2 ;;
@@ -55,6 +62,9 @@ while [[ $# -gt 0 ]]; do
     --tls-ca-file) [[ $# -ge 2 ]] || die "--tls-ca-file needs a file"; TLS_CA=$2; shift 2 ;;
     --tls-cert) [[ $# -ge 2 ]] || die "--tls-cert needs a file"; TLS_CERT=$2; shift 2 ;;
     --tls-key) [[ $# -ge 2 ]] || die "--tls-key needs a file"; TLS_KEY=$2; shift 2 ;;
+    --no-tls) TLS=off; shift ;;
+    --dashboard-address) [[ $# -ge 2 ]] || die "--dashboard-address needs HOST:PORT"; DASHBOARD=$2; shift 2 ;;
+    --dashboard-address=*) DASHBOARD=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) break ;;  # everything else goes to apex-dask-submit
@@ -62,28 +72,26 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || die "--workers must be a positive integer, got '$WORKERS'"
 net_args=(--host "${APEX_HOST:-127.0.0.1}")
-DASHBOARD=${APEX_DASHBOARD:-${APEX_HOST:-127.0.0.1}:8787}
-OPEN=1  # listening beyond this machine's loopback?
-case "${APEX_HOST:-127.0.0.1}" in 127.*|localhost|::1|\[::1\]) OPEN=0 ;; esac
+WHO="any user of this machine"  # who can reach the ports
+case "${APEX_HOST:-127.0.0.1}" in 127.*|localhost|::1|\[::1\]) ;; *) WHO="anyone who can reach this machine" ;; esac
 if [[ -n "$IFACE" ]]; then
   [[ -e "/sys/class/net/$IFACE" || ! -d /sys/class/net ]] || die "no network interface '$IFACE' here"
   net_args=(--interface "$IFACE")
-  DASHBOARD=${APEX_DASHBOARD:-:8787}
-  if [[ "$IFACE" == lo ]]; then OPEN=0; else OPEN=1; fi
+  if [[ "$IFACE" != lo ]]; then WHO="anyone who can reach this machine"; fi
 fi
-TLS=${APEX_TLS:-on}
+[[ "$DASHBOARD" == *:* ]] || die "--dashboard-address must be HOST:PORT, got '$DASHBOARD'"
 [[ "$TLS" == on || "$TLS" == off ]] || die "APEX_TLS must be on or off, got '$TLS'"
 tls_args=()
 if [[ -n "$TLS_CA$TLS_CERT$TLS_KEY" ]]; then
-  [[ "$TLS" == on ]] || die "APEX_TLS=off and TLS files given: drop one of them"
+  [[ "$TLS" == on ]] || die "--no-tls (or APEX_TLS=off) and TLS files given: drop one of them"
   for f in "$TLS_CA" "$TLS_CERT" "$TLS_KEY"; do
     [[ -n "$f" && -r "$f" ]] || die "TLS needs --tls-ca-file, --tls-cert and --tls-key, all readable (got '$f')"
   done
   TLS_CA=$(cd "$(dirname "$TLS_CA")" && pwd)/$(basename "$TLS_CA")
   TLS_CERT=$(cd "$(dirname "$TLS_CERT")" && pwd)/$(basename "$TLS_CERT")
   TLS_KEY=$(cd "$(dirname "$TLS_KEY")" && pwd)/$(basename "$TLS_KEY")
-elif ((OPEN)) && [[ "$TLS" == off ]]; then
-  echo "local.sh: WARNING: APEX_TLS=off: plain TCP beyond loopback; the cluster is open to anyone who can reach this machine, and they can run any code as you" >&2
+elif [[ "$TLS" == off ]]; then
+  echo "local.sh: WARNING: TLS off (--no-tls or APEX_TLS=off): plain TCP; the cluster is open to $WHO, who can run any code as you" >&2
 fi
 
 DASK=$(command -v dask) || die "dask not found on PATH; activate the environment with apex_dask installed"
@@ -100,10 +108,10 @@ mkdir -p "$WORKDIR"
 WORKDIR=$(cd "$WORKDIR" && pwd)
 SCHED_FILE="$WORKDIR/scheduler.json"
 rm -f "$SCHED_FILE"
-if [[ -z "$TLS_CA" && "$TLS" == on ]] && ((OPEN)); then  # a CA and one certificate for this run only
+if [[ -z "$TLS_CA" && "$TLS" == on ]]; then  # a CA and one certificate for this run only
   "$PYTHON" -m apex_dask.runtime.credentials "$WORKDIR/tls" || die "cannot make TLS credentials in $WORKDIR/tls"
   TLS_CA=$WORKDIR/tls/ca.pem TLS_CERT=$WORKDIR/tls/cert.pem TLS_KEY=$WORKDIR/tls/key.pem
-  echo "local.sh: listening beyond loopback: TLS required; this run's credentials are in $WORKDIR/tls (mode 0600)" >&2
+  echo "local.sh: TLS required; this run's credentials are in $WORKDIR/tls (mode 0600)" >&2
 fi
 if [[ -n "$TLS_CA" ]]; then
   # Dask configuration, read by every process (`dask scheduler --tls-*` rejects --interface)
@@ -165,16 +173,28 @@ launch "$WORKDIR/learner.log" "$DASK" worker "${common[@]}" --name learner --res
 launch "$WORKDIR/cpu.log" "$DASK" worker "${common[@]}" --name cpu --nworkers "$WORKERS"
 
 # Wait until all 1 + N workers joined (the learner is placed at start-up).
-"$PYTHON" - "$SCHED_FILE" "$((WORKERS + 1))" "$WAIT_S" <<'PY' || die "workers did not join; see $WORKDIR/*.log"
+"$PYTHON" - "$SCHED_FILE" "$((WORKERS + 1))" "$WAIT_S" "$DASHBOARD" <<'PY' || die "workers did not join; see $WORKDIR/*.log"
+import socket
 import sys
+from urllib.parse import urlsplit
+
 from distributed import Client
 
 sched_file, n, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+bind = sys.argv[4].rpartition(":")[0].strip("[]")  # where the dashboard listens ("": everywhere)
 with Client(scheduler_file=sched_file, timeout=timeout) as client:
     client.wait_for_workers(n, timeout=timeout)
     info = client.scheduler_info(n_workers=-1)
-    print(f"local.sh: {len(info['workers'])} workers at {info['address']}, "
-          f"dashboard {client.dashboard_link}", file=sys.stderr)
+    url = urlsplit(client.dashboard_link or "")  # Dask names the scheduler's host in it
+    loopback = bind.startswith("127.") or bind in ("localhost", "::1")
+    host = "127.0.0.1" if loopback else bind if bind not in ("", "0.0.0.0", "::") else url.hostname
+    link = f"http://{host}:{url.port}/status" if url.port else "none"
+    print(f"local.sh: {len(info['workers'])} workers at {info['address']}, dashboard {link}",
+          file=sys.stderr)
+    if loopback and url.port:
+        print(f"local.sh: dashboard from another machine: ssh -N -L {url.port}:127.0.0.1:"
+              f"{url.port} {socket.gethostname()}, then open http://localhost:{url.port}/apex",
+              file=sys.stderr)
 PY
 
 if [[ $SERVE -eq 1 ]]; then
@@ -189,6 +209,17 @@ if [[ $SERVE -eq 1 ]]; then
   die "the scheduler exited; see $WORKDIR/scheduler.log"
 fi
 
+# The driver in its own session too: Ctrl-C (the whole process group) and SIGTERM reach
+# this script, which passes each on once and waits until the driver has saved and ended.
 rc=0
-"$SUBMIT" --scheduler-file "$SCHED_FILE" "$@" || rc=$?
+setsid "$SUBMIT" --scheduler-file "$SCHED_FILE" "$@" &
+DRIVER_PID=$!
+pass_on() { kill "-$1" "$DRIVER_PID" 2>/dev/null || true; }
+trap 'pass_on INT' INT
+trap 'pass_on TERM' TERM
+while kill -0 "$DRIVER_PID" 2>/dev/null; do
+  sleep 0.5 &
+  wait $! || true  # a trapped signal ends the wait at once
+done
+wait "$DRIVER_PID" || rc=$?
 exit "$rc"

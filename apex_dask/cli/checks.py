@@ -29,6 +29,7 @@ __all__ = [
     "UsageError",
     "check_cluster_flags",
     "check_device",
+    "cli_overrides",
     "cuda_device_count",
     "device_problem",
     "probe_env",
@@ -70,6 +71,16 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             f"scheduler file {args.scheduler_file!r} does not exist; start "
             f"`dask scheduler --scheduler-file {args.scheduler_file}` first or fix the path"
+        )
+    if (args.scheduler or args.scheduler_file) and getattr(args, "no_tls", False):
+        raise UsageError(
+            "--no-tls applies to a cluster this command starts (embedded or --cluster); "
+            "a running scheduler keeps its own protocol: drop --no-tls"
+        )
+    if (args.scheduler or args.scheduler_file) and getattr(args, "dashboard_address", None):
+        raise UsageError(
+            "--dashboard-address applies to a cluster this command starts; a running "
+            "scheduler's dashboard is set where it was started: drop --dashboard-address"
         )
     if getattr(args, "jobs", 1) < 1:
         raise UsageError(f"--jobs {args.jobs} must be >= 1")
@@ -134,6 +145,12 @@ def resolve_config(args: argparse.Namespace) -> ApexConfig:
         cfg = ApexConfig.from_dict(data)
     else:
         cfg = ApexConfig.preset(args.preset or DEFAULT_PRESET)
+    overrides = cli_overrides(args)
+    return cfg.override(overrides) if overrides else cfg
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Every --set, then the --stop-* flags (and --elastic), as dotted config keys."""
     overrides: dict[str, Any] = {}
     for item in args.set:
         if "=" not in item:
@@ -145,7 +162,7 @@ def resolve_config(args: argparse.Namespace) -> ApexConfig:
     overrides.update(stop_flags(args))
     if getattr(args, "elastic", False) or getattr(args, "adapt", None):
         overrides["topology.elastic"] = True
-    return cfg.override(overrides) if overrides else cfg
+    return overrides
 
 
 def stop_flags(args: argparse.Namespace) -> dict[str, Any]:

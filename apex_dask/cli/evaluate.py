@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         quiet_teardown_logs()
         if cluster is not None and client is not None:
             try:  # its workers: closing one mid-episode is expected, not worth a log line
-                client.run(quiet_teardown_logs)
+                client.run(quiet_teardown_logs, callback_timeout=10)
             except Exception:
                 pass
         close_cluster(client, cluster)

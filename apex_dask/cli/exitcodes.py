@@ -57,6 +57,7 @@ HELP = (
 _BAD_INPUT = {
     "UsageError",
     "ConfigError",
+    "RLlibError",
     "UnknownEnvError",
     "TrackingError",
     "JobqueueError",

@@ -99,7 +99,7 @@ def _job_classes(kind: str) -> tuple[type, type]:
     if kind not in _KINDS:
         raise JobqueueError(f"unknown cluster kind {kind!r}; choose one of: slurm, pbs")
     try:
-        import dask_jobqueue
+        import dask_jobqueue  # extra: hpc
     except ImportError:
         raise JobqueueError(
             "--cluster needs dask-jobqueue: pip install 'apex_dask[hpc]' (or dask-jobqueue)"
@@ -159,7 +159,7 @@ def _job_kwargs(kind: str, o: JobqueueOptions, learner: bool) -> dict[str, Any]:
 
 def _pbs_select(cores: int, memory: str, gpus: int) -> str:
     from dask.utils import parse_bytes
-    from dask_jobqueue.pbs import pbs_format_bytes_ceil
+    from dask_jobqueue.pbs import pbs_format_bytes_ceil  # extra: hpc
 
     spec = f"select=1:ncpus={cores}"
     if gpus > 0:

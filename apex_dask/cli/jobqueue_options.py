@@ -101,8 +101,9 @@ class JobqueueOptions:
     """With ``lifetime``: each worker's lifetime is moved by a random amount up to this
     (``dask worker --lifetime-stagger``, e.g. ``5m``), so jobs started together do not
     all retire at once. None: no stagger."""
-    dashboard_address: str = ":8787"
-    """Address of the scheduler's dashboard (in the submitting process)."""
+    dashboard_address: str = "127.0.0.1:8787"
+    """Address of the scheduler's dashboard (in the submitting process); the default serves
+    this machine only (reach it through an SSH tunnel); ``:8787`` serves every interface."""
     local_directory: str | None = None
     """Workers' scratch directory (node-local disk); None: Dask's default."""
     log_directory: str | None = None

@@ -42,6 +42,7 @@ from apex_dask.cli.exitcodes import (
 )
 from apex_dask.cli.outdir import check_out, discard_unstarted, make_out, remove_if_empty
 from apex_dask.cli.resume import ResumePoint
+from apex_dask.cli.rllib import add_rllib_flags, check_rllib_flags
 from apex_dask.cli.signals import exit_now_if_signalled
 from apex_dask.cli.tracking import RunReporter, add_tracking_flags
 from apex_dask.config import PRESETS, ApexConfig
@@ -86,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--list-keys", action="store_true", help="list every config key with its doc and exit"
+    )
+    add_rllib_flags(g)
+    g.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as YAML (which --config runs as it is) and exit; "
+        "with --from-rllib the table of RLlib keys heads it as comments, and Tune samplers "
+        "give an apex-dask-sweep file",
     )
     g.add_argument(
         "--elastic",
@@ -156,6 +165,26 @@ def check_local_memory(cfg: ApexConfig, spaces: EnvSpaces) -> None:
     check_memory(cfg, spaces, held, {w.address: MEMORY_LIMIT / n for w in workers}, names)
 
 
+def _from_rllib(args: argparse.Namespace) -> ApexConfig | None:
+    """The config of ``--from-rllib FILE`` (the table printed); None when ``--print-config``
+    printed it already (or the sweep file for Tune samplers)."""
+    from apex_dask.cli.checks import cli_overrides
+    from apex_dask.cli.rllib import conversion, print_conversion, sampler_refusal
+
+    conv = conversion(args, "apex-dask-submit")
+    cfg = conv.config()
+    overrides = cli_overrides(args)
+    if overrides:
+        cfg = cfg.override(overrides)
+    if args.print_config:
+        print_conversion(conv, cfg, yaml_out=True)
+        return None
+    if conv.space:
+        raise sampler_refusal(conv, args)
+    print_conversion(conv, cfg, yaml_out=False)
+    return cfg
+
+
 def run(args: argparse.Namespace) -> int:
     """Check everything, then run; the exit code (:mod:`apex_dask.cli.exitcodes`)."""
     if args.list_keys:
@@ -164,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     # 1. input: nothing is created or started until all of it is checked
     check_cluster_flags(args)
+    check_rllib_flags(args, exclusive=("config", "preset", "resume"))
     resume = args.resume
     resuming: ResumePoint | None = None
     with warnings.catch_warnings(record=True) as retired:  # a retired key: one line each
@@ -172,10 +202,17 @@ def run(args: argparse.Namespace) -> int:
             from apex_dask.cli.resume import resolve_resume
 
             cfg, resuming = resolve_resume(args)
+        elif args.from_rllib:
+            cfg = _from_rllib(args)
+            if cfg is None:
+                return EXIT_OK
         else:
             cfg = resolve_config(args)
     for line in dict.fromkeys(str(w.message) for w in retired):
         print(f"apex-dask-submit: note: {line}", flush=True)
+    if args.print_config:
+        sys.stdout.write(cfg.to_yaml())
+        return EXIT_OK
     out = check_out(resume or args.out, resume=resume is not None)
     spaces = probe_env(cfg)
     embedded = is_embedded(args)

@@ -11,8 +11,11 @@ checked at least once a second, whatever the iteration length: a partial
 iteration then gets its own result line), when a runtime fault ends it, or on
 a signal. Whatever ends it, the session halts the actors, records the final
 counters, saves the learner's weights (never NaN ones), writes a checkpoint
-on SIGTERM/SIGUSR1 when the driver offers ``save_checkpoint`` and releases
-everything; one stderr line names the cause, the exit code says it.
+on a signal (SIGTERM/SIGUSR1: ``preempted``, Ctrl-C: ``interrupted``) when
+the run has an output folder, and releases everything; one stderr line names
+the cause, the exit code says it. After a signal all of it fits in the
+stop's grace (:mod:`apex_dask.cli.stopclock`); a checkpoint that could keep
+only part of the replay in it says so in one line.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.cli.checks import EnvSpaces
-from apex_dask.cli.clusterflags import close_cluster, is_embedded
+from apex_dask.cli.clusterflags import close_cluster, is_embedded, tunnel_hint
 from apex_dask.cli.exitcodes import (
     EXIT_FAULT,
     EXIT_INTERRUPTED,
@@ -38,7 +41,9 @@ from apex_dask.cli.outdir import LOG_NAME, ResultsLog, save_weights, write_json,
 from apex_dask.cli.output import format_summary, merge_final
 from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.signals import StopSignals
+from apex_dask.cli.stopclock import StopClock
 from apex_dask.cli.watch import (
+    REAP_GRACE_S,
     PlacementWatcher,
     child_pids,
     drop_empty,
@@ -57,6 +62,20 @@ PREFIX = "apex-dask-submit:"
 
 def _note(line: str) -> None:
     print(f"{PREFIX} note: {line}", flush=True)
+
+
+def _weights_in(checkpoint: Path | None) -> tuple[int, dict[str, Any]] | None:
+    """``(version, {name: array})`` of the online net in ``checkpoint``'s learner part
+    (checksum verified), or None."""
+    if checkpoint is None:
+        return None
+    from apex_dask.experiment.checkpoint import read_manifest, read_part
+
+    try:
+        tree = read_part(checkpoint, read_manifest(checkpoint)["parts"]["learner"])
+        return int(tree["counters"]["version"]), dict(tree["online"])
+    except Exception:  # noqa: BLE001 - the live learner is asked instead
+        return None
 
 
 class RunSession:
@@ -93,7 +112,7 @@ class RunSession:
     # ------------------------------------------------------------------ run
     def run(self) -> int:
         self._children_before = child_pids()  # not this run's to end
-        self.signals = StopSignals.install()
+        self.signals = StopSignals.install(grace_s=self.cfg.checkpoint.grace_s)
         route_logs(self.log_file, debug=self.args.debug)
         try:
             if self.out is not None:
@@ -141,10 +160,12 @@ class RunSession:
             self._rewind(resumed, self.driver.resumed_from or {})
         self.reporter.start(self.driver.run_id)
         link = getattr(self.driver, "dashboard_link", None)
-        where = "embedded LocalCluster" if self.embedded else "cluster"
+        where = f"embedded LocalCluster at {self.address}" if self.embedded else "cluster"
         print(f"{PREFIX} training {self.cfg.env.env_id} on the {where}", flush=True)
         if link:
             print(f"{PREFIX} dashboard {link}", flush=True)
+            if hint := tunnel_hint(link, self.cluster, self.embedded):
+                print(f"{PREFIX} {hint}", flush=True)
         if not (link or "").rstrip("/").endswith("/apex"):
             print(
                 f"{PREFIX} no Ape-X page on this scheduler (metrics still go to "
@@ -177,6 +198,9 @@ class RunSession:
             _note(str(rewound.line()))
         record_resume(self.out, checkpoint, self.resume.overrides)
         print(f"{PREFIX} resumed from {checkpoint}", flush=True)
+        left = meta.get("left_out")
+        if left:  # written inside a stop's grace: each shard goes on with what it kept
+            _note(f"{checkpoint.name} was written inside a stop's grace: {left['summary']}")
 
     def _connect(self) -> tuple[Any, Any]:
         """``(client, cluster)``: the cluster is ours to close (embedded, jobqueue)."""
@@ -237,26 +261,36 @@ class RunSession:
         return bool(self.scheduler_id) and ident.get("id") != self.scheduler_id
 
     def _teardown(self) -> None:
-        d = self.driver
+        d, clock = self.driver, self.signals.clock  # a clock: a signal stopped the run
         self.lost_scheduler = self.lost_scheduler or self._scheduler_lost()
         if d is not None and self.lost_scheduler:
             _note("the Dask scheduler is gone: nothing more can be fetched")
         elif d is not None:
             self._save(d)
             try:
-                d.stop()
+                d.stop(None if clock is None else clock.exit_s())
             except Exception as exc:
                 _note(f"error while releasing actors: {describe(exc)}")
         if self.log is not None:
             self.log.close()
         self.reporter.close(EXIT_OK if self.error is None and not self.signals.requested else 1)
         quiet_teardown_logs()
-        close_cluster(self.client, self.cluster)
-        reap_children(self.log_file, spare=self._children_before)
+        if clock is None:
+            close_cluster(self.client, self.cluster)
+            reap_children(self.log_file, spare=self._children_before)
+        else:  # within what is left of the grace
+            close_cluster(self.client, self.cluster, timeout_s=clock.exit_s())
+            left = max(0.1, clock.left() - 0.5)
+            spare = self._children_before
+            reap_children(self.log_file, grace_s=min(REAP_GRACE_S, left), spare=spare)
 
     def _save(self, d: Any) -> None:
-        try:
-            final = d.halt()  # calls in flight finish: every hop's counters agree
+        """Halt, record the final counters, save the weights and, after a signal, a
+        checkpoint: then the weights are read back from its learner part (the learner
+        is not asked twice), and fetched only if there is none."""
+        clock, timeout = self.signals.clock, self.cfg.topology.call_timeout_s
+        try:  # calls in flight finish: every hop's counters agree
+            final = d.halt() if clock is None else d.halt(clock.halt_s(3 * timeout + 10))
         except Exception as exc:
             final = None
             _note(f"could not halt cleanly: {describe(exc)}")
@@ -266,11 +300,15 @@ class RunSession:
             self._record_final(final)
         except Exception as exc:  # a full disk: what is written stays whole
             _note(str(exc))
-        try:
-            weights = d.learner_weights()
-        except Exception as exc:  # the learner may be gone; keep what is saved
-            weights = None
-            _note(f"could not fetch the final weights: {describe(exc)}")
+        weights = None
+        if clock is not None and (self.signals.preempted or self.out is not None):
+            self._save_checkpoint(d, clock)
+            weights = _weights_in(self.checkpoint)
+        if weights is None:
+            try:
+                weights = d.learner_weights(None if clock is None else clock.weights_s(timeout))
+            except Exception as exc:  # the learner may be gone; keep what is saved
+                _note(f"could not fetch the final weights: {describe(exc)}")
         if weights is not None and self.out is not None:
             try:
                 refused = save_weights(self.out, weights)
@@ -278,11 +316,18 @@ class RunSession:
                 refused = str(exc)
             if refused:
                 _note(refused)
-        if self.signals.preempted:
-            try:
-                self.checkpoint = d.save_checkpoint("preempted")
-            except Exception as exc:
-                _note(f"no checkpoint written: {describe(exc)}")
+
+    def _save_checkpoint(self, d: Any, clock: StopClock) -> None:
+        reason = "preempted" if self.signals.preempted else "interrupted"
+        try:
+            self.checkpoint = d.save_checkpoint(reason, within_s=clock.checkpoint_s())
+        except Exception as exc:
+            _note(f"no checkpoint written: {describe(exc)}")
+            return
+        self.signals.checkpoint = self.checkpoint
+        if left := getattr(d, "checkpoint_left_out", None):
+            within = f"keeps what fit in the stop's {clock.grace_s:g} s"
+            _note(f"checkpoint {self.checkpoint.name} {within}: {left['summary']}")
 
     def _record_final(self, final: dict[str, Any] | None) -> None:
         if not final:

@@ -35,6 +35,8 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,6 +50,7 @@ __all__ = [
     "FORMAT",
     "MANIFEST",
     "CheckpointError",
+    "CheckpointTimeout",
     "DamagedCheckpoint",
     "StagedCheckpoint",
     "load_checkpoint",
@@ -65,6 +68,14 @@ _TREE = "__tree__"
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be written or read; the message is one line."""
+
+
+class CheckpointTimeout(CheckpointError):
+    """A part whose write did not finish by its deadline (its file is removed)."""
+
+
+class _PastDeadline(Exception):
+    pass
 
 
 class DamagedCheckpoint(CheckpointError):
@@ -115,19 +126,41 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+SYNC_EVERY = 16 << 20
+"""With a deadline, a part's bytes are synced to disk every this many bytes, so the
+deadline is checked against what reached the disk, not the page cache."""
+
+
 class _HashingStream:
     """A write-only, unseekable stream: hashes the bytes as they go to ``f`` (one pass).
 
     Unseekable, so ``zipfile`` writes each member's sizes after its data
     instead of seeking back: the bytes hashed are exactly the file's bytes.
+    With a ``deadline`` (``time.monotonic()``), a write after it (or once
+    ``abandon`` is set) raises, and the bytes are synced every :data:`SYNC_EVERY`.
     """
 
-    def __init__(self, f: Any) -> None:
+    def __init__(
+        self, f: Any, deadline: float | None = None, abandon: threading.Event | None = None
+    ) -> None:
         self._f = f
+        self._deadline = deadline
+        self._abandon = abandon
+        self._unsynced = 0
         self.sha256 = hashlib.sha256()
         self.written = 0
 
     def write(self, data: bytes) -> int:
+        if self._abandon is not None and self._abandon.is_set():
+            raise _PastDeadline
+        if self._deadline is not None:
+            if time.monotonic() > self._deadline:
+                raise _PastDeadline
+            self._unsynced += len(data)
+            if self._unsynced >= SYNC_EVERY:
+                self._f.flush()
+                os.fdatasync(self._f.fileno())
+                self._unsynced = 0
         self.sha256.update(data)
         self.written += len(data)
         return self._f.write(data)
@@ -151,22 +184,36 @@ def _check_name(name: str) -> None:
         raise ValueError(f"invalid checkpoint part name {name!r}")
 
 
-def write_part(directory: str | os.PathLike[str], name: str, tree: Any) -> dict[str, Any]:
+def write_part(
+    directory: str | os.PathLike[str],
+    name: str,
+    tree: Any,
+    *,
+    deadline: float | None = None,
+    abandon: threading.Event | None = None,
+) -> dict[str, Any]:
     """Write ``tree`` as ``directory/name.npz`` (fsynced); its manifest entry.
 
     The entry (``file``, ``sha256``, ``bytes``) goes to
     :meth:`StagedCheckpoint.commit` via :meth:`StagedCheckpoint.add_entry`.
+    ``deadline`` (a ``time.monotonic()`` of this process): a write still going
+    then stops, its file is removed and :class:`CheckpointTimeout` raised; so
+    does a write still going when ``abandon`` is set.
     """
     _check_name(name)
     arrays: dict[str, np.ndarray] = {}
     spec = json.dumps(_encode(tree, arrays))
     arrays[_TREE] = np.frombuffer(spec.encode(), dtype=np.uint8)
     path = Path(directory) / f"{name}.npz"
-    with open(path, "wb") as f:
-        stream = _HashingStream(f)
-        np.savez(stream, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "wb") as f:
+            stream = _HashingStream(f, deadline, abandon)
+            np.savez(stream, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+    except _PastDeadline:
+        path.unlink(missing_ok=True)
+        raise CheckpointTimeout(f"{path}: not written by its deadline") from None
     return {"file": path.name, "sha256": stream.sha256.hexdigest(), "bytes": stream.written}
 
 

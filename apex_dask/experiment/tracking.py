@@ -102,7 +102,7 @@ class TensorBoardSink:
 
     def __init__(self, log_dir: str | os.PathLike[str], *, purge_step: int | None = None) -> None:
         require_tensorboard()
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # extra: tensorboard
 
         self.log_dir = os.fspath(log_dir)
         try:
@@ -179,7 +179,7 @@ class WandbSink:
     ) -> None:
         if not wandb_available():
             raise TrackingError("--wandb needs the wandb package: pip install 'apex_dask[wandb]'")
-        import wandb
+        import wandb  # extra: wandb
 
         if dir is not None:
             os.makedirs(dir, exist_ok=True)

@@ -14,7 +14,10 @@ worker and every client, on any node::
     os.environ.update(creds.environ())                  # the same, as Dask configuration
     creds = find_credentials("apex-123/scheduler.json")  # the run's, beside its scheduler file
 
-The shell launchers run ``python -m apex_dask.runtime.credentials DIR``.
+The shell launchers run ``python -m apex_dask.runtime.credentials DIR``; the
+embedded clusters (``start_local_cluster``: the CLI's, the notebooks') make
+them in a private temporary folder. Loopback is no exception: other users of
+the machine can open TCP connections to 127.0.0.1 too.
 Keys are ECDSA P-256 (made in milliseconds; TLS 1.2+), made with the
 ``cryptography`` package, not an ``openssl`` binary that a node may lack.
 """
@@ -31,6 +34,7 @@ from typing import Any
 
 __all__ = [
     "OPEN_CLUSTER",
+    "OPEN_LOCAL",
     "TLS_DIR_NAME",
     "RunCredentials",
     "find_credentials",
@@ -45,6 +49,9 @@ OPEN_CLUSTER = (
     "the cluster is open to anyone who can reach its nodes, and they can run any code as you"
 )
 """What a launcher says when TLS is turned off."""
+
+OPEN_LOCAL = "accepts any user of this machine, who can run any code as you (plain TCP)"
+"""What a local cluster's launcher says when TLS is turned off."""
 
 _ROLES = ("scheduler", "worker", "client")
 

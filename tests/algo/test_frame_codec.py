@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from frame_rollouts import StackedEpisodes
 
+from apex_dask.algo.replay import codec as frame_codec
 from apex_dask.algo.replay.codec import (
     decode_batch,
     encode_batch,
@@ -16,7 +17,6 @@ from apex_dask.algo.replay.codec import (
     is_compact,
     split_compact,
 )
-from apex_dask.algo.replay import codec as frame_codec
 
 
 def assert_same_batch(a: dict, b: dict) -> None:

@@ -62,8 +62,8 @@ def test_eval_on_embedded_and_running_clusters_gives_the_same_episodes(tmp_path)
 
 def test_a_dpg_run_plays_on_the_cluster_as_in_one_process(tmp_path):
     from apex_dask.algo.play.episodes import play_episodes
-    from apex_dask.cli.runfolder import load_run, policy_keys
-    from apex_dask.experiment.builder import env_factory
+    from apex_dask.cli.runfolder import load_run
+    from apex_dask.experiment.builder import agent_spec, env_factory
 
     run = pendulum_run(tmp_path / "pd")
     proc = evaluate(str(run), "--episodes", "6", "--seed", "5", "--workers", "2")
@@ -72,10 +72,10 @@ def test_a_dpg_run_plays_on_the_cluster_as_in_one_process(tmp_path):
     trained = load_run(str(run))
     rows = play_episodes(
         env_factory(trained.config),
+        agent_spec(trained.config),
         trained.weights,
         range(6),
         base_seed=5,
-        **policy_keys(trained.config),
     )
     assert report["returns"] == pytest.approx([r["return"] for r in rows], rel=1e-9)
     assert report["lengths"] == [200] * 6

@@ -65,6 +65,7 @@ def test_quickstart_trains_saves_reloads_and_evaluates_with_a_small_budget(tmp_p
     monkeypatch.setenv("APEX_NOTEBOOK_BUDGET", "1500")
     monkeypatch.setenv("APEX_NOTEBOOK_OUT", str(tmp_path))
     monkeypatch.delenv("APEX_SCHEDULER_ADDRESS", raising=False)
+    monkeypatch.delenv("APEX_SCHEDULER_FILE", raising=False)
     try:
         nb = execute("quickstart.ipynb", tmp_path)
         text = stream_text(nb)
@@ -115,7 +116,7 @@ def test_connect_existing_trains_on_local_sh_serve_which_ctrl_c_then_stops(tmp_p
     env = dict(
         os.environ,
         PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
-        APEX_DASHBOARD=":0",
+        APEX_DASHBOARD="127.0.0.1:0",
         **{MARK: marker},
     )
     log = (tmp_path / "serve.log").open("w")

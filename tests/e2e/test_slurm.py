@@ -8,9 +8,18 @@ GRES ``gpu``), cpu1 and cpu2 (partition ``cpu``) -- 2 CPUs and 4000 MB each, a
 * The heterogeneous job as shipped (only its ``#SBATCH`` sizes and time scaled
   down, in a copy, as a user would): SLURM's ``--signal=B:USR1@40`` before the
   2-minute limit preempts it twice -- checkpoint, exit 75, requeue, resume --
-  then ``scancel`` stops every process on every node, and a resubmitted job
-  resumes the same run folder and trains CartPole to 475 with the learner on
-  gpu1 and the env workers on cpu1/cpu2. One log holds every instance.
+  then a plain ``scancel`` (SIGTERM to every process of the job, SIGKILL
+  ``KillWait`` = 10 s later) still leaves a committed checkpoint (the driver
+  exits 75; the cancelled job is not requeued) and stops every process on every
+  node, and a resubmitted job resumes that checkpoint and trains CartPole to 475
+  with the learner on gpu1 and the env workers on cpu1/cpu2. One log holds
+  every instance.
+* A replay too big for ``checkpoint.grace_s=4`` (``tests/bulky_envs.py``):
+  ``scancel --signal=TERM`` (the job's steps only) reaches the driver through the
+  shielded workers, which ends inside the grace with a checkpoint of the newest
+  items that fit and exits 75 (the job ends: only USR1 requeues it); the job
+  resubmitted on the same run folder resumes that checkpoint; a plain
+  ``scancel`` then does the same within ``KillWait``.
 * ``--cluster slurm`` waits (showing why) for jobs queued behind another one,
   trains to 475 and leaves no job; requests SLURM can never start end in one
   line within seconds; SIGTERM cancels every job it submitted.
@@ -37,7 +46,8 @@ from pathlib import Path
 import pytest
 import slurmsite
 from proctrack import MARK, assert_nothing_left
-from tlsprobe import assert_private_credentials
+from seconduser import assert_kept_out, second_user
+from tlsprobe import assert_private_credentials, http_get
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from polling import poll  # noqa: E402
@@ -130,10 +140,16 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
             return any(r["timesteps_total"] > done for r in results(run / "results"))
 
         text = follow(site, job, log, preempted_twice_then_resumed, 420)
-        assert site.run("scancel", job).returncode == 0
+        last = text.count("apex-dask-submit: preempted (")
+        assert site.run("scancel", job).returncode == 0  # SIGTERM, SIGKILL 10 s later
         assert_nothing_left(marker, grace_s=40, what="scancel, on any node")
         poll(lambda: not site.jobs(), 30)
         text = log.read_text()
+        # The driver saved before the SIGKILL; the job was not requeued (only USR1 does).
+        cancelled = re.findall(r"apex-dask-submit: preempted \(SIGTERM\); checkpoint (\S+)", text)
+        assert text.count("apex-dask-submit: preempted (") == last + 1 and cancelled, text[-3000:]
+        assert "apex.sbatch: the driver exited 75" in text.split(cancelled[-1])[-1]
+        assert "apex.sbatch: stopped by SIGTERM with a checkpoint; not requeued" in text
         # One log for every instance (--open-mode=append), each line marked with its restart.
         assert [f"[restart {k}]" in text for k in range(3)] == [True] * 3, text[-3000:]
         assert not [
@@ -158,6 +174,7 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
         second = tmp_path / f"apex-{proc.stdout.split()[0].split(';')[0]}.out"
         assert proc.returncode == 0, second.read_text()[-3000:]
         assert "[restart 0] apex.sbatch: resuming the run in" in second.read_text()
+        assert f"apex-dask-submit: resumed from {cancelled[-1]}" in second.read_text()
     finally:
         assert_nothing_left(marker, what="the jobs")
     out = run / "results"
@@ -181,6 +198,112 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
     assert env_nodes == {"cpu1", "cpu2"}, placement["env_workers"]
     assert re.search(r"Scheduler at:\s+tls://", (run / "scheduler.log").read_text())
     assert_private_credentials(run / "tls")
+
+
+@pytest.mark.timeout(420)
+def test_sbatch_job_keeps_a_second_user_out_and_its_dashboard_on_its_node(site, tmp_path):
+    """The job as shipped: its scheduler on gpu1 requires the run's TLS credentials (a
+    second local user on the login node is refused, as the scheduler's log says) and its
+    dashboard listens on gpu1's loopback only, with the SSH tunnel in the job's log."""
+    marker = uuid.uuid4().hex
+    env = site.env(APEX_PRESET="cartpole", **{MARK: marker})
+    script = scaled_copy(tmp_path / "apex.sbatch", "00:06:00")
+    job = submit(site, script, tmp_path, env, "--stop-time", "300", "--no-tensorboard")
+    log, run = tmp_path / f"apex-{job}.out", tmp_path / f"apex-{job}"
+    try:
+        text = follow(site, job, log, lambda t: "then open http://localhost:" in t, 300)
+        info = json.loads((run / "scheduler.json").read_text())
+        address, port = info["address"], info["services"]["dashboard"]
+        assert address.startswith("tls://") and site.node_of(address) == "gpu1", address
+        node = site.nodes["gpu1"]
+        on_node = http_get(["ip", "netns", "exec", node["ns"]], f"http://127.0.0.1:{port}/apex")
+        from_login = http_get([], f"http://{node['address']}:{port}/apex")
+        assert on_node == "200" and "Connection refused" in from_login, (on_node, from_login)
+        hint = f"ssh -N -L {port}:127.0.0.1:{port} -J <login-node> gpu1"
+        assert hint in text, text[-2000:]
+        with second_user() as other:
+            got = other.outsider(address, run / "tls")
+        assert_kept_out(got, scheduler_log=(run / "scheduler.log").read_text())
+    finally:
+        site.run("scancel", job)
+        assert_nothing_left(marker, grace_s=40, what="scancel, on any node")
+        poll(lambda: not site.jobs(), 30)
+
+
+BULKY = [
+    "--no-tensorboard", "--stop-time", "600", "--set", "env.env_id=bulky_envs:Bulky-v0",
+    "--set", "env.env_kwargs.obs_dim=16384", "--set", "replay.capacity=4000",
+    "--set", "replay.learning_starts=64", "--set", "learner.batch_size=8",
+    "--set", "learner.hiddens=[16]", "--set", "learner.min_replay_ratio=null",
+    "--set", "learner.max_replay_ratio=null", "--set", "eval.episodes=0",
+    "--set", "checkpoint.grace_s=4", "--set", "checkpoint.interval_s=0",
+    "--set", "report.min_iter_time_s=2",
+]  # fmt: skip
+
+
+@pytest.mark.timeout(420)
+def test_sigterm_to_the_steps_then_scancel_save_what_fits_in_the_grace_and_resume(site, tmp_path):
+    marker = uuid.uuid4().hex
+    tests = str(ROOT / "tests")  # bulky_envs, for the driver and (exported) every step
+    env = site.env(APEX_PRESET="cartpole", PYTHONPATH=tests, **{MARK: marker})
+    script = scaled_copy(tmp_path / "apex.sbatch", "00:10:00")
+    jobs = [submit(site, script, tmp_path, env, *BULKY)]
+    try:
+        log, run = tmp_path / f"apex-{jobs[0]}.out", tmp_path / f"apex-{jobs[0]}"
+        out = run / "results"
+
+        def filled(text: str) -> bool:  # ~150 MB of replay, more than 4 s can write here
+            return bool(results(out)) and results(out)[-1]["replay/size"] >= 1200
+
+        follow(site, jobs[0], log, filled, 240)
+        sent = time.monotonic()
+        assert site.run("scancel", "--signal=TERM", jobs[0]).returncode == 0  # the steps only
+        text = follow(site, jobs[0], log, lambda t: "the driver exited" in t, 60)
+        took = time.monotonic() - sent
+        assert "the job's steps got SIGTERM (scancel --signal=TERM): passing SIGTERM on" in text
+        first = stop_checkpoint(text, restart=0)
+        assert took < 4 + 3, took  # the grace; the relay polls every 0.5 s, the log too
+        left = json.loads((Path(first) / "manifest.json").read_text())["metadata"]["left_out"]
+        assert left and 0 <= left["items_saved"] < left["items_held"], left
+        poll(lambda: not site.jobs(), 60)  # the job ended with the driver's 75
+        assert "stopped by SIGTERM with a checkpoint; not requeued" in log.read_text()
+        ended = site.job(jobs[0])
+        assert (ended.get("JobState"), ended.get("ExitCode")) == ("FAILED", "75:0"), ended
+
+        # The same run folder, resubmitted: it resumes the partial checkpoint and trains on.
+        jobs.append(submit(site, script, tmp_path, dict(env, APEX_RUN_DIR=str(run)), *BULKY))
+        log = tmp_path / f"apex-{jobs[1]}.out"
+
+        def resumed_and_trained(text: str) -> bool:
+            return f"apex-dask-submit: resumed from {first}" in text and any(
+                r["timesteps_total"] > checkpointed(first) for r in results(out)
+            )
+
+        text = follow(site, jobs[1], log, resumed_and_trained, 240)
+        assert f"{Path(first).name} was written inside a stop's grace: {left['summary']}" in text
+        assert site.run("scancel", jobs[1]).returncode == 0  # SIGTERM to all, SIGKILL 10 s later
+        assert_nothing_left(marker, grace_s=40, what="scancel, on any node")
+        poll(lambda: not site.jobs(), 30)
+        second = stop_checkpoint(log.read_text(), restart=0)
+        assert second != first and checkpointed(second) > checkpointed(first)
+    finally:
+        for job in jobs:
+            site.run("scancel", "--signal=KILL", job)
+        assert_nothing_left(marker, what="the jobs")
+
+
+def stop_checkpoint(text: str, restart: int) -> str:
+    """The checkpoint instance ``restart`` wrote on SIGTERM, after checking it exited 75
+    with it and that it kept part of the replay, saying so in one line."""
+    mine = [ln for ln in text.splitlines() if ln.startswith(f"[restart {restart}] ")]
+    found = [m for ln in mine if (m := re.search(r"preempted \(SIGTERM\); checkpoint (\S+)", ln))]
+    assert found, "\n".join(mine[-30:])
+    path = found[-1].group(1)
+    assert any("apex.sbatch: the driver exited 75" in ln for ln in mine), mine[-10:]
+    assert any(f"note: checkpoint {Path(path).name} keeps what fit" in ln for ln in mine)
+    meta = json.loads((Path(path) / "manifest.json").read_text())["metadata"]
+    assert meta["reason"] == "preempted" and meta["left_out"], meta
+    return path
 
 
 def checkpointed(path: str) -> int:

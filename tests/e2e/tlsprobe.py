@@ -70,3 +70,21 @@ def assert_private_credentials(folder: Path) -> None:
     assert sorted(f.name for f in folder.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in folder.iterdir())
+
+
+HTTP_PROBE = """
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+        print(r.status)
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def http_get(where: list[str], url: str) -> str:
+    """GET ``url`` (from inside a namespace: ``where`` = ``ip netns exec NS``): the status,
+    or the error."""
+    out = subprocess.run([*where, sys.executable, "-c", HTTP_PROBE, url], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    return out.stdout.strip() or out.stderr.strip()[-300:]

@@ -146,3 +146,76 @@ def test_to_json_filters_with_patterns_and_nulls_non_finite_values():
     assert full["latest"]["learner/loss"] is None
     assert store.to_json(since=2.0)["series"]["replay/0/size"] == [[2.5, 3.0]]
     assert "series" not in store.to_json(series=False)
+
+
+# -- the memory bound ---------------------------------------------------------------
+
+
+def fill(store: MetricsStore, run: str, n_series: int, n_points: int, t0: float = 0.0) -> None:
+    for k in range(n_points):
+        metrics = {f"{run}/{i}": float(k) for i in range(n_series)}
+        store.ingest({"run": run, "source": "s", "metrics": metrics}, now=t0 + k)
+
+
+def test_points_stay_within_max_points_as_series_grow_and_every_series_spans_its_run():
+    store = MetricsStore(maxlen=64, max_points=640)  # at least 4 points a series: 160 series
+    assert store.memory_bound_bytes == 640 * 16
+    for run, n in (("a", 5), ("b", 20), ("c", 75)):  # 5, then 25, then 100 series
+        fill(store, run, n, 300, t0=1000.0)
+        assert store.points_held() <= 640, (run, store.points_held())
+        assert store.n_series * store.capacity <= 640
+    assert store.capacity == 4 and store.dropped_names == 0  # halved 64 -> 4, none dropped
+    for run in "abc":
+        for name in store.names(run):
+            points = store.since(name, run=run)
+            assert 1 <= len(points) <= 4
+            assert points[-1] == (1299.0, 299.0)  # the newest point is always kept
+    # 70 more series: 60 fit; past 160 nothing finished can make room: 10 are not kept
+    fill(store, "d", 70, 3, t0=2000.0)
+    assert store.n_series == 160 and len(store.names("d")) == 60
+    assert store.get("d").dropped_names == 3 * 10  # counted at each of the 3 reports
+    assert store.points_held() <= 640
+
+
+def test_a_finished_run_makes_room_for_a_live_runs_series():
+    store = MetricsStore(maxlen=64, max_points=640)
+    fill(store, "old", 150, 20)
+    store.ingest({"run": "old", "source": "driver", "metrics": {}, "done": True}, now=30.0)
+    fill(store, "new", 50, 20, t0=100.0)  # 200 series > 160: the finished run goes
+    assert [r["run"] for r in store.runs()] == ["new"]
+    assert store.dropped_names == 0 and len(store.names()) == 50
+    assert store.points_held() <= 640
+    assert store.capacity == 8  # with 50 series, each may hold more again (50 x 8 <= 640)
+
+
+def test_encoded_document_is_the_to_json_document():
+    store = MetricsStore()
+    fill(store, "r", 12, 40)
+    store.ingest(msg("r", **{"r/0": math.inf, "r/1": math.nan}), now=50.0)
+    for kw in ({}, {"names": ["r/1*"]}, {"since": 20.5}, {"series": False}):
+        assert json.loads(b"".join(store.json_chunks(**kw))) == json.loads(
+            json.dumps(store.to_json(**kw), allow_nan=False)
+        ), kw
+
+
+def test_name_filter_matches_as_fnmatch_does_with_one_expression():
+    from fnmatch import fnmatchcase
+
+    from apex_dask.runtime.observability.metrics_view import name_filter
+
+    names = [f"replay/{i}/size" for i in range(20)] + ["learner/q10", "env/epsilon/3", "a[b]"]
+    patterns = ["replay/1*/size", "learner/q?0", "*[[]b]", "env/*/3", "nothing"]
+    keep = name_filter(patterns)
+    assert [n for n in names if keep(n)] == [
+        n for n in names if any(fnmatchcase(n, p) for p in patterns)
+    ]
+    assert name_filter([])("anything") and name_filter([""])("anything")
+
+
+def test_animations_larger_than_the_cap_are_not_kept():
+    from apex_dask.runtime.observability.metrics_store import MAX_ANIMATION_BYTES
+
+    store = MetricsStore()
+    store.ingest(msg("r", x=1.0), now=1.0)
+    assert not store.set_animation({"run": "r", "gif": b"x" * (MAX_ANIMATION_BYTES + 1)})
+    assert store.set_animation({"run": "r", "gif": b"GIF89a"})

@@ -130,7 +130,7 @@ class NativeAtariEnvs:
         return f" ({self.where})" if self.where else ""
 
     def _new_vec(self, num_envs: int | None = None) -> Any:
-        from ale_py.vector_env import AtariVectorEnv
+        from ale_py.vector_env import AtariVectorEnv  # extra: atari
 
         return AtariVectorEnv(**{**self._args, "num_envs": num_envs or self.num_envs})
 

@@ -69,11 +69,11 @@ def quiet_pygame() -> None:
 
 def video_problem() -> str | None:
     """Why videos cannot be written in this process (None: they can)."""
-    for module in ("imageio_ffmpeg", "moviepy"):
-        try:
-            __import__(module)
-        except ImportError:
-            return f"--video needs {module}, which is not installed; {INSTALL_HINT}"
+    try:
+        import imageio_ffmpeg  # noqa: F401  # extra: video
+        import moviepy  # noqa: F401  # extra: video
+    except ImportError as exc:
+        return f"--video needs {exc.name}, which is not installed; {INSTALL_HINT}"
     return None
 
 
@@ -174,7 +174,7 @@ def _recorder_class() -> type:
         """``RecordVideo`` whose clips are written by imageio-ffmpeg, every frame once."""
 
         def stop_recording(self) -> None:
-            import imageio.v2 as imageio
+            import imageio.v2 as imageio  # extra: video
 
             if self.recorded_frames:
                 path = os.path.join(self.video_folder, f"{self._video_name}.mp4")

@@ -221,10 +221,26 @@ class FrameStore:
         return stacked_schema(item_schema, (f.dtype, (self.frame_stack, *f.shape[1:])))
 
     # ------------------------------------------------------------ checkpoint
-    def state_dict(self) -> dict[str, np.ndarray | int]:
+    def state_dict(self, newest_items: int | None = None) -> dict[str, np.ndarray | int]:
         """``frame_stack``, ``frame_capacity`` and ``frames/*``: the frames the log's batches
-        use (oldest first, each once), the log and the count of frames written."""
-        first = self._log[0][1] if self._log else self.written
+        use (oldest first, each once), the log and the count of frames written.
+
+        ``newest_items``: only what the newest that many items need (the shard keeps
+        only them): the log's newest batches holding them, the oldest of those
+        counted with the items of it kept, and their frames. The frames keep their
+        ids (``written`` is unchanged), so the items' ring slots stay valid.
+        """
+        log = list(self._log)
+        if newest_items is not None:
+            kept: list[tuple[int, int]] = []
+            need = max(0, int(newest_items))
+            for items, first_frame in reversed(log):
+                if need <= 0:
+                    break
+                kept.append((min(items, need), first_frame))
+                need -= items
+            log = kept[::-1]
+        first = log[0][1] if log else self.written
         ids = np.arange(first, self.written) % self.frame_capacity
         frames = self.frames[ids] if self.frames is not None else np.zeros((0,), np.uint8)
         return {
@@ -232,8 +248,8 @@ class FrameStore:
             "frame_capacity": self.frame_capacity,
             "frames/written": self.written,
             "frames/data": frames,
-            "frames/log_items": np.array([i for i, _ in self._log], np.int64),
-            "frames/log_first": np.array([f for _, f in self._log], np.int64),
+            "frames/log_items": np.array([i for i, _ in log], np.int64),
+            "frames/log_first": np.array([f for _, f in log], np.int64),
         }
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:

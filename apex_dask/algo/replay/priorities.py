@@ -119,6 +119,15 @@ class Priorities:
             "mass": self.tree.masses(np.arange(filled)),
         }
 
+    def state_dict_at(self, slots: np.ndarray) -> dict[str, np.ndarray | float]:
+        """:meth:`state_dict` of a shard holding only the items of ``slots``, moved to
+        slots ``0 .. len(slots) - 1`` in that order."""
+        return {
+            "max_priority": self._max_priority,
+            "priority": self._priority[slots],
+            "mass": self.tree.masses(slots),
+        }
+
     def load_state_dict(self, state: Mapping[str, object], filled: int) -> None:
         """Restore :meth:`state_dict` (``ValueError`` when its arrays do not have ``filled``
         items; nothing changed then). Slots from ``filled`` on are empty."""

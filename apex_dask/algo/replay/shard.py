@@ -347,26 +347,25 @@ class ReplayShard:
         }
 
     # -------------------------------------------------------------- checkpoint
-    def state_dict(self) -> dict[str, np.ndarray | int | float]:
+    def state_dict(self, max_items: int | None = None) -> dict[str, np.ndarray | int | float]:
         """Everything needed to continue exactly: a flat dict of arrays and numbers.
 
         The shard's own keys, its item storage's and (with ``frame_stack``)
         its frame store's; the format is in :mod:`apex_dask.algo.replay.state`.
-        Suitable for ``np.savez``.
-        """
-        state: dict[str, np.ndarray | int | float] = {
-            "capacity": self.capacity,
-            "alpha": self.alpha,
-            "eps": self.eps,
-            **self._counts,
-            **self._times,
-            "rng_state": pcg64_to_array(self._rng.bit_generator.state),
-            **self._priorities.state_dict(self._items.filled),
-            **self._items.state_dict(),
-        }
-        if self._frames is not None:
-            state.update(self._frames.state_dict())
-        return state
+        Suitable for ``np.savez``. ``max_items`` (< ``len(self)``): as if the shard held
+        only its newest ``max_items`` items (only they are copied; "Newest items" there)."""
+        items, frames = self._items, self._frames
+        keep = items.size if max_items is None else max(0, min(items.size, int(max_items)))
+        if keep == items.size:
+            p, i = self._priorities.state_dict(items.filled), items.state_dict()
+            f = {} if frames is None else frames.state_dict()
+        else:
+            slots = items.stored_slots()[:keep][::-1].copy()  # the newest, oldest first
+            p, i = self._priorities.state_dict_at(slots), items.state_dict_at(slots)
+            f = {} if frames is None else frames.state_dict(newest_items=keep)
+        own = {"capacity": self.capacity, "alpha": self.alpha, "eps": self.eps}
+        rng = pcg64_to_array(self._rng.bit_generator.state)
+        return {**own, **self._counts, **self._times, "rng_state": rng, **p, **i, **f}
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore a :meth:`state_dict` (also as loaded back from ``np.load``).

@@ -25,6 +25,17 @@ reads its own keys:
 
 These keys are the format since checkpoints were first written
 (``tests/algo/test_replay_checkpoint_format.py`` loads such checkpoints).
+
+**Newest items.** ``ReplayShard.state_dict(max_items=m)`` writes, in this same
+format, the state of a shard that held only its newest ``m`` items (a
+checkpoint that must fit in a stop's grace): they go, oldest first, to slots
+``0 .. m-1`` with their priorities, masses and generations (``pos`` follows
+them; ``filled = size = m``); with ``frame_stack`` the frames they use come
+along, with the frame ids unchanged (``frames/written`` is the shard's) and
+the log's newest batches holding them, the oldest counted with the items of
+it kept. The counters, timers, rng, ``clock`` and ``max_priority`` are the
+whole shard's, so the items left out count as evicted. Loading needs nothing
+special: the state is one of a smaller shard.
 """
 
 from __future__ import annotations

@@ -293,6 +293,23 @@ class ItemStorage:
             state[f"data/{k}"] = v[: self.filled].copy()
         return state
 
+    def state_dict_at(self, slots: np.ndarray) -> dict[str, np.ndarray | int]:
+        """:meth:`state_dict` of a storage holding only the items of ``slots`` (stored
+        ones), moved to slots ``0 .. len(slots) - 1`` in that order: ``pos`` follows them."""
+        n = int(len(slots))
+        state: dict[str, np.ndarray | int] = {
+            "size": n,
+            "pos": n % self.capacity,
+            "clock": self.clock,
+            "generation": self.generation[slots],
+        }
+        if self.evicts_early:
+            state["filled"] = n
+        if self.schema is not None:
+            for k, v in self.gather(np.asarray(slots, np.int64)).items():
+                state[f"data/{k}"] = v
+        return state
+
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Restore :meth:`state_dict` (``ValueError`` when it does not fit; nothing changed then).
 

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         "started); 3 a fault ended the sweep; 75 SIGTERM/SIGUSR1 (--resume it); 130 Ctrl-C.",
     )
     p.add_argument("space", nargs="?", metavar="SPACE.yaml", help="the sweep file")
+    from apex_dask.cli.rllib import add_rllib_flags
+
+    add_rllib_flags(p.add_argument_group("from RLlib (docs/rllib.md)"))
     p.add_argument(
         "--trials",
         type=int,
@@ -102,17 +105,29 @@ def _prepare(args: argparse.Namespace) -> tuple[Path, SweepSpec, bool]:
     if getattr(args, "adapt", None):
         raise UsageError("--adapt is not for sweeps: each trial keeps the workers it starts on")
     if args.resume:
-        if args.space or args.out:
-            raise UsageError("--resume DIR takes the sweep from DIR; drop SPACE.yaml and --out")
+        if args.space or args.out or args.from_rllib:
+            raise UsageError(
+                "--resume DIR takes the sweep from DIR; drop SPACE.yaml, --from-rllib and --out"
+            )
         from apex_dask.cli.sweep.study import check_resumable
 
         folder = Path(args.resume).expanduser()
         check_resumable(folder)
         spec = load_sweep(folder / "sweep.yaml")
         return folder, spec, True
-    if not args.space:
-        raise UsageError("give a sweep file (SPACE.yaml) or --resume DIR; see docs/sweeps.md")
-    spec = load_sweep(args.space)
+    from apex_dask.cli.rllib import check_rllib_flags
+
+    check_rllib_flags(args, exclusive=("space",))
+    if args.from_rllib:
+        from apex_dask.cli.rllib import sweep_spec
+
+        spec = sweep_spec(args)
+    elif not args.space:
+        raise UsageError(
+            "give a sweep file (SPACE.yaml), --from-rllib FILE or --resume DIR; see docs/sweeps.md"
+        )
+    else:
+        spec = load_sweep(args.space)
     out = args.out or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     folder = check_out(out)
     assert folder is not None

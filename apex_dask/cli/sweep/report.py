@@ -21,7 +21,7 @@ __all__ = ["draw_plots", "format_table", "trial_rows", "write_best"]
 
 def trial_rows(study: Any, spec: SweepSpec) -> list[dict[str, Any]]:
     """One row per trial that started: number, state, objective, steps, wall time, params."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # extra: sweep
 
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -116,11 +116,11 @@ def write_best(folder: Path, study: Any, spec: SweepSpec, rows: list[dict[str, A
 
 def draw_plots(folder: Path, study: Any) -> list[str]:
     """``history.png`` and ``importances.png``; one note per plot that could not be drawn."""
-    import matplotlib
+    import matplotlib  # extra: sweep
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as ovm
+    import matplotlib.pyplot as plt  # extra: sweep
+    from optuna.visualization import matplotlib as ovm  # extra: sweep
 
     notes = []
     for name, draw in (

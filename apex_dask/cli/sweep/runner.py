@@ -141,7 +141,7 @@ class SweepRunner:
         self._tell(trial, params, outcome, folder)
 
     def _tell(self, trial: Any, params: dict[str, Any], o: TrialOutcome, folder: Path) -> None:
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # extra: sweep
 
         with self.lock:
             for key, value in (

@@ -58,8 +58,8 @@ INSTALL_HINT = "pip install 'apex_dask[sweep]' (Optuna and matplotlib)"
 def import_optuna() -> Any:
     """``optuna``, or a one-line :class:`SweepError` saying how to install it."""
     try:
-        import optuna
-        from optuna.storages.journal import JournalFileBackend  # noqa: F401 - Optuna >= 4.0
+        import optuna  # extra: sweep
+        from optuna.storages.journal import JournalFileBackend  # noqa: F401  # extra: sweep
     except ImportError as exc:
         raise SweepError(f"apex-dask-sweep needs Optuna >= 4.0 ({exc}); {INSTALL_HINT}") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -108,7 +108,7 @@ def repair_journal(path: Path) -> bool:
 
 
 def _storage(optuna: Any, folder: Path) -> Any:
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalStorage  # extra: sweep
 
     return JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
 
@@ -167,7 +167,7 @@ def open_study(folder: Path, spec: SweepSpec, trials: int, *, create: bool) -> A
 def counted(study: Any) -> tuple[int, list[Any]]:
     """``(trials that count toward --trials, trials still marked RUNNING)``: complete,
     pruned and failed trials count, except those failed because the sweep stopped."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # extra: sweep
 
     done, running = 0, []
     for t in study.get_trials(deepcopy=False):
@@ -183,10 +183,10 @@ def counted(study: Any) -> tuple[int, list[Any]]:
 def requeue_interrupted(study: Any, running: list[Any]) -> list[int]:
     """Mark trials left RUNNING by a killed sweep FAIL (``interrupted``) and enqueue their
     parameters again, ahead of new ones; their numbers."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # extra: sweep
 
     numbers = []
-    import optuna
+    import optuna  # extra: sweep
 
     for t in running:
         optuna.trial.Trial(study, t._trial_id).set_user_attr("interrupted", True)

@@ -57,7 +57,14 @@ class ShardHandle(Protocol):
 
     def state_dict(self) -> ActorCall[dict[str, Any]]: ...
 
-    def save_part(self, directory: str, name: str) -> ActorCall[dict[str, Any]]: ...
+    def save_part(
+        self,
+        directory: str,
+        name: str,
+        budget_s: float | None = None,
+        s_per_item: float | None = None,
+        writers: int = 1,
+    ) -> ActorCall[dict[str, Any]]: ...
 
     def load_part(self, directory: str, entry: dict[str, Any]) -> ActorCall[int]: ...
 

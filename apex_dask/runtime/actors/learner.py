@@ -156,21 +156,21 @@ class LearnerActor:
         self._prefetcher.start(thread_alive=self._thread.is_alive)
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
-        """Stop requesting, queue the batches held, train what is queued, flush priorities.
-
-        Returns the final :meth:`stats`.
-        """
-        await self._prefetcher.stop(timeout_s)
+        """Stop requesting, queue the batches held, train what is queued, flush priorities,
+        all within ``timeout_s`` (what is not done by then is left); the final :meth:`stats`."""
+        end = time.monotonic() + timeout_s
+        left = lambda: max(0.0, end - time.monotonic())  # noqa: E731
+        await self._prefetcher.stop(left())
         thread = self._thread
         if thread is not None:
             self._stop_thread = True  # the thread trains what is queued, then exits
-            await asyncio.get_running_loop().run_in_executor(None, thread.join, timeout_s)
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, left())
         if self._sender is not None:
             self._sender_stop = True
-            await asyncio.wait([self._sender], timeout=timeout_s)
+            await asyncio.wait([self._sender], timeout=left())
             self._sender = None
         if self._pending:
-            await asyncio.wait(list(self._pending), timeout=timeout_s)
+            await asyncio.wait(list(self._pending), timeout=left())
         return self._metrics()
 
     async def set_shard(self, shard_id: int, handle: Any) -> None:

@@ -9,20 +9,34 @@ of numpy at most). ``sample()`` answers with the shard's own
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from apex_dask.algo.replay.sample import ReplaySample
-from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_part
+from apex_dask.experiment.checkpoint import (
+    CheckpointError,
+    CheckpointTimeout,
+    read_part,
+    write_part,
+)
 from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
 from apex_dask.runtime.actors.shared_batches import SharedBatch, SharedBatchWriter
 
-__all__ = ["ReplayShardActor"]
+__all__ = ["PLAN_SHARE", "ReplayShardActor"]
+
+PLAN_SHARE = 0.7
+"""A budgeted save plans its items to take this share of the budget (disks vary)."""
+
+FIRST_BYTES_PER_S = 50e6
+"""With no earlier write to go by, a budgeted save plans for a disk this fast (bytes a
+second): a cautious guess; each checkpoint written teaches the real rate."""
 
 
 class ReplayShardActor:
@@ -77,6 +91,7 @@ class ReplayShardActor:
         self.flow = ShardFlow()
         self._pub = Throttled(f"replay/{self.shard_id}", run)
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"apex-shard-{shard_id}-io")
+        self._writes: list[threading.Event] = []  # checkpoint writes going: set one to abandon it
         self._timeout = float(call_timeout_s)
         # a shard handed over to another (its worker is leaving) forwards every call there;
         # a shard taking over holds calls until the snapshot is in
@@ -89,9 +104,11 @@ class ReplayShardActor:
         self._audit: tuple[int, int] | None = None  # items checked, items that differed
 
     async def _wait_ready(self) -> None:
+        """Hold a call while this shard takes over another's items (:meth:`take_over`,
+        itself bounded); a ``TimeoutError`` if that outlasts its own bound."""
         self._last_call = time.monotonic()
         if self._taking_over is not None:
-            await self._taking_over.wait()
+            await asyncio.wait_for(self._taking_over.wait(), max(self._timeout, 120.0) + 10.0)
 
     async def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
         """Store one rollout (dict of arrays) with its initial priorities; return the items
@@ -182,16 +199,63 @@ class ReplayShardActor:
         """The shard's contents and priorities (see ``ReplayShard.state_dict``)."""
         return self._shard.state_dict()
 
-    async def save_part(self, directory: str, name: str) -> dict[str, Any]:
+    async def save_part(
+        self,
+        directory: str,
+        name: str,
+        budget_s: float | None = None,
+        s_per_item: float | None = None,
+        writers: int = 1,
+    ) -> dict[str, Any]:
         """Write this shard into checkpoint ``directory`` as part ``name``; its manifest entry.
 
         The snapshot is a copy taken at once (a memory copy); the file is
         written by a thread, so the shard keeps taking adds and samples
         meanwhile. Bulk data goes straight to the (shared) filesystem.
+
+        ``budget_s``: the part must be written within that many seconds (a stop's
+        grace). Only the newest items that ``s_per_item`` says fit are saved
+        (``ReplayShard.state_dict(max_items)``): seconds per item as the last
+        checkpoint's write took them, else a guess: :data:`FIRST_BYTES_PER_S` shared
+        by the ``writers`` shards writing at once. A
+        write still going when the budget is spent is abandoned and a part with no
+        items (the counters, rng and priorities' maximum) written instead. The entry
+        then also says ``items`` (saved), ``held`` (the shard's items) and
+        ``left_out`` (why, when items were left out); every entry says ``write_s``.
         """
-        state = self._shard.state_dict()
+        t0 = time.monotonic()
+        held = len(self._shard)
+        keep = held
+        if budget_s is not None:
+            if not s_per_item:  # bytes per slot of everything allocated, at a cautious rate
+                stats = self._shard.stats()
+                rate = FIRST_BYTES_PER_S / max(1, writers)
+                s_per_item = stats["bytes"] / stats["capacity"] / rate
+            keep = min(held, max(0, int(PLAN_SHARE * budget_s / s_per_item)))
+        if budget_s is not None:  # a stop's checkpoint goes first: abandon older writes
+            for older in self._writes:
+                older.set()
+        abandon = threading.Event()
+        self._writes.append(abandon)
+        state = self._shard.state_dict(max_items=keep)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._io, write_part, directory, name, state)
+        deadline = None if budget_s is None else t0 + budget_s
+        why = "" if keep == held else f"the newest {keep} items fit in {budget_s:.3g} s"
+        write = partial(write_part, directory, name, state, deadline=deadline, abandon=abandon)
+        try:
+            entry = await loop.run_in_executor(self._io, write)
+        except CheckpointTimeout:
+            if budget_s is None:  # a newer, budgeted checkpoint took over
+                raise CheckpointError(f"{directory}: abandoned for a stop's checkpoint") from None
+            keep, why = 0, f"its write did not finish in {budget_s:.3g} s"
+            state = self._shard.state_dict(max_items=0)
+            entry = await loop.run_in_executor(self._io, write_part, directory, name, state)
+        finally:
+            self._writes.remove(abandon)
+        entry.update(items=keep, held=held, write_s=time.monotonic() - t0)
+        if why:
+            entry["left_out"] = why
+        return entry
 
     async def load_part(self, directory: str, entry: dict[str, Any]) -> int:
         """Restore from a checkpoint part (checksum verified); the items now held."""

@@ -2,9 +2,16 @@
 
 - ``GET /apex/metrics.json`` returns :meth:`MetricsStore.to_json` of the
   newest run, or of ``run=ID`` (404 with the known run ids if it is not kept;
-  every document lists the runs under ``runs``); query arguments ``names`` (comma separated or repeated, shell-style patterns such
-  as ``replay/*/size``), ``since`` (unix seconds; only later points) and
-  ``series=0`` (latest values only).
+  every document lists the runs under ``runs``); query arguments ``names``
+  (comma separated or repeated, shell-style patterns such as
+  ``replay/*/size``), ``since`` (unix seconds; only later points) and
+  ``series=0`` (latest values only). Requests are bounded (:data:`LIMITS`): a
+  query string of at most 4096 bytes, at most 32 patterns of at most 200
+  characters, no body, at most 4 documents being built at once; past a bound
+  the answer is a 4xx (503 when busy) whose body is one line of JSON,
+  ``{"error": "..."}``. The patterns are matched as one compiled expression,
+  and the document is built and encoded in a thread: the scheduler's event
+  loop only hands the request over.
 - Prometheus gauges on the scheduler's ``/metrics``, read from the latest
   values at scrape time by :class:`ApexCollector` (see :func:`prometheus_name`),
   one series per run with a ``run`` label; ``apex_run_info{run, out}`` is 1
@@ -13,14 +20,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from distributed.http.utils import RequestHandler
+from tornado.ioloop import IOLoop
+from tornado.web import stream_request_body
 
 from apex_dask.runtime.observability.metrics import get_plugin
 from apex_dask.runtime.observability.metrics_store import MetricsStore
@@ -96,7 +107,7 @@ class ApexCollector:
         return []  # names vary with the run; do not collect at registration
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily  # extra: prometheus
 
         store = self.store
         if store is None:
@@ -144,7 +155,7 @@ def register_prometheus(store: MetricsStore) -> bool:
     """Serve ``store`` on ``/metrics``; False when prometheus_client is missing."""
     global _COLLECTOR
     try:
-        import prometheus_client
+        import prometheus_client  # extra: prometheus
     except ModuleNotFoundError:
         return False
     if _COLLECTOR is None:
@@ -154,27 +165,130 @@ def register_prometheus(store: MetricsStore) -> bool:
     return True
 
 
+LIMITS = {
+    "query_bytes": 4096,
+    "patterns": 32,
+    "pattern_chars": 200,
+    "body_bytes": 8 << 20,
+    "busy": 4,
+}
+"""Bounds of a ``/apex/metrics.json`` request. A body of up to ``body_bytes`` is read and
+refused (413); a longer one is cut off by Tornado (400, connection closed)."""
+
+
+class Refused(Exception):
+    """A request past a bound: its status and one line saying why and what to do."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@stream_request_body  # a body is counted and dropped as it arrives, never parsed
 class ApexMetricsJSON(RequestHandler):
     """``GET /apex/metrics.json[?run=ID]``: run id, latest values and time series."""
 
-    def get(self) -> None:
-        plugin = get_plugin(self.server)
-        names = [p.strip() for arg in self.get_arguments("names") for p in arg.split(",")]
-        try:
-            since = float(self.get_argument("since", "-inf"))
-        except ValueError:
-            since = -math.inf
-        series = self.get_argument("series", "1") not in ("0", "false", "no")
-        run = self.get_argument("run", "") or None
-        try:
-            doc = plugin.store.to_json(names=names, since=since, series=series, run=run)
-        except KeyError:
-            self.set_status(404)
-            known = [r["run"] for r in plugin.store.runs()]
-            doc = {"error": f"no run {run!r} on this scheduler", "runs": known}
+    building = 0  # documents being built now, in this process
+
+    def prepare(self) -> None:
+        self.request.connection.set_max_body_size(LIMITS["body_bytes"])
+        self.body_bytes = 0
+
+    def data_received(self, chunk: bytes) -> None:
+        self.body_bytes += len(chunk)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        reason = self._reason or "error"  # e.g. 405 for a POST: still one line of JSON
+        self._send({"error": f"{status_code} {reason}: GET /{JSON_ROUTE}?names=...&since=..."})
+
+    def _send(self, doc: dict[str, Any]) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(doc, allow_nan=False))
+        self.finish(json.dumps(doc) + "\n")
+
+    def _query(self) -> dict[str, Any]:
+        """The store's ``to_json`` arguments, or :class:`Refused`."""
+        if self.body_bytes or self.request.headers.get("Content-Length", "0") not in ("", "0"):
+            raise Refused(413, "the request has a body: pass names=PATTERN,... in the query")
+        if len(self.request.query) > LIMITS["query_bytes"]:
+            raise Refused(414, f"query string longer than {LIMITS['query_bytes']} bytes")
+        args = self.request.query_arguments
+        names = [
+            p.strip() for a in args.get("names", []) for p in a.decode(errors="replace").split(",")
+        ]
+        names = [p for p in names if p]
+        if len(names) > LIMITS["patterns"]:
+            raise Refused(
+                400, f"{len(names)} names patterns; at most {LIMITS['patterns']} per request"
+            )
+        if any(len(p) > LIMITS["pattern_chars"] for p in names):
+            raise Refused(400, f"a names pattern longer than {LIMITS['pattern_chars']} characters")
+        since = self.get_query_argument("since", "-inf")
+        try:
+            t0 = float(since)
+        except ValueError:
+            raise Refused(400, f"since={since[:40]!r} is not a number (unix seconds)") from None
+        if math.isnan(t0):
+            raise Refused(400, "since=nan is not a time (unix seconds)")
+        series = self.get_query_argument("series", "1") not in ("0", "false", "no")
+        return {"names": names, "since": t0, "series": series,
+                "run": self.get_query_argument("run", "") or None}  # fmt: skip
+
+    async def get(self) -> None:
+        store = get_plugin(self.server).store
+        try:
+            query = self._query()
+        except Refused as refused:
+            self.set_status(refused.status)
+            self._send({"error": str(refused)})
+            return
+        if ApexMetricsJSON.building >= LIMITS["busy"]:
+            self.set_status(503)
+            self.set_header("Retry-After", "1")
+            self._send({"error": f"{LIMITS['busy']} documents are being built; retry in a second"})
+            return
+        ApexMetricsJSON.building += 1
+        try:  # off the event loop: matching, copying and encoding may take a while
+            status, chunks = await IOLoop.current().run_in_executor(
+                _builder(), _document, store, query
+            )
+            self.set_status(status)
+            self.set_header("Content-Type", "application/json")
+            self.set_header("Cache-Control", "no-store")
+            pending = 0
+            for chunk in chunks:  # 256 KB at a time, the loop's other work in between
+                self.write(chunk)
+                pending += len(chunk)
+                if pending >= 1 << 18:
+                    await self.flush()
+                    await asyncio.sleep(0)  # a flush the socket took at once does not yield
+                    pending = 0
+            self.finish()
+        finally:
+            ApexMetricsJSON.building -= 1
+
+    def compute_etag(self) -> None:
+        return None  # no hash of a large body on the event loop
+
+
+_BUILDER: list[ThreadPoolExecutor] = []
+
+
+def _builder() -> ThreadPoolExecutor:
+    """One thread builds the documents, one after the other: the event loop shares the
+    interpreter with at most that one busy thread."""
+    if not _BUILDER:
+        _BUILDER.append(ThreadPoolExecutor(1, thread_name_prefix="apex-metrics-json"))
+    return _BUILDER[0]
+
+
+def _document(store: MetricsStore, query: dict[str, Any]) -> tuple[int, list[bytes]]:
+    try:
+        return 200, store.json_chunks(**query)
+    except KeyError:
+        known = [r["run"] for r in store.runs()]
+        error = {"error": f"no run {query['run']!r} on this scheduler", "runs": known}
+        return 404, [json.dumps(error).encode()]
 
 
 _ROUTED: weakref.WeakSet[Any] = weakref.WeakSet()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from apex_dask.runtime.observability.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_store import DEFAULT_MAX_POINTS, MetricsStore
 
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
@@ -168,32 +168,106 @@ def publish_from_client(
     return client.log_event(topic, make_message(run, source, metrics, **fields))
 
 
+SETTINGS = {  # Dask configuration key under apex.metrics: (default, least allowed)
+    "points": (3600, 4),
+    "max-points": (DEFAULT_MAX_POINTS, 4),
+    "max-runs": (8, 1),
+    "max-animations": (4, 0),
+}
+"""The scheduler's metrics store bounds, read from Dask's configuration: ``points`` per
+series, ``max-points`` in all (series x points, 16 bytes each), ``max-runs`` kept side
+by side, ``max-animations`` evaluation GIFs left in the scheduler's event log. Set them
+as ``DASK_APEX__METRICS__MAX_POINTS=500000`` in the scheduler's environment, or in a
+Dask YAML file (``apex: {metrics: {max-points: 500000}}``)."""
+
+
+def store_settings(**given: int | None) -> dict[str, int]:
+    """``{"points", "max-points", "max-runs", "max-animations"}``: what ``given`` says
+    (keys with ``_``), else Dask's configuration, else the defaults. A bad value raises a
+    one-line ValueError naming the setting and how to set it."""
+    import dask
+
+    out = {}
+    for key, (default, least) in SETTINGS.items():
+        raw = given.get(key.replace("-", "_"))
+        if raw is None:
+            raw = dask.config.get(f"apex.metrics.{key}", default)
+        try:
+            value = int(raw)
+            ok = value == float(raw) and value >= least
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            env = "DASK_APEX__METRICS__" + key.upper().replace("-", "_")
+            raise ValueError(
+                f"apex.metrics.{key} must be a whole number >= {least}, got {raw!r} "
+                f"(Dask configuration, e.g. {env}={default})"
+            )
+        out[key] = value
+    return out
+
+
 class ApexMetricsPlugin(SchedulerPlugin):
     """Scheduler plugin keeping Ape-X metrics from ``log_event`` in a :class:`MetricsStore`.
 
     Its ``name`` is fixed, and ``idempotent`` is set, so registering it twice
-    (preload and driver) keeps the first instance and its data.
+    (preload and driver) keeps the first instance and its data. Bounds as in
+    :data:`SETTINGS` (None: Dask's configuration). The evaluator's GIFs also
+    stay in the scheduler's own event log (Dask keeps 1,000 events a topic):
+    the plugin trims that topic to the newest ``max_animations``.
     """
 
     name = PLUGIN_NAME
     idempotent = True
 
-    def __init__(self, topic: str = TOPIC, maxlen: int = 3600, resolution_s: float = 1.0):
+    def __init__(
+        self,
+        topic: str = TOPIC,
+        maxlen: int | None = None,
+        resolution_s: float = 1.0,
+        max_points: int | None = None,
+        max_runs: int | None = None,
+        max_animations: int | None = None,
+    ):
         self.topic = topic
-        self.store = MetricsStore(maxlen=maxlen, resolution_s=resolution_s)
+        self.settings = store_settings(
+            points=maxlen, max_points=max_points, max_runs=max_runs, max_animations=max_animations
+        )
+        self.max_animations = self.settings["max-animations"]
+        self.store = MetricsStore(
+            maxlen=self.settings["points"],
+            resolution_s=resolution_s,
+            max_runs=self.settings["max-runs"],
+            max_points=self.settings["max-points"],
+        )
+        self.scheduler: Scheduler | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Shipped by client.register_plugin: the settings travel, the data does not.
-        return {"topic": self.topic, "maxlen": self.store.maxlen, "res": self.store.resolution_s}
+        return {"topic": self.topic, "res": self.store.resolution_s, "settings": self.settings}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["topic"], state["maxlen"], state["res"])  # type: ignore[misc]
+        given = {k.replace("-", "_"): v for k, v in state["settings"].items()}
+        maxlen = given.pop("points")
+        self.__init__(state["topic"], maxlen, state["res"], **given)  # type: ignore[misc]
+
+    async def start(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
 
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == self.topic and isinstance(msg, Mapping):
             self.store.ingest(msg)
         elif topic == ANIMATION_TOPIC and isinstance(msg, Mapping):
             self.store.set_animation(msg)
+            self._trim_animations()
+
+    def _trim_animations(self) -> None:
+        """Drop all but the newest ``max_animations`` GIFs from the scheduler's event log."""
+        topics = getattr(getattr(self.scheduler, "_broker", None), "_topics", None)
+        topic = topics.get(ANIMATION_TOPIC) if isinstance(topics, Mapping) else None
+        events = getattr(topic, "events", None)
+        while events is not None and len(events) > self.max_animations:
+            events.popleft()
 
 
 def get_plugin(scheduler: Scheduler, create: bool = True) -> ApexMetricsPlugin | None:
@@ -203,4 +277,6 @@ def get_plugin(scheduler: Scheduler, create: bool = True) -> ApexMetricsPlugin |
         plugin = ApexMetricsPlugin()
         scheduler.add_plugin(plugin, name=PLUGIN_NAME, idempotent=True)
         plugin = scheduler.plugins[PLUGIN_NAME]
+    if isinstance(plugin, ApexMetricsPlugin):
+        plugin.scheduler = scheduler  # its start() may not have run yet
     return plugin  # type: ignore[return-value]

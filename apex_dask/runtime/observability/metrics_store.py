@@ -4,13 +4,15 @@ Pure Python (no Dask, no Bokeh): the scheduler plugin feeds it with the
 event-log messages of ``docs/metrics.md``, and the dashboard page, the JSON
 route and the Prometheus collector read it.
 
-Memory stays bounded for a run of any length: each metric keeps at most
-``maxlen`` points. Points start one per ``resolution_s`` bucket (the last
-value in a bucket wins, with the time of that last value); when a series
-reaches ``maxlen`` points, its bucket width doubles and points falling into
-the same wider bucket merge (last value wins). With the defaults
-(3600 points, 1 s) a 1-hour run is kept at full resolution, a 10-hour run at
-16 s resolution, still spanning the whole run.
+Memory stays bounded whatever runs send: at most ``max_points`` points in all
+(series x points, 16 bytes a point: the default 2,000,000 is about 32 MB).
+Each series keeps up to ``maxlen`` points (:mod:`.metrics_series`: one per
+``resolution_s`` bucket, then coarser, so it still spans the whole run; with
+the defaults, 3600 points and 1 s, a 1-hour run is kept at full resolution, a
+10-hour run at 16 s). When that many points per series would pass the budget
+for the number of series kept, every series gets half as many (down to a
+sixteenth of ``maxlen``); past that, a finished run is dropped to make room,
+else the new series is not kept (counted in ``dropped_names``).
 
 Runs are kept side by side, by run id (several runs may share one
 scheduler); a bounded number of them, finished runs going first
@@ -19,68 +21,30 @@ scheduler); a bounded number of them, finished runs going first
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from fnmatch import fnmatchcase
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-Point = tuple[float, float]
+from apex_dask.runtime.observability.metrics_series import BYTES_PER_POINT, Point, Series
+from apex_dask.runtime.observability.metrics_view import RunView, name_filter
 
-
-class _Series:
-    """Points ``(t, v)`` with increasing ``t``, at most ``maxlen`` of them."""
-
-    __slots__ = ("maxlen", "width", "t", "v")
-
-    def __init__(self, maxlen: int, width: float) -> None:
-        self.maxlen = maxlen
-        self.width = width
-        self.t: list[float] = []
-        self.v: list[float] = []
-
-    def add(self, t: float, v: float) -> None:
-        if self.t and t < self.t[-1]:
-            t = self.t[-1]  # keep times monotone when clocks jitter
-        if self.t and math.floor(t / self.width) == math.floor(self.t[-1] / self.width):
-            self.t[-1] = t
-            self.v[-1] = v
-            return
-        self.t.append(t)
-        self.v.append(v)
-        if len(self.t) >= self.maxlen:
-            self._coarsen()
-
-    def _coarsen(self) -> None:
-        """Double the bucket width until the series is at most half full."""
-        while len(self.t) > self.maxlen // 2:
-            self.width *= 2.0
-            ts: list[float] = []
-            vs: list[float] = []
-            for t, v in zip(self.t, self.v, strict=True):
-                if ts and math.floor(t / self.width) == math.floor(ts[-1] / self.width):
-                    ts[-1], vs[-1] = t, v
-                else:
-                    ts.append(t)
-                    vs.append(v)
-            self.t, self.v = ts, vs
-
-    def since(self, t0: float) -> list[Point]:
-        """Points with ``t > t0``, oldest first."""
-        i = len(self.t)
-        while i > 0 and self.t[i - 1] > t0:
-            i -= 1
-        return list(zip(self.t[i:], self.v[i:], strict=True))
+DEFAULT_MAX_POINTS = 2_000_000
+"""Points the store keeps in all (series x points), unless told otherwise."""
+MAX_NAME_CHARS = 200
+"""Longer metric names are not kept."""
+MAX_ANIMATION_BYTES = 4 << 20
+"""A larger evaluation GIF is not kept."""
 
 
 class RunMetrics:
     """One run's latest values and bounded series, who reported, its folder, whether done."""
 
-    def __init__(self, run: str, maxlen: int, resolution_s: float, max_names: int) -> None:
+    def __init__(self, run: str, resolution_s: float, max_names: int) -> None:
         self.run = run
-        self.maxlen = maxlen
         self.resolution_s = resolution_s
         self.max_names = max_names
         self.started: float | None = None
@@ -92,9 +56,17 @@ class RunMetrics:
         self.animation: dict[str, Any] | None = None
         self.latest: dict[str, float] = {}
         self.sources: dict[str, float] = {}
-        self._series: dict[str, _Series] = {}
+        self._series: dict[str, Series] = {}
 
-    def add(self, msg: Mapping[str, Any], metrics: Mapping[str, Any], now: float) -> None:
+    def add(
+        self,
+        msg: Mapping[str, Any],
+        metrics: Mapping[str, Any],
+        now: float,
+        admit: Callable[[RunMetrics], int | None],
+    ) -> None:
+        """Record one message; ``admit(self)`` gives a new series its length, or None
+        when the store has no room for it."""
         if self.started is None:
             self.started = now
         self.updated = now
@@ -112,10 +84,13 @@ class RunMetrics:
             name = str(name)
             series = self._series.get(name)
             if series is None:
-                if len(self._series) >= self.max_names:
+                room = None
+                if len(self._series) < self.max_names and len(name) <= MAX_NAME_CHARS:
+                    room = admit(self)
+                if room is None:
                     self.dropped_names += 1
                     continue
-                series = self._series[name] = _Series(self.maxlen, self.resolution_s)
+                series = self._series[name] = Series(room, self.resolution_s)
             series.add(now, v)
             self.latest[name] = v
 
@@ -156,19 +131,36 @@ class MetricsStore:
         max_names: int = 20_000,
         max_runs: int = 8,
         dropped_runs: int = 64,
+        max_points: int = DEFAULT_MAX_POINTS,
     ) -> None:
         if maxlen < 4:
             raise ValueError("maxlen must be at least 4")
         if max_runs < 1:
             raise ValueError("max_runs must be at least 1")
+        if max_points < maxlen:
+            raise ValueError(f"max_points ({max_points}) must be at least maxlen ({maxlen})")
         self.maxlen = maxlen
         self.resolution_s = resolution_s
         self.max_names = max_names
         self.max_runs = max_runs
+        self.max_points = int(max_points)
+        self.min_points = max(4, maxlen // 16)
+        self.capacity = maxlen  # points each series may hold now
+        self.n_series = 0  # in all kept runs
         self._lock = threading.RLock()
         self._dropped: deque[str] = deque(maxlen=dropped_runs)
         self._runs: dict[str, RunMetrics] = {}  # oldest first
         self.generation = 0
+
+    @property
+    def memory_bound_bytes(self) -> int:
+        """What the points may take at most (series x points x 16 bytes)."""
+        return self.max_points * BYTES_PER_POINT
+
+    def points_held(self) -> int:
+        """Points held now, in all series of all kept runs."""
+        with self._lock:
+            return sum(len(x) for r in self._runs.values() for x in r._series.values())
 
     # -- writing -------------------------------------------------------------
     def ingest(self, msg: Mapping[str, Any], now: float | None = None) -> bool:
@@ -186,19 +178,17 @@ class MetricsStore:
             if data is None:
                 if run in self._dropped:
                     return False
-                data = self._runs[run] = RunMetrics(
-                    run, self.maxlen, self.resolution_s, self.max_names
-                )
+                data = self._runs[run] = RunMetrics(run, self.resolution_s, self.max_names)
                 self.generation += 1
                 self._bound()
-            data.add(msg, metrics, now)
+            data.add(msg, metrics, now, self._admit)
             return True
 
     def set_animation(self, msg: Mapping[str, Any]) -> bool:
         """Keep the evaluator's newest animation of a kept run (``gif`` bytes and what it
         shows: ``time``, ``return``, ``length``, ``weights_version``); False if ignored."""
         run, gif = msg.get("run"), msg.get("gif")
-        if not isinstance(gif, bytes | bytearray) or not gif:
+        if not isinstance(gif, bytes | bytearray) or not 0 < len(gif) <= MAX_ANIMATION_BYTES:
             return False
         with self._lock:
             data = self._runs.get(str(run))
@@ -217,9 +207,39 @@ class MetricsStore:
         while len(self._runs) > self.max_runs:
             older = list(self._runs.values())[:-1]  # never the run just added
             done = [r for r in older if r.done]
-            victim = done[0] if done else min(older, key=lambda r: r.updated or -math.inf)
-            del self._runs[victim.run]
-            self._dropped.append(victim.run)
+            self._drop(done[0] if done else min(older, key=lambda r: r.updated or -math.inf))
+
+    def _drop(self, victim: RunMetrics) -> None:
+        del self._runs[victim.run]
+        self._dropped.append(victim.run)
+        self.n_series -= len(victim._series)
+        capacity = self.capacity  # room again: series may grow back to maxlen
+        while capacity * 2 <= self.maxlen and self.n_series * capacity * 2 <= self.max_points:
+            capacity *= 2
+        self._resize(capacity)
+
+    def _resize(self, capacity: int) -> None:
+        if capacity != self.capacity:
+            self.capacity = capacity
+            for data in self._runs.values():
+                for series in data._series.values():
+                    series.resize(capacity)
+
+    def _admit(self, data: RunMetrics) -> int | None:
+        """Room for one more series of ``data`` within ``max_points``: its length, or None."""
+        n = self.n_series + 1
+        capacity = self.capacity
+        while n * capacity > self.max_points and capacity // 2 >= self.min_points:
+            capacity //= 2
+        if n * capacity > self.max_points:
+            done = [r for r in self._runs.values() if r.done and r is not data]
+            if not done:
+                return None
+            self._drop(done[0])
+            return self._admit(data)
+        self._resize(capacity)
+        self.n_series = n
+        return capacity
 
     # -- reading -------------------------------------------------------------
     def get(self, run: str | None = None) -> RunMetrics | None:
@@ -289,15 +309,25 @@ class MetricsStore:
         {source: t}, "latest": {name: v}, "series": {name: [[t, v], ...]},
         "runs": [summary, ...]}``; ``names`` are shell-style patterns
         (``replay/*/size``); NaN and infinities become ``null``. KeyError for a
-        ``run`` that is not kept.
+        ``run`` that is not kept. Safe to call from another thread: the lock is
+        held only to copy the run's summary, then one series at a time, so the
+        writers (the scheduler's event loop) never wait long.
         """
-        patterns = [p for p in (names or []) if p]
+        doc, selected, data = self._head(names, run)
+        if series:
+            doc["series"] = dict(self.series_items(data, selected, since))
+        return doc
+
+    def _head(
+        self, names: Iterable[str] | None, run: str | None
+    ) -> tuple[dict[str, Any], list[str], RunMetrics]:
+        """The document without its series, the selected names, and the run's data."""
+        keep = name_filter(names or [])
         with self._lock:
             data = self.get(run)
             if data is None and run is not None:
                 raise KeyError(run)
-            data = data or RunMetrics("", self.maxlen, self.resolution_s, self.max_names)
-            selected = [n for n in sorted(data._series) if _match(n, patterns)]
+            data = data or RunMetrics("", self.resolution_s, self.max_names)
             doc: dict[str, Any] = {
                 "run": data.run or None,
                 "out": data.out,
@@ -306,77 +336,59 @@ class MetricsStore:
                 "started": data.started,
                 "updated": data.updated,
                 "sources": dict(data.sources),
-                "latest": {n: _finite(data.latest[n]) for n in selected if n in data.latest},
             }
+            latest = dict(data.latest)
+            every = list(data._series)
             if data.animation is not None:
                 doc["animation"] = {k: v for k, v in data.animation.items() if k != "gif"}
-            if series:
-                doc["series"] = {
-                    n: [[t, _finite(v)] for t, v in data._series[n].since(since)] for n in selected
-                }
             doc["runs"] = self.runs()
-            return doc
+        selected = sorted(n for n in every if keep(n))
+        doc["latest"] = {n: _finite(latest[n]) for n in selected if n in latest}
+        return doc, selected, data
 
+    def series_items(
+        self, data: RunMetrics, names: list[str], since: float
+    ) -> Iterator[tuple[str, list[list[float | None]]]]:
+        """``(name, [[t, v], ...])`` of ``data``'s series ``names``, each copied under the
+        lock on its own."""
+        for n in names:
+            with self._lock:
+                s = data._series.get(n)
+                if s is None:
+                    continue
+                ts, vs = s.tail(since)
+            yield n, [[t, _finite(v)] for t, v in zip(ts, vs, strict=True)]
 
-class RunView:
-    """Reads one run of a store (or whichever is the newest, ``run=None``) with the
-    store's reading methods; ``generation`` changes when the run it shows changes."""
-
-    def __init__(self, store: MetricsStore, run: str | None = None) -> None:
-        self.store = store
-        self.selected = run
-        self._shown: str | None = None
-        self._generation = 0
-
-    def select(self, run: str | None) -> None:
-        """Show ``run`` from now on (None or a run no longer kept: the newest)."""
-        self.selected = run or None
-
-    def _run(self) -> str | None:
-        if self.selected is not None and self.store.get(self.selected) is not None:
-            return self.selected
-        return self.store.run
-
-    @property
-    def run(self) -> str | None:
-        return self._run()
-
-    @property
-    def generation(self) -> int:
-        shown = self._run()
-        if shown != self._shown:
-            self._shown = shown
-            self._generation += 1
-        return self._generation
-
-    def _data_attr(self, name: str, default: Any) -> Any:
-        return self.store._attr(name, default, self._run())
-
-    started = property(lambda self: self._data_attr("started", None))
-    updated = property(lambda self: self._data_attr("updated", None))
-    messages = property(lambda self: self._data_attr("messages", 0))
-    latest = property(lambda self: self._data_attr("latest", {}))
-    sources = property(lambda self: self._data_attr("sources", {}))
-    out = property(lambda self: self._data_attr("out", None))
-    done = property(lambda self: self._data_attr("done", False))
-    animation = property(lambda self: self._data_attr("animation", None))
-
-    def runs(self) -> list[dict[str, Any]]:
-        return self.store.runs()
-
-    def names(self) -> list[str]:
-        return self.store.names(self._run())
-
-    def since(self, name: str, t0: float = -math.inf) -> list[Point]:
-        return self.store.since(name, t0, self._run())
-
-    def snapshot(self) -> tuple[str | None, int, dict[str, float]]:
-        run, _, latest = self.store.snapshot(self._run())
-        return run, self.generation, latest
-
-
-def _match(name: str, patterns: list[str]) -> bool:
-    return not patterns or any(fnmatchcase(name, p) for p in patterns)
+    def json_chunks(
+        self,
+        names: Iterable[str] | None = None,
+        since: float = -math.inf,
+        series: bool = True,
+        run: str | None = None,
+    ) -> list[bytes]:
+        """:meth:`to_json` as UTF-8 JSON in pieces (``b"".join`` them for the whole), one per series, made without a Python
+        object per point (no work for the garbage collector, which would stop every
+        thread): from a thread, the interpreter can hand the event loop its turn
+        between any two series, and the pieces can be sent as they are."""
+        doc, selected, data = self._head(names, run)
+        head = json.dumps(doc, allow_nan=False)
+        if not series:
+            return [head.encode()]
+        chunks = [f'{head[:-1]}, "series": {{'.encode()]
+        for n in selected:
+            with self._lock:
+                s = data._series.get(n)
+                if s is None:
+                    continue
+                ts, vs = s.tail(since)
+            points = ", ".join(
+                f"[{t!r}, {v!r}]" if math.isfinite(v) else f"[{t!r}, null]"
+                for t, v in zip(ts, vs, strict=True)
+            )
+            chunks.append(f"{', ' if len(chunks) > 1 else ''}{json.dumps(n)}: [{points}]".encode())
+            time.sleep(0)  # offer the GIL: the event loop waits well under a switch interval
+        chunks.append(b"}}")
+        return chunks
 
 
 def _finite(v: float) -> float | None:

@@ -109,8 +109,23 @@ def ensure_plugin(client: Client) -> bool:
     return client.run_on_scheduler(_ensure_on_scheduler)
 
 
-def _page_served(dask_scheduler: Scheduler) -> bool:
-    return page_available(dask_scheduler)
+def _page_served(dask_scheduler: Scheduler) -> tuple[bool, str | None]:
+    return page_available(dask_scheduler), _loopback_host(dask_scheduler)
+
+
+def _loopback_host(scheduler: Scheduler) -> str | None:
+    """The loopback address the scheduler's HTTP server listens on when it listens on
+    nothing else (None otherwise, or when that cannot be told)."""
+    sockets = getattr(getattr(scheduler, "http_server", None), "_sockets", None) or {}
+    hosts = set()
+    for sock in list(sockets.values()):
+        try:
+            hosts.add(str(sock.getsockname()[0]))
+        except (OSError, IndexError):
+            return None
+    if hosts and all(h.startswith("127.") or h == "::1" for h in hosts):
+        return min(hosts)
+    return None
 
 
 def dashboard_url(client: Client) -> str | None:
@@ -118,14 +133,20 @@ def dashboard_url(client: Client) -> str | None:
 
     Asks the scheduler (one round trip; synchronous client) whether its Bokeh
     dashboard has the page: the HTTP server runs even without a dashboard.
+    Dask's link names the scheduler's host; a dashboard that listens on
+    loopback only (the launchers' default) gets its loopback address instead.
     """
     try:
         link: Any = client.dashboard_link
-        if not link or not client.run_on_scheduler(_page_served):
+        served, loopback = client.run_on_scheduler(_page_served) if link else (False, None)
+        if not served:
             return None
     except Exception:  # no dashboard service, or apex_dask missing on the scheduler
         return None
     parts = urlsplit(str(link))
     path = parts.path
     path = path[: path.rfind("/") + 1] if "/" in path else "/"
-    return urlunsplit((parts.scheme, parts.netloc, path + ROUTE.lstrip("/"), "", ""))
+    netloc = parts.netloc
+    if loopback and parts.port:
+        netloc = f"[{loopback}]:{parts.port}" if ":" in loopback else f"{loopback}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, path + ROUTE.lstrip("/"), "", ""))

@@ -16,6 +16,11 @@ directory (a filesystem all workers share, as an HPC scratch or home
 directory), so bulk data never passes through the driver; the driver then
 writes the manifest and renames the directory into place. A crash at any
 moment leaves the previous complete checkpoint.
+
+A stop's checkpoint has a time budget (``save(..., within_s=)``, from
+``checkpoint.grace_s``): what it keeps of the replay follows from how long
+the last write took (:mod:`.checkpoint_budget`); its manifest's metadata says
+what it left out (``left_out``), and :attr:`Checkpointer.left_out` too.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from apex_dask.experiment.checkpoint import (
 from apex_dask.experiment.checkpoint_folder import CKPT_NAME as _NAME
 from apex_dask.experiment.checkpoint_folder import checkpoints_in, latest_checkpoint
 from apex_dask.runtime.actors.calls import call_with_timeout
+from apex_dask.runtime.orchestration.checkpoint_budget import SaveBudget, WriteHistory, left_out
 from apex_dask.runtime.orchestration.state import RunState
 from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
@@ -59,7 +65,10 @@ class Checkpointer(Job):
         self.cfg = config.checkpoint
         self.timeout = timeout_s
         self.last_path: Path | None = None
+        self.left_out: dict[str, Any] | None = None  # what the last one left out (None: nothing)
+        self.history = WriteHistory()  # how long each shard's last write took
         self._lock: asyncio.Lock | None = None
+        self._periodic_task: asyncio.Task | None = None
         self._last_t = time.monotonic()
 
     def due(self, now: float) -> bool:
@@ -69,7 +78,20 @@ class Checkpointer(Job):
         return now - self._last_t >= self.cfg.interval_s
 
     def start(self, now: float) -> Any:
-        return self.save("periodic")
+        return self._periodic()
+
+    async def _periodic(self) -> Path:
+        self._periodic_task = asyncio.current_task()
+        try:
+            return await self.save("periodic")
+        finally:
+            self._periodic_task = None
+
+    def abandon_periodic(self) -> None:
+        """Cancel a periodic checkpoint being written (a stop's goes first); its staged
+        folder is removed and the shards abandon its writes when the stop's begins."""
+        if self._periodic_task is not None:
+            self._periodic_task.cancel()
 
     def done(self, result: Any, exc: BaseException | None) -> None:
         if exc is not None:  # a failed checkpoint must not end training; the next one retries
@@ -85,17 +107,37 @@ class Checkpointer(Job):
         numbers = [int(m.group(1)) for p in checkpoints_in(self.root) if (m := _NAME.match(p.name))]
         return self.root / f"ckpt-{max(numbers, default=0) + 1:06d}"
 
-    async def save(self, reason: str, timeout_s: float | None = None) -> Path:
-        """Write one checkpoint now; its path. Raises :class:`CheckpointError` on failure."""
+    async def save(
+        self, reason: str, timeout_s: float | None = None, *, within_s: float | None = None
+    ) -> Path:
+        """Write one checkpoint now; its path. Raises :class:`CheckpointError` on failure.
+
+        ``within_s``: the whole checkpoint within that many seconds, keeping of the
+        replay what fits (see the module docstring); else each part may take
+        ``timeout_s`` (default: the call timeout, at least 120 s).
+        """
         if self.root is None:
             raise CheckpointError("this run has no checkpoint directory (give --out DIR)")
+        budget = None if within_s is None else SaveBudget.within(within_s)
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:
+        if budget is None:
+            await self._lock.acquire()
+        else:  # a periodic one being written is abandoned for this one
+            self.abandon_periodic()
+            try:
+                await asyncio.wait_for(self._lock.acquire(), budget.parts_s())
+            except TimeoutError:
+                raise CheckpointError(
+                    f"another checkpoint was still being written after {within_s:g} s"
+                ) from None
+        try:
             self._last_t = time.monotonic()
-            return await self._save(reason, timeout_s or max(self.timeout, 120.0))
+            return await self._save(reason, timeout_s or max(self.timeout, 120.0), budget)
+        finally:
+            self._lock.release()
 
-    async def _save(self, reason: str, timeout_s: float) -> Path:
+    async def _save(self, reason: str, timeout_s: float, budget: SaveBudget | None) -> Path:
         s = self.state
         if s.missing_shards:
             raise CheckpointError(
@@ -107,27 +149,40 @@ class Checkpointer(Job):
         try:
             t0 = time.monotonic()
             calls = [s.learner.save_part(directory, "learner")]
-            calls += [h.save_part(directory, f"shard_{k}") for k, h in enumerate(s.shards)]
+            if budget is None:
+                calls += [h.save_part(directory, f"shard_{k}") for k, h in enumerate(s.shards)]
+            else:  # the shards answer within their budget; the calls' bound is the parts'
+                timeout_s, n = max(0.1, budget.parts_s()), len(s.shards)
+                calls += [
+                    h.save_part(directory, f"shard_{k}", **self.history.shard_kwargs(k, budget, n))
+                    for k, h in enumerate(s.shards)
+                ]
             entries = await asyncio.gather(*(call_with_timeout(c, timeout_s) for c in calls))
             staged.add_entry("learner", entries[0])
             for k, entry in enumerate(entries[1:]):
                 staged.add_entry(f"shard_{k}", entry)
             staged.add_part("driver", s.snapshot())
+            left = left_out(staged.entries)
             metadata = {
                 "reason": reason,
                 "time": time.time(),
                 "write_s": time.monotonic() - t0,
+                "within_s": None if budget is None else round(budget.end - t0, 3),
+                "left_out": left,
                 "timesteps_total": s.counters.steps_total,
                 "iteration": s.counters.iteration,
                 "num_shards": len(s.shards),
                 "env_id": self.config.env.env_id,
                 "config": self.config.to_dict(),
             }
+            # a manifest, a rename and two fsyncs: not abandoned half-way (the budget keeps
+            # a reserve for it)
             path = await asyncio.get_running_loop().run_in_executor(None, staged.commit, metadata)
         except BaseException:
             staged.abort()
             raise
-        self.last_path = path
+        self.history.record(staged.entries)
+        self.last_path, self.left_out = path, left
         for old in checkpoints_in(self.root)[: -self.cfg.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return path
@@ -163,5 +218,6 @@ class Checkpointer(Job):
             None, read_part, path, parts["driver"]
         )
         s.restore(state)
+        self.history.record(parts)
         self.last_path = path
         return meta

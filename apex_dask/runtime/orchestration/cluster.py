@@ -2,7 +2,7 @@
 
 ::
 
-    cluster, client = start_local_cluster(n_workers=4)        # embedded, owns both
+    cluster, client = start_local_cluster(n_workers=4)        # embedded, owns both (TLS)
     client = connect("tcp://10.0.0.5:8786", timeout=10)       # a running scheduler
     client = connect(scheduler_file="~/scheduler.json")       # HPC: shared file
     workers = wait_for_workers(client, n=1, timeout_s=30)
@@ -26,19 +26,36 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import sys
+import tempfile
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apex_dask.runtime.credentials import TLS_DIR_NAME, find_credentials
+from apex_dask.runtime.credentials import (
+    OPEN_LOCAL,
+    TLS_DIR_NAME,
+    RunCredentials,
+    find_credentials,
+    make_run_credentials,
+)
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
-__all__ = ["connect", "shield_workers_from_ctrl_c", "start_local_cluster", "wait_for_workers"]
+__all__ = [
+    "close_local_cluster",
+    "connect",
+    "shield_workers_from_ctrl_c",
+    "start_local_cluster",
+    "wait_for_workers",
+]
 
 LOOPBACK = "127.0.0.1"
 """Where an embedded cluster listens unless asked otherwise."""
@@ -275,6 +292,9 @@ def start_local_cluster(
     host: str = LOOPBACK,
     dashboard_address: str | None = ":8787",
     preload: bool = True,
+    tls: bool = True,
+    tls_dir: str | os.PathLike | None = None,
+    warn: Callable[[str], None] | None = None,
     **kwargs: Any,
 ) -> tuple[LocalCluster, Client]:
     """An embedded ``LocalCluster`` (worker processes, one thread each) and a client on it.
@@ -286,8 +306,16 @@ def start_local_cluster(
     (``":8787"``) binds to ``host`` too. (Dask 2026.8 itself binds the
     scheduler and workers to 127.0.0.1 but a ``":8787"`` dashboard to every
     interface.) When the dashboard's port is taken, Dask picks another; None
-    turns the dashboard off. The caller owns both objects and closes them
-    (client first).
+    turns the dashboard off.
+
+    Loopback keeps out other machines, not other users of this one: with
+    ``tls`` (the default) every connection requires TLS with a CA and
+    certificate made for this cluster (:mod:`apex_dask.runtime.credentials`)
+    in ``tls_dir``, default a new private temporary folder that goes when the
+    cluster is closed (or collected); ``cluster.apex_credentials`` are those
+    files, ``cluster.security`` the matching ``Security``. ``tls=False``: plain
+    TCP, and one warning line (to ``warn``, default stderr). The caller owns
+    both objects and closes them (client first).
     """
     from distributed import Client, LocalCluster
 
@@ -299,6 +327,10 @@ def start_local_cluster(
         from apex_dask.runtime.observability.preload import PRELOAD
 
         scheduler_kwargs.setdefault("preload", [PRELOAD])
+    creds, temporary = None, None
+    if tls:
+        creds, temporary = _cluster_credentials(tls_dir)
+        kwargs.update(protocol="tls://", security=creds.security())
     try:
         cluster = LocalCluster(
             n_workers=n,
@@ -310,10 +342,52 @@ def start_local_cluster(
             **kwargs,
         )
     except Exception as exc:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
         raise ApexRuntimeError(f"cannot start a local Dask cluster: {describe(exc)}") from None
+    cluster.apex_credentials = creds
+    if temporary is not None:  # the files must outlive every connection the cluster makes
+        weakref.finalize(cluster, shutil.rmtree, temporary, ignore_errors=True)
+    if creds is None:
+        line = f"TLS off: the Dask cluster at {cluster.scheduler_address} {OPEN_LOCAL}"
+        if warn is None:
+            print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        else:
+            warn(line)
     try:
         client = Client(cluster, direct_to_workers=True)
     except Exception as exc:
-        cluster.close()
+        cluster.close(timeout=30)
         raise ApexRuntimeError(f"cannot connect to the local cluster: {describe(exc)}") from None
     return cluster, client
+
+
+def _cluster_credentials(tls_dir: str | os.PathLike | None) -> tuple[RunCredentials, str | None]:
+    """``(credentials, folder to remove afterwards or None)`` for an embedded cluster."""
+    temporary = None
+    if tls_dir is None:
+        temporary = tls_dir = tempfile.mkdtemp(prefix="apex-tls-")  # mode 0700
+    try:
+        return make_run_credentials(tls_dir), temporary
+    except (OSError, ValueError) as exc:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise ApexRuntimeError(
+            f"cannot make TLS credentials in {tls_dir}: {describe(exc)}"
+        ) from None
+
+
+def close_local_cluster(client: Any, cluster: Any, timeout_s: float = 40.0) -> None:
+    """Close ``client``, then ``cluster`` (one :func:`start_local_cluster` made), within
+    about ``timeout_s``; an error closing the client does not keep the cluster open,
+    and a cluster still closing then is left to finish (its worker processes end with
+    this one)."""
+    end = time.monotonic() + timeout_s
+    try:
+        client.close(timeout=max(0.5, min(10.0, 0.3 * timeout_s)))
+    except Exception:
+        pass
+    try:
+        cluster.close(timeout=max(0.5, end - time.monotonic()))
+    except TimeoutError:
+        pass

@@ -33,8 +33,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from apex_dask.algo.envs.factory import UnknownEnvError
 from apex_dask.config import ApexConfig, ConfigError, StopConfig
 from apex_dask.experiment.best_weights import BestWeights
@@ -42,7 +40,12 @@ from apex_dask.experiment.builder import Hook, env_factory, resolve_hook
 from apex_dask.experiment.stop import StopRule
 from apex_dask.experiment.tracking import TensorBoardSink, TrackingError, require_tensorboard
 from apex_dask.runtime.errors import ApexRuntimeError
-from apex_dask.runtime.orchestration.cluster import start_local_cluster, wait_for_workers
+from apex_dask.runtime.orchestration.announce import announce, dashboard_link
+from apex_dask.runtime.orchestration.cluster import (
+    close_local_cluster,
+    start_local_cluster,
+    wait_for_workers,
+)
 from apex_dask.runtime.orchestration.elastic import install_handover, start_placement
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import only_workers
@@ -53,11 +56,22 @@ from apex_dask.runtime.orchestration.resume import (
     restore_newest,
 )
 from apex_dask.runtime.orchestration.state import RunState
+from apex_dask.runtime.orchestration.views import RunViews
 
 __all__ = ["ApexDriver", "ApexRuntimeError", "train"]
 
 
-class ApexDriver:
+def _slow_s(call_timeout_s: float) -> float:
+    """A checkpoint's bound without a budget: its parts' (>= 120 s) and a minute."""
+    return max(call_timeout_s, 120.0) + 60.0
+
+
+def _share(end: float | None, part: float, cap: float) -> float:
+    """``part`` of the seconds left until ``end``, at most ``cap`` (``cap``: no end)."""
+    return cap if end is None else max(0.1, min(cap, part * (end - time.monotonic())))
+
+
+class ApexDriver(RunViews):
     """Runs Ape-X with ``config`` on ``client``'s cluster (an embedded one when None).
 
     ``before_learn_on_batch(batch, shard_id) -> batch`` runs on the learner's
@@ -146,13 +160,14 @@ class ApexDriver:
             placement = start_placement(found, config)
             if config.topology.elastic:
                 install_handover(client)
-            self.dashboard_link: str | None = self._dashboard()
-            self._announce(out=self._out_dir)
+            self.dashboard_link: str | None = dashboard_link(client, self._cluster is not None)
+            announce(client, self.run_id, out=self._out_dir)
             self._actors = ActorSet(client, config, placement, self._env_factory, self.run_id)
             self._state = self._actors.create(hook)
             self._plan = self._make_plan(self._actors, self._state)
             if start.candidates:
-                got = self._sync(restore_newest(self._plan.checkpoints, start.candidates, start))
+                restoring = restore_newest(self._plan.checkpoints, start.candidates, start)
+                got = self._sync(restoring, _slow_s(self._timeout) * len(start.candidates))
                 self.resumed_path, self.resumed_from = got.path, got.metadata
             if tensorboard_dir is not None:  # past the checkpoint's step: no fold in the curves
                 self._tensorboard = open_tensorboard(
@@ -161,47 +176,6 @@ class ApexDriver:
         except BaseException:
             self._release()
             raise
-
-    @property
-    def cluster(self) -> Any:
-        """The embedded ``LocalCluster`` (None on a cluster given by a client): e.g.
-        ``driver.cluster.scale(4)`` mid-run, which an elastic run follows."""
-        return self._cluster
-
-    @property
-    def changes(self) -> list[str]:
-        """Elastic runs: one line per env worker added or retired and per actor moved."""
-        return [] if self._state is None else list(self._state.changes)
-
-    @property
-    def placement(self) -> dict[str, Any]:
-        """Where each actor is now: ``{"learner", "shards", "env_workers", "evaluator"}``."""
-        return {} if self._actors is None else self._actors.placement.as_dict()
-
-    # ------------------------------------------------------------------ setup
-    def _dashboard(self) -> str | None:
-        from apex_dask.runtime.observability.preload import dashboard_url, ensure_plugin
-
-        try:
-            page = True if self._cluster is not None else bool(ensure_plugin(self._client))
-        except Exception:  # a scheduler that cannot import apex_dask
-            page = False
-        try:
-            return dashboard_url(self._client) if page else self._client.dashboard_link
-        except Exception:
-            return None
-
-    def _announce(self, **fields: Any) -> None:
-        """Tell the scheduler's metrics store about this run (its ``out`` folder, ``done``)."""
-        from apex_dask.runtime.observability.metrics import TOPIC, make_message
-
-        msg = make_message(self.run_id, "driver", {}, **fields)
-        try:  # bounded: a scheduler that is gone must not hold up a stop
-            self._client.sync(
-                self._client.scheduler.log_event, topic=TOPIC, msg=msg, callback_timeout=5
-            )
-        except Exception:  # metrics must never stop a run
-            pass
 
     def _make_plan(self, actors: ActorSet, state: RunState) -> ExecutionPlan:
         return ExecutionPlan(
@@ -216,29 +190,31 @@ class ApexDriver:
             best_weights_dir=self._out_dir,
         )
 
-    def _sync(self, coro: Any, timeout_s: float | None = None) -> Any:
-        """Run ``coro`` on the client's loop (where the plan runs); its result."""
+    def _sync(self, coro: Any, timeout_s: float) -> Any:
+        """Run ``coro`` on the client's loop (where the plan runs); its result. Past
+        ``timeout_s`` it is cancelled and ``TimeoutError`` raised."""
         fut = asyncio.run_coroutine_threadsafe(coro, self._client.loop.asyncio_loop)
-        return fut.result(timeout=timeout_s)
+        try:
+            return fut.result(timeout=timeout_s)
+        except TimeoutError:
+            fut.cancel()
+            raise
 
-    def save_checkpoint(self, reason: str = "requested") -> Path:
+    def save_checkpoint(self, reason: str = "requested", *, within_s: float | None = None) -> Path:
         """Write a checkpoint now (while training or halted) under ``checkpoint_dir``; its path.
 
         The learner and every shard write their own part in parallel; see
-        :mod:`apex_dask.runtime.orchestration.checkpointing`.
+        :mod:`apex_dask.runtime.orchestration.checkpointing`. ``within_s``: all of it
+        within that many seconds (a stop's grace), keeping the newest replay items
+        that fit; :attr:`checkpoint_left_out` says what was left out.
         """
         if self._plan is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
-        path = self._sync(self._plan.checkpoints.save(reason))
+        bound = _slow_s(self._timeout) if within_s is None else within_s + 1.0
+        path = self._sync(self._plan.checkpoints.save(reason, within_s=within_s), bound)
         self._saved_at = self._plan.state.counters.steps_total
         return path
 
-    @property
-    def last_checkpoint(self) -> Path | None:
-        """The newest checkpoint this driver wrote or resumed from."""
-        return None if self._plan is None else self._plan.checkpoints.last_path
-
-    # ---------------------------------------------------------------- running
     def _ensure_running(self) -> None:
         if self._stopped or self._plan is None:
             raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
@@ -283,20 +259,40 @@ class ApexDriver:
         self.halt()
         return results
 
-    def halt(self) -> dict[str, float] | None:
-        """Pause: finish calls in flight, stop the learner; return consistent final stats.
-
-        After a halt every hop's counters agree (``flow/*``); :meth:`iterate`
-        resumes.
-        """
+    def halt(self, timeout_s: float | None = None) -> dict[str, float] | None:
+        """Pause: finish calls in flight, stop the learner; return consistent final stats
+        (every hop's ``flow/*`` counters agree); :meth:`iterate` resumes. ``timeout_s``: all
+        of it (else the call timeout each); what is left then, :class:`ApexRuntimeError`."""
         core, self._core = self._core, None
-        if core is not None and self._plan is not None:
-            self._plan.state.halting = True
-            core.result(timeout=3 * self._timeout + 10)
+        plan = self._plan
+        if core is not None and plan is not None:
+            if timeout_s is not None:  # the loop starts draining within 0.1 s
+                plan.drain_s = max(0.1, timeout_s - 0.3)
+            plan.state.halting = True
+            bound = 3 * self._timeout + 10 if timeout_s is None else timeout_s
+            try:
+                core.result(timeout=bound)
+            except TimeoutError:  # a bounded drain ends by itself, soon; another is cancelled
+                if timeout_s is None:
+                    core.cancel()
+                raise ApexRuntimeError(f"the actors did not halt within {bound:.3g} s") from None
+            finally:
+                plan.drain_s = None
         if self._tensorboard is not None:
             self._tensorboard.flush()
         return self.final
 
+    @property
+    def checkpoint_left_out(self) -> dict[str, Any] | None:
+        """What the last checkpoint left out of the replay (``summary``, ...); None: nothing."""
+        return None if self._plan is None else self._plan.checkpoints.left_out
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint this driver wrote or resumed from."""
+        return None if self._plan is None else self._plan.checkpoints.last_path
+
+    # ---------------------------------------------------------------- running
     def count_partial_iteration(self) -> None:
         """Count the partial iteration a caller recorded from :attr:`final` (after a
         halt mid-iteration), so later results and checkpoints number after it."""
@@ -308,14 +304,6 @@ class ApexDriver:
         """Stats taken after the last :meth:`halt` (None before one)."""
         return None if self._plan is None else self._plan.final
 
-    def learner_weights(self) -> tuple[int, dict[str, np.ndarray]]:
-        """``(version, {name: array})`` of the learner's online network."""
-        return self._live().learner.get_weights().result(timeout=self._timeout)
-
-    def learner_state(self) -> dict[str, Any]:
-        """The learner's full state (online, target, optimizer, counters) as numpy."""
-        return self._live().learner.state_dict().result(timeout=self._timeout)
-
     @property
     def best(self) -> BestWeights | None:
         """The best greedy evaluation so far: ``record`` (``eval/return_mean``,
@@ -323,51 +311,45 @@ class ApexDriver:
         under ``out_dir``; None without one) and ``summary()``."""
         return None if self._plan is None else self._plan.evaluation.best
 
-    @property
-    def notes(self) -> list[str]:
-        """Problems the run met without ending (a failed periodic checkpoint, a rebuilt
-        shard or learner): the last 20, oldest first."""
-        return [] if self._state is None else list(self._state.notes)
-
-    def _live(self) -> RunState:
-        if self._state is None:
-            raise ApexRuntimeError("this ApexDriver was stopped; create a new one")
-        return self._state
-
     # ---------------------------------------------------------------- teardown
-    def stop(self) -> None:
-        """Halt, close and release every actor; close the cluster the driver started."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Halt, close and release every actor; close the cluster the driver started.
+        ``timeout_s``: all of it within that many seconds (a stop's grace); an ``end``
+        checkpoint (something is new since the last) then keeps what fits in half."""
         if self._stopped:
             return
         self._stopped = True
+        end = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            self.halt()
+            self.halt(None if end is None else _share(end, 0.3, 3 * self._timeout + 10))
         except Exception:
             pass
         plan = self._plan
         if plan is not None and self._checkpoint_dir is not None:
             if plan.state.counters.steps_total > self._saved_at:  # something new since the last one
                 try:
-                    self.save_checkpoint("end")
+                    self.save_checkpoint(
+                        "end", within_s=None if end is None else _share(end, 0.5, 1e9)
+                    )
                 except Exception:  # a lost learner or shard: the previous checkpoint stands
                     pass
         if self._actors is not None and self._state is not None:
-            self._actors.close(self._state.handles())
-        self._announce(done=True)
-        self._release()
+            self._actors.close(self._state.handles(), timeout_s=_share(end, 0.3, 10.0))
+        announce(self._client, self.run_id, timeout_s=_share(end, 0.2, 5.0), done=True)
+        self._release(None if end is None else max(0.5, end - time.monotonic()))
 
-    def _release(self) -> None:
+    def _release(self, timeout_s: float | None = None) -> None:
+        """Release the actors, close the cluster the driver started (within ``timeout_s``)."""
+        end = time.monotonic() + (60.0 if timeout_s is None else timeout_s)
         if self._tensorboard is not None:
             self._tensorboard.close()
         actors, self._actors, self._plan, self._state = self._actors, None, None, None
         if actors is not None:
-            actors.release(wait=self._cluster is None)
-        if self._cluster is not None:
-            try:
-                self._client.close()
-            finally:
-                self._cluster.close()
-                self._cluster = None
+            bound = 10.0 if timeout_s is None else max(0.1, 0.4 * timeout_s)
+            actors.release(wait=self._cluster is None, timeout_s=bound)
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:
+            close_local_cluster(self._client, cluster, max(1.0, end - time.monotonic()))
 
     def __enter__(self) -> ApexDriver:
         return self

@@ -41,6 +41,7 @@ from apex_dask.config import ApexConfig
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError, describe
+from apex_dask.runtime.orchestration.creation import ActorNotCreated
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import (
     Placement,
@@ -151,7 +152,8 @@ class Elasticity(Job):
     def _ask(self) -> Awaitable[list[str]]:
         """The run's heartbeat to the scheduler; the addresses of the leaving workers."""
         wait_s = max(3 * self.timeout, 180.0)  # a retirement waits at most this for the moves
-        return self.client.scheduler.apex_handover(run=self.run_id, wait_s=wait_s)
+        ask = self.client.scheduler.apex_handover(run=self.run_id, wait_s=wait_s)
+        return asyncio.wait_for(ask, self.timeout)
 
     async def _beat(self, every_s: float = 1.0) -> None:
         """Keep the heartbeat going while a check is busy (moving actors, starting env
@@ -172,7 +174,7 @@ class Elasticity(Job):
 
     async def _check(self) -> None:
         leaving = set(await self._ask())
-        info = await self.client.scheduler.identity(n_workers=-1)
+        info = await asyncio.wait_for(self.client.scheduler.identity(n_workers=-1), self.timeout)
         everyone = workers_from_scheduler_info(info)
         await self._note_joins({w.address for w in everyone})
         alive = [w for w in everyone if w.address not in leaving]
@@ -202,7 +204,11 @@ class Elasticity(Job):
         if ev is not None and ev.address in leaving and not self.evaluating():
             was, old = names.get(ev.address, ev.address), ev.future
             kept = {a: w for a, w in info["workers"].items() if a not in leaving}
-            ev.rebind(*await self.actors.replace_env_worker(ev, {**info, "workers": kept}))
+            try:
+                ev.rebind(*await self.actors.replace_env_worker(ev, {**info, "workers": kept}))
+            except ActorNotCreated as exc:  # the worker chosen left too: the next check retries
+                s.note(f"the evaluator was not moved off leaving Dask worker {was}: {exc}")
+                return
             await self.actors.retire(old)
             s.change(f"the evaluator moved off leaving Dask worker {was} to {ev.address}")
 
@@ -299,7 +305,8 @@ class Elasticity(Job):
 
     async def _join_time(self, address: str) -> float:
         try:
-            events = await self.client.scheduler.events(topic=address)
+            ask = self.client.scheduler.events(topic=address)
+            events = await asyncio.wait_for(ask, min(self.timeout, 10.0))
             joins = [float(t) for t, msg in events if dict(msg).get("action") == "add-worker"]
             if joins:
                 return joins[-1]

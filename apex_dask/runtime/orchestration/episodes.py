@@ -81,15 +81,20 @@ def play_on_cluster(
     render_factory: Callable[[], Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     cancel_on_error: bool = True,
+    warm_timeout_s: float = 300.0,
+    stall_s: float = 1800.0,
 ) -> PlayedEpisodes:
     """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring), with
     the greedy policy of ``agent``'s weights.
 
     A failure or Ctrl-C cancels the episode tasks still running, unless
     ``cancel_on_error`` is False (a cluster about to be closed anyway: its
-    workers would only log each cancelled task).
+    workers would only log each cancelled task). Nothing waits without a bound:
+    the workers must make their env within ``warm_timeout_s``, and some episodes
+    must finish every ``stall_s`` (a hung env step otherwise holds the command
+    for ever; ``env.step_timeout_s`` ends such a step itself).
     """
-    from distributed import as_completed
+    from distributed import wait
 
     info = client.scheduler_info(n_workers=-1)
     n_workers = len(info.get("workers", {}))
@@ -98,7 +103,14 @@ def play_on_cluster(
             f"the Dask scheduler at {client.scheduler.address} has no workers; start some "
             f"with `dask worker {client.scheduler.address}`"
         )
-    problems = client.run(_warm, render_factory if record else env_factory)
+    factory = render_factory if record else env_factory
+    try:
+        problems = client.run(_warm, factory, callback_timeout=warm_timeout_s)
+    except TimeoutError:
+        raise ApexRuntimeError(
+            f"the workers did not make the env within {warm_timeout_s:g} s (does it hang "
+            "when made?)"
+        ) from None
     bad = {addr: why for addr, why in problems.items() if why}
     if bad:
         addr, why = sorted(bad.items())[0]
@@ -125,13 +137,22 @@ def play_on_cluster(
     ]
     rows: list[dict[str, Any]] = []
     try:
-        for future in as_completed(futures):
+        pending = set(futures)
+        while pending:
             try:
-                rows.extend(future.result())
-            except Exception as exc:
-                raise EpisodeFailed(f"an evaluation episode failed: {describe(exc)}") from None
-            if progress is not None:
-                progress(len(rows), episodes)
+                done, pending = wait(pending, timeout=stall_s, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                raise EpisodeFailed(
+                    f"no evaluation episode finished in {stall_s:g} s (a hung env step? "
+                    "set env.step_timeout_s)"
+                ) from None
+            for future in done:
+                try:
+                    rows.extend(future.result())
+                except Exception as exc:
+                    raise EpisodeFailed(f"an evaluation episode failed: {describe(exc)}") from None
+                if progress is not None:
+                    progress(len(rows), episodes)
         wall = time.perf_counter() - t0
     except BaseException:
         if cancel_on_error:

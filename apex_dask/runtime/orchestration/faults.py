@@ -9,7 +9,9 @@
   learner or shard is rebuilt first (:mod:`.recovery`); if the env worker's
   own worker is gone it is re-created on a surviving worker
   (``faults/env_workers_replaced``) and its rollouts start again; otherwise
-  the peer was only slow and is retried.
+  the peer was only slow and is retried. If the worker chosen for the new
+  actor leaves before the actor exists, the check ends (one note) and the
+  next failed call starts another, which picks among the workers left.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from apex_dask.algo.envs.guard import EnvFailed
 from apex_dask.runtime.actors.calls import peer_lost
 from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.orchestration.creation import ActorNotCreated
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState
 from apex_dask.runtime.orchestration.tasks import TaskSet
@@ -42,8 +45,10 @@ class FaultHandler:
         *,
         client: Any,
         check_rebuilds: Callable[[], Awaitable[bool]],
+        timeout_s: float = 60.0,
     ) -> None:
         self.state, self.tasks, self.actors, self.client = state, tasks, actors, client
+        self.timeout = float(timeout_s)
         self.check_rebuilds = check_rebuilds
         self.restart: Callable[[EnvSlot], None] = lambda slot: None
 
@@ -72,7 +77,7 @@ class FaultHandler:
         if self.actors is None:
             who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
             raise ApexRuntimeError(f"{who} did not answer and cannot be replaced here")
-        info = await self.client.scheduler.identity(n_workers=-1)
+        info = await asyncio.wait_for(self.client.scheduler.identity(n_workers=-1), self.timeout)
         uids = {a: str(w.get("id", "")) for a, w in info.get("workers", {}).items()}
         uid = self.actors.placement.env_worker(slot.index).uid
         # the same address may be a worker its nanny restarted, without the actor
@@ -80,7 +85,12 @@ class FaultHandler:
         if same and slot.future.status == "finished":
             await asyncio.sleep(0.5)  # the actor lives; a peer was slow: retry soon
             return False
-        slot.rebind(*await self.actors.replace_env_worker(slot, info))
+        try:
+            slot.rebind(*await self.actors.replace_env_worker(slot, info))
+        except ActorNotCreated as exc:  # e.g. the worker chosen left meanwhile: try again
+            who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
+            self.state.note(f"{who} was not re-created ({exc}); trying another worker")
+            return False
         return True
 
     def _checked(self, slot: EnvSlot, task: asyncio.Future) -> None:

@@ -40,6 +40,7 @@ from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardAc
 from apex_dask.runtime.actors.calls import ActorRef, bind
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
 from apex_dask.runtime.errors import ApexRuntimeError, describe
+from apex_dask.runtime.orchestration.creation import created
 from apex_dask.runtime.orchestration.placement import (
     Placement,
     WorkerInfo,
@@ -239,9 +240,9 @@ class ActorSet:
         role = ("eval", 0) if slot.index < 0 else ("worker", slot.index)
         seed = derive_seed(self.config.seed, *role) + 7919 * self.replaced
         fut = self._env_worker(slot.index, slot.epsilon, seed & 0x7FFFFFFF, where.address)
-        await self.client.gather(fut, asynchronous=True)
+        handle = await self._created(fut, where)  # ActorNotCreated if ``where`` leaves meanwhile
         self.placement = self.placement.moved(slot.index, where)
-        return fut, self._handle(fut), where.address
+        return fut, handle, where.address
 
     def ladder(self) -> list[float]:
         """The fixed exploration ladder (epsilons, or noise scales under ``algo: dpg``): one
@@ -255,7 +256,7 @@ class ActorSet:
         seed = derive_seed(self.config.seed, "worker", index) + 7919 * self.replaced
         epsilon = self.ladder()[index]
         fut = self._env_worker(index, epsilon, seed & 0x7FFFFFFF, where.address)
-        handle = await self._created(fut)
+        handle = await self._created(fut, where)
         self.placement = self.placement.moved(index, where)
         return EnvSlot(index, fut, handle, where.address, epsilon)
 
@@ -263,7 +264,7 @@ class ActorSet:
         """A new, empty replay shard ``k`` on ``where`` beside the old one, which lives on
         until :meth:`retire`; ``(new handle, its ref, the old one's Future)``."""
         old = next(f for f in self.futures if f.key == self.shard_refs[k][2])
-        handle = await self._created(self._shard(k, where.address))
+        handle = await self._created(self._shard(k, where.address), where)
         self.placement = self.placement.shard_moved(k, where)
         return handle, self.shard_refs[k], old
 
@@ -271,7 +272,7 @@ class ActorSet:
         """A new learner on ``where`` (not started) beside the old one, which lives on
         until :meth:`retire`; ``(new handle, the old one's Future)``."""
         old = next(f for f in self.futures if f.key == self.learner_ref[2])
-        handle = await self._created(self._learner(where.address))
+        handle = await self._created(self._learner(where.address), where)
         self.placement = self.placement.learner_moved(where)
         return handle, old
 
@@ -282,26 +283,40 @@ class ActorSet:
     async def retire(self, fut: Any) -> None:
         """Delete the actor of ``fut`` (handed over, or its env worker retired)."""
         self._drop(fut.key)
+        await self._cancel(fut)
+
+    async def _cancel(self, fut: Any) -> None:
+        """Ask the scheduler to forget ``fut`` (bounded; best effort)."""
         try:
-            await self.client.cancel([fut], force=True, asynchronous=True)
+            cancel = self.client.cancel([fut], force=True, asynchronous=True)
+            await asyncio.wait_for(cancel, min(self.timeout, 10.0))
         except Exception:
             pass
 
-    async def _created(self, fut: Any) -> Any:
-        await asyncio.wait_for(self.client.gather(fut, asynchronous=True), max(self.timeout, 120.0))
+    async def _created(self, fut: Any, where: WorkerInfo | None = None) -> Any:
+        """The handle of the actor of ``fut`` once it exists (:func:`.creation.created`:
+        at most ``max(call timeout, 120 s)``, :class:`ActorNotCreated` at once if
+        ``where``, the worker it is pinned to, leaves); on any failure its Future is
+        dropped."""
+        try:
+            await created(self.client, fut, where, max(self.timeout, 120.0))
+        except BaseException:
+            self._drop(fut.key)
+            await self._cancel(fut)
+            raise
         return self._handle(fut)
 
     async def rebuild_shard(self, k: int, where: WorkerInfo) -> ShardHandle:
         """A new, empty replay shard ``k`` on ``where``; its handle."""
         self._drop(self.shard_refs[k][2])
-        handle = await self._created(self._shard(k, where.address))
+        handle = await self._created(self._shard(k, where.address), where)
         self.placement = self.placement.shard_moved(k, where)
         return handle
 
     async def rebuild_learner(self, where: WorkerInfo) -> LearnerHandle:
         """A new learner on ``where``, wired to the current shards (not started)."""
         self._drop(self.learner_ref[2])
-        handle = await self._created(self._learner(where.address))
+        handle = await self._created(self._learner(where.address), where)
         self.placement = self.placement.learner_moved(where)
         return handle
 
@@ -311,30 +326,50 @@ class ActorSet:
         self.futures = [f for f in self.futures if f.key != key]
         self._refs.pop(key, None)
 
-    def close(self, handles: list[Any]) -> None:
-        """Ask every actor in ``handles`` to stop and flush its metrics (best effort)."""
-        for h in handles:
-            try:
-                h.close().result(timeout=10)
-            except Exception:
-                pass
+    def close(self, handles: list[Any], timeout_s: float = 10.0) -> None:
+        """Ask every actor in ``handles`` to stop and flush its metrics, all at once, for
+        at most ``timeout_s`` in all (best effort: a lost actor never answers)."""
 
-    def release(self, wait: bool = True) -> None:
-        """Drop every Future (Dask deletes the actors); wait up to 10 s until they are gone."""
+        async def close_all() -> None:
+            async def one(h: Any) -> None:
+                await h.close()
+
+            calls = [asyncio.ensure_future(one(h)) for h in handles]
+            if calls:
+                await asyncio.wait(calls, timeout=timeout_s)
+            for c in calls:
+                c.cancel()
+
+        try:
+            fut = asyncio.run_coroutine_threadsafe(close_all(), self.client.loop.asyncio_loop)
+            fut.result(timeout=timeout_s + 1.0)
+        except Exception:
+            pass
+
+    def release(self, wait: bool = True, timeout_s: float = 10.0) -> None:
+        """Drop every Future (Dask deletes the actors); with ``wait``, wait up to
+        ``timeout_s`` until they are gone."""
         client, futures = self.client, self.futures
         keys = {f.key for f in futures}
         self.futures, self._refs = [], {}
+        bound = max(1.0, min(timeout_s, 10.0))
         if futures:
             try:
-                client.cancel(futures, force=True)
+                cancel = asyncio.wait_for(
+                    client.cancel(futures, force=True, asynchronous=True), bound
+                )
+                asyncio.run_coroutine_threadsafe(cancel, client.loop.asyncio_loop).result(bound + 1)
             except Exception:
                 pass
         del futures
         gc.collect()
-        deadline = time.monotonic() + (10 if wait else 0)
+        deadline = time.monotonic() + (timeout_s if wait else 0)
         while time.monotonic() < deadline:
             try:
-                if not any(client.run(_live_actors, keys).values()):
+                live = client.run(
+                    _live_actors, keys, callback_timeout=max(1.0, deadline - time.monotonic())
+                )
+                if not any(live.values()):
                     return
             except Exception:
                 return

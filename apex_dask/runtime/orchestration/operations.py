@@ -168,8 +168,9 @@ class ReplayAndUpdate:
 
     async def stop(self, timeout_s: float) -> dict[str, Any]:
         """Drain the learner (final stats: every ``flow/*`` counter agrees)."""
+        inside = max(0.1, 0.75 * timeout_s)  # the learner answers before the call times out
         try:
-            return await call_with_timeout(self.state.learner.stop(), timeout_s)
+            return await call_with_timeout(self.state.learner.stop(inside), timeout_s)
         except Exception as exc:
             raise ApexRuntimeError(
                 f"cannot stop the learner ({describe(exc)}); was its worker lost?"

@@ -78,6 +78,9 @@ class ExecutionPlan:
         self.state = state
         self.timeout = t = float(config.topology.call_timeout_s)
         self.final: dict[str, float] | None = None
+        # the next drain's time in all (ApexDriver.halt(timeout_s)); None: each step gets
+        # the call timeout
+        self.drain_s: float | None = None
         self.tasks = tasks = TaskSet(t)
         # upkeep the operations lean on
         self.checkpoints = Checkpointer(state, tasks, config, checkpoint_root, t)
@@ -92,7 +95,7 @@ class ExecutionPlan:
             start_learner=self.replay_and_update.start,
         )
         self.faults = FaultHandler(
-            state, tasks, actors, client=client, check_rebuilds=self.recovery.check
+            state, tasks, actors, client=client, check_rebuilds=self.recovery.check, timeout_s=t
         )
         # the operations
         self.store = StoreRollouts(state, tasks, config.workers, self.faults.env_failed)
@@ -173,7 +176,10 @@ class ExecutionPlan:
             except Exception:
                 pass
             raise
-        await self._drain(self.timeout)
+        if self.drain_s is None:
+            await self._drain(self.timeout)
+        else:
+            await self._drain_within(self.drain_s)
 
     async def _drain(self, timeout_s: float) -> None:
         """Let calls in flight finish (nothing new starts), stop the learner, take final stats."""
@@ -181,3 +187,13 @@ class ExecutionPlan:
         await self.tasks.drain(timeout_s)
         learner = await self.replay_and_update.stop(timeout_s)
         self.final = await self.report.final(learner)
+
+    async def _drain_within(self, budget_s: float) -> None:
+        """:meth:`_drain` in ``budget_s`` in all: calls in flight get 40% of it, the
+        learner's stop 60% of what is left, the final stats the rest."""
+        self.state.halting = True
+        end = time.monotonic() + budget_s
+        self.checkpoints.abandon_periodic()  # the stop's own checkpoint follows
+        await self.tasks.drain(0.4 * budget_s)
+        learner = await self.replay_and_update.stop(max(0.2, 0.6 * (end - time.monotonic())))
+        self.final = await self.report.final(learner, max(0.2, end - time.monotonic()))

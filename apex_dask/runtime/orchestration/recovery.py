@@ -83,7 +83,8 @@ class Recovery(Job):
             self._lock = asyncio.Lock()
         async with self._lock:
             try:
-                info = await self.client.scheduler.identity(n_workers=-1)
+                ask = self.client.scheduler.identity(n_workers=-1)
+                info = await asyncio.wait_for(ask, self.timeout)
             except (OSError, TimeoutError):  # the scheduler itself: the client's to report
                 return False
             alive = workers_from_scheduler_info(info)

@@ -90,13 +90,15 @@ class Report(Job):
         shards, envs = await self.small_stats()
         return window, learner, shards, envs
 
-    async def small_stats(self) -> tuple[list[dict], list[dict]]:
-        """Every shard's and env worker's metric-named stats ({} for one that failed)."""
+    async def small_stats(self, timeout_s: float | None = None) -> tuple[list[dict], list[dict]]:
+        """Every shard's and env worker's metric-named stats ({} for one that failed or did
+        not answer within ``timeout_s``, default the call timeout)."""
         s = self.state
         handles = [*s.shards, *(slot.handle for slot in s.slots)]
+        bound = self.timeout if timeout_s is None else timeout_s
 
         async def one(h: Any) -> Any:
-            return await call_with_timeout(h.stats(), self.timeout)
+            return await call_with_timeout(h.stats(), bound)
 
         got = await asyncio.gather(*(one(h) for h in handles), return_exceptions=True)
         got = [g if isinstance(g, dict) else {} for g in got]
@@ -115,8 +117,9 @@ class Report(Job):
         s.rate_base = learner
         try:
             msg = make_message(self.run_id, "driver", out)
-            await self.client.scheduler.log_event(topic=TOPIC, msg=msg)
-        except Exception:  # metrics must never stop training
+            sent = self.client.scheduler.log_event(topic=TOPIC, msg=msg)
+            await asyncio.wait_for(sent, min(self.timeout, 10.0))
+        except Exception:  # metrics must never stop (or hold up) training
             pass
         self.results.put(out)
 
@@ -146,9 +149,10 @@ class Report(Job):
             retired=c.retired,
         )
 
-    async def final(self, learner: dict) -> dict[str, float]:
-        """Stats taken after a halt, when every hop's counters agree."""
-        shards, envs = await self.small_stats()
+    async def final(self, learner: dict, timeout_s: float | None = None) -> dict[str, float]:
+        """Stats taken after a halt, when every hop's counters agree (each actor's asked
+        with ``timeout_s``, default the call timeout; one that does not answer counts 0)."""
+        shards, envs = await self.small_stats(timeout_s)
         window = self.store.take_window()
         window.wall_s = time.monotonic() - self._window_t0
         return self.result(window, learner, shards, envs, self.evaluation.last)

@@ -1,0 +1,72 @@
+"""``apex_dask.runtime.shield``: Dask processes a batch job's SIGTERM does not end.
+
+Real ``dask scheduler`` and ``dask worker`` processes (a nanny and its worker
+process) started as the job scripts start them. SIGTERM to every one of them:
+all keep serving (a task still runs), each wrote the signal to the stop file
+the job script watches. Once the job script marks the cluster as closing,
+SIGTERM ends them as it does without the preload.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from polling import poll
+
+pytestmark = pytest.mark.slow
+
+DASK = str(Path(sys.executable).parent / "dask")
+SHIELD = "apex_dask.runtime.shield"
+
+
+def test_sigterm_to_every_shielded_dask_process_is_noted_and_ends_none(tmp_path):
+    from distributed import Client
+
+    sched_file, stop_file = tmp_path / "scheduler.json", tmp_path / "stop-signal"
+    env = {**os.environ, "APEX_STOP_FILE": str(stop_file)}
+    common = {"env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
+    scheduler = subprocess.Popen(
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+         "--scheduler-file", str(sched_file), "--preload", SHIELD],
+        stdout=(tmp_path / "scheduler.log").open("w"), **common,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [DASK, "worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
+         "--nthreads", "1", "--preload", SHIELD, "--preload-nanny", SHIELD],
+        stdout=(tmp_path / "worker.log").open("w"), **common,
+    )  # fmt: skip
+    procs = [scheduler, worker]
+    try:
+        poll(sched_file.exists, 60)
+        with Client(scheduler_file=str(sched_file), timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            kids = psutil.Process(worker.pid).children(recursive=True)
+            pids = [scheduler.pid, worker.pid]  # and the worker process (not Python's helpers)
+            pids += [c.pid for c in kids if "resource_tracker" not in " ".join(c.cmdline())]
+            assert len(pids) == 3
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+            poll(lambda: stop_file.exists() and len(stop_file.read_text().splitlines()) >= 3, 30)
+            assert client.submit(sum, [1, 2, 3], pure=False).result(timeout=30) == 6
+            assert all(psutil.pid_exists(p) for p in pids)
+            assert len(client.scheduler_info()["workers"]) == 1
+        # The job script closes the cluster: SIGTERM is Dask's again (a graceful close).
+        Path(f"{stop_file}.closing").touch()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            assert p.wait(timeout=60) is not None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+    lines = stop_file.read_text().splitlines()
+    assert all(line.startswith("SIGTERM ") for line in lines), lines
+    assert "apex_dask.runtime.shield: SIGTERM" in (tmp_path / "worker.log").read_text()
