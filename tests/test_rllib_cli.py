@@ -38,8 +38,8 @@ rainbow-apex:
   run: APEX
   config:
     num_workers: 2
-    num_atoms: 51
-    noisy: true
+    soft_q: true
+    td_error_loss_fn: mse
 """
 
 
@@ -87,8 +87,8 @@ def test_refusals_are_one_line_each_and_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert [line.split(": ")[2] for line in lines] == ["rainbow.yaml", "rainbow.yaml"]
-    assert lines[0].startswith("apex-dask-submit: error: rainbow.yaml: num_atoms=51: ")
-    assert lines[1].startswith("apex-dask-submit: error: rainbow.yaml: noisy=true: ")
+    assert lines[0].startswith("apex-dask-submit: error: rainbow.yaml: soft_q=true: ")
+    assert lines[1].startswith("apex-dask-submit: error: rainbow.yaml: td_error_loss_fn=mse: ")
     assert all("--rllib-lenient" in line for line in lines)
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
@@ -99,8 +99,8 @@ def test_lenient_warns_per_key_and_goes_on(tmp_path, capsys):
     out, err = capsys.readouterr()
     warnings = err.splitlines()
     assert len(warnings) == 2
-    assert warnings[0].startswith("apex-dask-submit: warning: rainbow.yaml: num_atoms=51 left out")
-    assert "#   noisy = true -> left out (--rllib-lenient): noisy nets" in out
+    assert warnings[0].startswith("apex-dask-submit: warning: rainbow.yaml: soft_q=true left out")
+    assert "#   td_error_loss_fn = mse -> left out (--rllib-lenient): apex_dask's" in out
     yaml.safe_load(_yaml_part(out))
 
 

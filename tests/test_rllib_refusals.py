@@ -14,8 +14,8 @@ NATURE_LIKE_RLLIB = [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]]
 
 CASES = [
     # (experiment, config, extra experiment keys, refused "key=value", why)
-    (CARTPOLE, {"num_atoms": 51}, {}, "num_atoms=51", "distributional head is not available yet"),
-    (CARTPOLE, {"noisy": True}, {}, "noisy=true", "noisy nets are not available yet"),
+    (CARTPOLE, {"num_atoms": 2.5}, {}, "num_atoms=2.5", "whole number of atoms"),
+    (CARTPOLE, {"noisy": True, "sigma0": -1}, {}, "sigma0=-1", "positive sigma0"),
     (
         CARTPOLE,
         {"exploration_config": {"type": "EpsilonGreedy"}},
@@ -233,10 +233,22 @@ def test_lenient_training_reward_stop_with_evaluation_stops_on_the_evaluation(tm
     assert convert(exp).refusals  # strict: refused
 
 
-def test_distributional_keys_are_all_named(tmp_path):
-    exp = _experiment(tmp_path, CARTPOLE, {"num_atoms": 51, "v_min": -10, "v_max": 10}, {})
-    lines = convert(exp).refusals
-    assert [line.split(":")[0] for line in lines] == ["num_atoms=51", "v_min=-10", "v_max=10"]
+def test_rainbow_value_head_keys_become_the_dqn_agents_options(tmp_path):
+    keys = {"num_atoms": 51, "v_min": -20, "v_max": 30, "noisy": True, "sigma0": 0.3}
+    conv = convert(_experiment(tmp_path, CARTPOLE, keys, {}))
+    assert conv.refusals == []
+    learner = conv.config().learner
+    assert (learner.num_atoms, learner.v_min, learner.v_max) == (51, -20.0, 30.0)
+    assert (learner.noisy, learner.sigma0) == (True, 0.3)
+    # RLlib's Ape-X kept its per-worker epsilons with noisy layers
+    assert conv.config().workers.epsilon_with_noisy is True
+
+
+def test_support_and_sigma_mean_nothing_without_their_head(tmp_path):
+    keys = {"v_min": -20, "v_max": 30, "sigma0": 0.3}
+    conv = convert(_experiment(tmp_path, CARTPOLE, keys, {}))
+    assert conv.refusals == []
+    assert conv.config() == convert(_experiment(tmp_path, CARTPOLE, {}, {})).config()
 
 
 def test_no_op_value_head_keys_change_nothing(tmp_path):

@@ -1,10 +1,12 @@
 """RLlib keys of the value head, exploration and resources (``run: APEX``, and those
 APEX_DDPG shares).
 
-* The value head: ``num_atoms`` > 1 (distributional), ``noisy`` (noisy nets) are not
-  available yet and are refused in one line; at their no-op values (``num_atoms: 1``,
-  ``noisy: false``) they, ``v_min``, ``v_max`` and ``sigma0`` change nothing. Adding them
-  later is one row each here.
+* The value head: ``num_atoms`` > 1 is the C51 head (``learner.num_atoms`` over
+  ``learner.v_min``..``learner.v_max``), ``noisy`` noisy nets (``learner.noisy``,
+  ``learner.sigma0``). RLlib kept its per-worker epsilons on top of noisy layers, so a
+  converted ``noisy: true`` keeps them too (``workers.epsilon_with_noisy``). At their
+  no-op values (``num_atoms: 1``, ``noisy: false``) they, ``v_min``, ``v_max`` and
+  ``sigma0`` change nothing.
 * Exploration: RLlib's Ape-X gave worker i of N (0-based) a constant epsilon
   0.4^(1 + 7 i/(N-1)) (``PerWorkerEpsilonGreedy``, using ``worker_index - 1``; the 2018
   ``per_worker_exploration`` with the 0-based index): apex_dask's ladder with
@@ -24,6 +26,7 @@ from apex_dask.config.rllib.rules import (
     Refused,
     group,
     ignore,
+    integer,
     noop,
     number,
     rule,
@@ -40,18 +43,47 @@ _PER_WORKER_WHY = (
 )
 
 
+def _atoms(ctx: Ctx) -> Any:
+    return ctx.value("num_atoms", 1) or 1
+
+
+def _num_atoms(value: Any, ctx: Ctx) -> Outcome:
+    n = value or 1
+    if not integer(n) or n < 1:
+        return Refused("give a whole number of atoms (1: no distributional head)")
+    if n == 1:
+        return Mapped({}, "no distributional head")
+    return Mapped({"learner.num_atoms": int(n)}, "the C51 head")
+
+
 def _value_head(what: str):
     def handle(value: Any, ctx: Ctx) -> Outcome:
-        if (ctx.value("num_atoms", 1) or 1) > 1:
-            return Refused("the distributional head is not available yet")
+        n = _atoms(ctx)
+        if number(n) and n > 1:
+            if not number(value):
+                return Refused(f"give a number for {what}")
+            return Mapped({f"learner.{what}": float(value)}, "the C51 support's end")
         return Mapped({}, f"{what} has no effect with num_atoms: 1")
 
     return handle
 
 
+def _noisy(value: Any, ctx: Ctx) -> Outcome:
+    if not isinstance(value, bool):
+        return Refused("give true or false")
+    if not value:
+        return Mapped({}, "no noisy nets")
+    return Mapped(
+        {"learner.noisy": True, "workers.epsilon_with_noisy": True},
+        "noisy layers; RLlib kept the per-worker epsilons on top, and so does this",
+    )
+
+
 def _sigma0(value: Any, ctx: Ctx) -> Outcome:
-    if ctx.value("noisy", False):
-        return Refused("noisy nets are not available yet")
+    if ctx.value("noisy", False) is True:
+        if not number(value) or value <= 0:
+            return Refused("give a positive sigma0")
+        return Mapped({"learner.sigma0": float(value)})
     return Mapped({}, "no effect with noisy: false")
 
 
@@ -116,21 +148,21 @@ def _clip_rewards(value: Any, ctx: Ctx) -> Outcome:
 EXPLORE_RULES = [
     rule(
         ("num_atoms",),
-        noop((1, 0), "no distributional head", "the distributional head is not available yet"),
-        "-",
-        "1: nothing; > 1 refused (not available yet)",
+        _num_atoms,
+        "learner.num_atoms",
+        "1: nothing; > 1: the C51 head",
         APEX,
     ),
-    rule(("v_min",), _value_head("v_min"), "-", "no effect with num_atoms 1", APEX),
-    rule(("v_max",), _value_head("v_max"), "-", "no effect with num_atoms 1", APEX),
+    rule(("v_min",), _value_head("v_min"), "learner.v_min", "with num_atoms > 1", APEX),
+    rule(("v_max",), _value_head("v_max"), "learner.v_max", "with num_atoms > 1", APEX),
     rule(
         ("noisy",),
-        noop((False,), "no noisy nets", "noisy nets are not available yet"),
-        "-",
-        "false: nothing; true refused (not available yet)",
+        _noisy,
+        "learner.noisy",
+        "true: noisy nets, epsilons kept (workers.epsilon_with_noisy)",
         APEX,
     ),
-    rule(("sigma0",), _sigma0, "-", "no effect with noisy: false", APEX),
+    rule(("sigma0",), _sigma0, "learner.sigma0", "with noisy: true", APEX),
     rule(
         ("parameter_noise",),
         noop((False,), "no parameter noise", "parameter-space noise is not available"),
@@ -204,7 +236,7 @@ EXPLORE_RULES = [
     ),
     rule(
         ("categorical_distribution_temperature",),
-        ignore("used only by the distributional head (num_atoms > 1)"),
+        ignore("the temperature of a sampled (soft-Q) action; Ape-X acts epsilon-greedily"),
         "ignored",
         "",
         APEX,
