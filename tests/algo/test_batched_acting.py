@@ -88,8 +88,8 @@ def test_one_forward_per_step_for_all_envs():
         CARTPOLE, epsilon=0.0, seed=0, rollout=RolloutSpec(fragment_length=5, num_envs=8)
     )
     calls = []
-    inner = worker.q_values
-    worker.q_values = lambda obs: calls.append(len(obs)) or inner(obs)
+    inner = worker.values  # acting's one forward pass (Q-values and the kept values)
+    worker.values = lambda obs, noise=False: calls.append(len(obs)) or inner(obs, noise)
     worker.sample()
     assert calls == [8] * 6  # 5 steps, then the last observations' pass
     calls.clear()
@@ -109,7 +109,13 @@ def test_all_envs_use_the_worker_epsilon():
         CARTPOLE, epsilon=1.0, seed=0, rollout=RolloutSpec(fragment_length=50, num_envs=4)
     )
     forwards = []
-    worker.q_values = lambda obs: forwards.append(len(obs)) or np.zeros((len(obs), 2), np.float32)
+
+    def values(obs, noise=False):
+        forwards.append(len(obs))
+        q = np.zeros((len(obs), 2), np.float32)
+        return q, q
+
+    worker.values = values
     actions = []
     worker._envs.reset()  # makes the other envs
     for env in worker.envs:
