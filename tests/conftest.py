@@ -31,10 +31,22 @@ SITE_GROUPS = {
 }
 """Test files that build network namespaces or a SLURM site, and the xdist group of each."""
 
+FIXTURE_GROUPS = (
+    "test_checkpoints.py",  # a CartPole run trained to 450 (about 50 s)
+    "test_submit_tracking.py",  # an apex-dask-submit run (about 30 s)
+    "test_driver.py",  # trained CartPole and Pendulum drivers
+    "test_dashboard_run.py",  # a run behind the dashboard
+    "test_bad_input_runs.py",  # a running cluster
+)
+"""Test files whose module-scoped fixture trains or starts a cluster: each file's tests run
+on one worker, so the fixture runs once instead of once per worker."""
+
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         group = SITE_GROUPS.get(item.path.name)
+        if group is None and item.path.name in FIXTURE_GROUPS:
+            group = f"fixture-{item.path.stem}"
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):  # an xdist worker: the long site groups go out first
