@@ -203,7 +203,7 @@ class ActingWorker:
         timeout_s: float | None = None,
         frames: Any = None,
     ) -> dict[str, Any]:
-        """Greedy episodes on a separate env (:func:`.env_eval.greedy_episodes` documents it)."""
+        """Greedy episodes on a separate env (:func:`~apex_dask.algo.rollout.evaluation.greedy_episodes` documents it)."""
         from apex_dask.algo.rollout.evaluation import greedy_episodes
 
         return greedy_episodes(self, int(num_episodes), seed, max_steps, timeout_s, frames)
