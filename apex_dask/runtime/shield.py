@@ -21,6 +21,13 @@ saves within its grace. Once the driver is done the job script creates
 ``<APEX_STOP_FILE>.closing`` and closes the cluster (``Client.shutdown``,
 then SIGTERM): from then on SIGTERM does what it does without this preload.
 SIGKILL always ends every process; SIGINT keeps Dask's handler.
+
+A nanny restarts its worker process with SIGTERM when the worker passes
+``distributed.worker.memory.terminate`` of its memory limit; that SIGTERM is
+not the batch system's. The nanny's preload marks it
+(``<APEX_STOP_FILE>.restart-<pid>``) before the signal goes out, and the worker
+process with that pid takes Dask's own handling (it ends, its nanny starts a
+new one, the driver replaces its actors) instead of stopping the whole job.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import socket
 import threading
 from typing import Any
 
-__all__ = ["CLOSING_SUFFIX", "STOP_FILE_ENV", "dask_setup", "install"]
+__all__ = ["CLOSING_SUFFIX", "RESTART_SUFFIX", "STOP_FILE_ENV", "dask_setup", "install"]
 
 STOP_FILE_ENV = "APEX_STOP_FILE"
 """Environment variable: the file a shielded process appends a SIGTERM it got to."""
@@ -39,12 +46,40 @@ STOP_FILE_ENV = "APEX_STOP_FILE"
 CLOSING_SUFFIX = ".closing"
 """With ``<APEX_STOP_FILE>.closing`` present, SIGTERM gets Dask's own handling again."""
 
+RESTART_SUFFIX = ".restart-"
+"""``<APEX_STOP_FILE>.restart-<pid>``: a nanny is restarting worker process ``pid``
+(over its memory limit); that process's SIGTERM gets Dask's own handling."""
+
 _previous: Any = signal.SIG_DFL  # the handler this one replaced (Dask's, in its CLIs)
 
 
 def dask_setup(server: Any = None) -> None:
-    """Preload entry point (scheduler, worker or nanny): :func:`install`."""
+    """Preload entry point (scheduler, worker or nanny): :func:`install`; in a nanny,
+    also mark the worker processes it restarts for memory (:data:`RESTART_SUFFIX`)."""
     install()
+    from distributed import Nanny
+
+    if isinstance(server, Nanny):
+        _mark_memory_restarts(server)
+
+
+def _mark_memory_restarts(nanny: Any) -> None:
+    """Before the nanny's memory monitor sends SIGTERM to its worker process it logs the
+    event ``worker-restart-memory`` with the process's pid: write the marker then."""
+    path = os.environ.get(STOP_FILE_ENV)
+    log_event = nanny.log_event
+    if not path:
+        return
+
+    def marking(topic: Any, msg: Any) -> Any:
+        if topic == "worker-restart-memory" and isinstance(msg, dict) and msg.get("pid"):
+            try:
+                os.close(os.open(f"{path}{RESTART_SUFFIX}{int(msg['pid'])}", os.O_CREAT, 0o600))
+            except OSError:
+                pass
+        return log_event(topic, msg)
+
+    nanny.log_event = marking
 
 
 def install() -> bool:
@@ -62,12 +97,16 @@ def install() -> bool:
 def _on_term(signum: int, frame: Any) -> None:
     # No logging here (its locks are not reentrant): one write to stderr, one to the file.
     path = os.environ.get(STOP_FILE_ENV)
+    restart = f"{path}{RESTART_SUFFIX}{os.getpid()}" if path else ""
+    if restart and os.path.exists(restart):  # this process's nanny: over its memory limit
+        try:
+            os.unlink(restart)
+        except OSError:
+            pass
+        _dask_handling(signum, frame)
+        return
     if path and os.path.exists(path + CLOSING_SUFFIX):  # the job script is closing the cluster
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if _previous is None else _previous)
-        if callable(_previous):
-            _previous(signum, frame)
-        else:
-            os.kill(os.getpid(), signal.SIGTERM)  # the default action, or ignored as before
+        _dask_handling(signum, frame)
         return
     where = f"{socket.gethostname()} pid {os.getpid()}"
     line = f"apex_dask.runtime.shield: SIGTERM ({where}): left to the job script\n"
@@ -85,3 +124,12 @@ def _on_term(signum: int, frame: Any) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def _dask_handling(signum: int, frame: Any) -> None:
+    """SIGTERM as without the preload: the handler this one replaced, or the default."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if _previous is None else _previous)
+    if callable(_previous):
+        _previous(signum, frame)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action, or ignored as before

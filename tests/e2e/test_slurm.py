@@ -83,8 +83,11 @@ def scaled_copy(dest: Path, time_limit: str) -> Path:
         ("--signal=B:USR1@120", "--signal=B:USR1@40"),
         ("--cpus-per-task=8", "--cpus-per-task=2"),
         ("--cpus-per-task=32", "--cpus-per-task=1"),
-        ("--mem=64G", "--mem=3G"),  # the GPU node: scheduler, learner (SLURM's RLIMIT_RSS
-        ("--mem=64G", "--mem=1G"),  # is Dask's memory limit), driver; then each CPU node
+        # The GPU node: scheduler, learner (SLURM's RLIMIT_RSS is Dask's memory limit), driver.
+        ("--mem=64G", "--mem=3G"),
+        # Each CPU node: its env workers hold torch and bulky_envs' rollouts (~450 MB each);
+        # at 1G (512 MiB a worker) a loaded machine took one past the nanny's 95%.
+        ("--mem=64G", "--mem=2G"),
     ]
     for old, new in edits:
         assert f"#SBATCH {old}\n" in text, old
@@ -113,7 +116,8 @@ def follow(site, job_id: str, log: Path, until, timeout_s: float) -> str:
         info = site.job(job_id)
         if info.get("JobState") == "PENDING" and info.get("Reason") != "BeginTime":
             site.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-        assert info.get("JobState") not in ENDED, (info, text[-3000:])
+        state = info.get("JobState")
+        assert state not in ENDED, f"job {job_id} {state} ({info}); its log ends:\n{text[-4000:]}"
         assert time.monotonic() < deadline, text[-3000:]
         time.sleep(1)
 

@@ -70,3 +70,61 @@ def test_sigterm_to_every_shielded_dask_process_is_noted_and_ends_none(tmp_path)
     lines = stop_file.read_text().splitlines()
     assert all(line.startswith("SIGTERM ") for line in lines), lines
     assert "apex_dask.runtime.shield: SIGTERM" in (tmp_path / "worker.log").read_text()
+
+
+def test_a_nannys_memory_restart_ends_only_its_worker_process_not_the_job(tmp_path):
+    """The nanny's SIGTERM to a worker process over its memory limit is Dask's, not the
+    batch system's: the process ends and is replaced, and the stop file stays empty (the
+    job script would otherwise stop the whole job as if scancel'd)."""
+    from distributed import Client
+
+    def hold_memory(mib: int, seconds: float) -> int:  # nested: sent by value
+        import time
+
+        import numpy as np
+
+        held = np.ones(mib * 2**20 // 8)  # touched: resident
+        time.sleep(seconds)
+        return int(held[0])
+
+    sched_file, stop_file = tmp_path / "scheduler.json", tmp_path / "stop-signal"
+    env = {**os.environ, "APEX_STOP_FILE": str(stop_file)}
+    common = {"env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
+    scheduler = subprocess.Popen(
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+         "--scheduler-file", str(sched_file), "--preload", SHIELD],
+        stdout=(tmp_path / "scheduler.log").open("w"), **common,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [DASK, "worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
+         "--nthreads", "1", "--memory-limit", "600MiB", "--preload", SHIELD,
+         "--preload-nanny", SHIELD],
+        stdout=(tmp_path / "worker.log").open("w"), **common,
+    )  # fmt: skip
+    procs = [scheduler, worker]
+    try:
+        poll(sched_file.exists, 60)
+        with Client(scheduler_file=str(sched_file), timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            first = client.run(os.getpid)
+            held = client.submit(hold_memory, 700, 60, pure=False)  # past 95% of 600 MiB
+
+            def replaced() -> bool:
+                try:
+                    now = client.run(os.getpid)
+                except Exception:  # noqa: BLE001 - between the old process and the new
+                    return False
+                return bool(now) and set(now.values()).isdisjoint(first.values())
+
+            poll(replaced, 90)
+            held.cancel()
+            assert worker.poll() is None  # the nanny lives on
+        log = (tmp_path / "worker.log").read_text()
+        assert "memory budget" in log, log[-2000:]
+        assert not stop_file.exists() or stop_file.read_text() == "", stop_file.read_text()
+        assert not list(tmp_path.glob("stop-signal.restart-*"))  # the marker was taken
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
