@@ -220,6 +220,10 @@ def _probe_scheduler(address: str, timeout: float, security: Any = None) -> None
         )
 
 
+FORKSERVER_PRELOAD = ("distributed", "distributed.nanny", "apex_dask.runtime.actors")
+"""Modules the forkserver of local clusters imports once for every process it forks."""
+
+
 def shield_workers_from_ctrl_c() -> None:
     """Worker processes of local clusters started from now on ignore SIGINT.
 
@@ -254,8 +258,10 @@ def shield_workers_from_ctrl_c() -> None:
     # there, and is dropped once it ignores SIGINT), then imports apex_dask.runtime.sigint
     # first, which ignores it; its children get both. Here SIGINT is only blocked, never
     # ignored: one that comes meanwhile is delivered when it is unblocked, not lost.
-    # The caller's __main__ is never re-imported.
-    forkserver.set_forkserver_preload(["apex_dask.runtime.sigint"])
+    # The caller's __main__ is never re-imported. The forkserver then imports what every
+    # nanny and worker process would (Dask, torch, the actors: about 3.5 CPU-s each), once:
+    # each process forked from it starts with them (nothing there starts a thread or CUDA).
+    forkserver.set_forkserver_preload(["apex_dask.runtime.sigint", *FORKSERVER_PRELOAD])
     # the resource tracker first: starting it unblocks SIGINT in the calling thread
     resource_tracker.ensure_running()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
