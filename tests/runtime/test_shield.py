@@ -25,9 +25,9 @@ DASK = str(Path(sys.executable).parent / "dask")
 SHIELD = "apex_dask.runtime.shield"
 
 
-def test_sigterm_to_every_shielded_dask_process_is_noted_and_ends_none(tmp_path):
-    from distributed import Client
-
+def start_shielded(tmp_path: Path, *worker_args: str) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """``dask scheduler`` and ``dask worker`` (nanny and worker process) as the job scripts
+    start them, with ``APEX_STOP_FILE`` = ``tmp_path/stop-signal``, files in ``tmp_path``."""
     sched_file, stop_file = tmp_path / "scheduler.json", tmp_path / "stop-signal"
     env = {**os.environ, "APEX_STOP_FILE": str(stop_file)}
     common = {"env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
@@ -38,9 +38,17 @@ def test_sigterm_to_every_shielded_dask_process_is_noted_and_ends_none(tmp_path)
     )  # fmt: skip
     worker = subprocess.Popen(
         [DASK, "worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
-         "--nthreads", "1", "--preload", SHIELD, "--preload-nanny", SHIELD],
+         "--nthreads", "1", *worker_args, "--preload", SHIELD, "--preload-nanny", SHIELD],
         stdout=(tmp_path / "worker.log").open("w"), **common,
     )  # fmt: skip
+    return scheduler, worker
+
+
+def test_sigterm_to_every_shielded_dask_process_is_noted_and_ends_none(tmp_path):
+    from distributed import Client
+
+    sched_file, stop_file = tmp_path / "scheduler.json", tmp_path / "stop-signal"
+    scheduler, worker = start_shielded(tmp_path)
     procs = [scheduler, worker]
     try:
         poll(sched_file.exists, 60)
@@ -88,19 +96,7 @@ def test_a_nannys_memory_restart_ends_only_its_worker_process_not_the_job(tmp_pa
         return int(held[0])
 
     sched_file, stop_file = tmp_path / "scheduler.json", tmp_path / "stop-signal"
-    env = {**os.environ, "APEX_STOP_FILE": str(stop_file)}
-    common = {"env": env, "stderr": subprocess.STDOUT, "start_new_session": True}
-    scheduler = subprocess.Popen(
-        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-         "--scheduler-file", str(sched_file), "--preload", SHIELD],
-        stdout=(tmp_path / "scheduler.log").open("w"), **common,
-    )  # fmt: skip
-    worker = subprocess.Popen(
-        [DASK, "worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
-         "--nthreads", "1", "--memory-limit", "600MiB", "--preload", SHIELD,
-         "--preload-nanny", SHIELD],
-        stdout=(tmp_path / "worker.log").open("w"), **common,
-    )  # fmt: skip
+    scheduler, worker = start_shielded(tmp_path, "--memory-limit", "600MiB")
     procs = [scheduler, worker]
     try:
         poll(sched_file.exists, 60)
