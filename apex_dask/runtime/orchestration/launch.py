@@ -116,6 +116,7 @@ class ActorSet:
             call_timeout_s=self.timeout,
             run=self.run_id,
             animation=animation,
+            simulate_steps_per_s=self.config.simulate.env_steps_per_s,
             where=where,
         )
 
