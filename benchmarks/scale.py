@@ -36,7 +36,9 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -44,7 +46,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from scale_cluster import ProcessCluster, cpu_snapshot  # noqa: E402
+from scale_cluster import ProcessCluster, cpu_snapshot, undo_fixes  # noqa: E402
 
 from apex_dask.config import ApexConfig  # noqa: E402
 
@@ -90,6 +92,15 @@ def _sum(result: dict[str, float], prefix: str, suffix: str) -> float:
     return sum(v for k, v in result.items() if k.startswith(prefix) and k.endswith(suffix))
 
 
+def _flow(driver: Any) -> dict[str, float]:
+    """Stored rollouts and shard ingest seconds now, summed over the shards."""
+    stats = driver.shard_stats()
+    return {
+        "stored": sum(_sum(st, "replay/", "/rollouts_stored") for st in stats),
+        "add_s": sum(_sum(st, "replay/", "/add_s") for st in stats),
+    }
+
+
 def point(args: argparse.Namespace, actors: int) -> dict[str, Any]:
     from apex_dask.runtime.orchestration.driver import ApexDriver
 
@@ -101,41 +112,50 @@ def point(args: argparse.Namespace, actors: int) -> dict[str, Any]:
     out: dict[str, Any] = {"actors": actors, "mode": args.mode}
     try:
         with ApexDriver(cfg, client) as driver:
+            results: list[tuple[float, dict[str, float]]] = []  # (arrival, result)
+            stop = threading.Event()
+
+            def consume() -> None:  # results never queue up behind the measurement
+                for r in driver.iterate(stop_check=stop.is_set):
+                    results.append((time.monotonic(), r))
+
+            reader = threading.Thread(target=consume, daemon=True)
+            reader.start()
+            while not results:
+                time.sleep(0.2)
             out["startup_s"] = time.monotonic() - t_start
-            results = driver.iterate()
-            first = next(results)
-            while first["time_s"] < args.warmup_s:
-                first = next(results)
+            time.sleep(args.warmup_s)
             driver.env_transport()  # clears what the warm-up timed
-            c0, w0 = cpu_snapshot(pids), time.monotonic()
-            window = [first]
-            while window[-1]["time_s"] - first["time_s"] < args.window_s:
-                window.append(next(results))
-            c1, w1 = cpu_snapshot(pids), time.monotonic()
+            f0, c0, w0 = _flow(driver), cpu_snapshot(pids), time.monotonic()
+            time.sleep(args.window_s)
+            c1, w1, f1 = cpu_snapshot(pids), time.monotonic(), _flow(driver)
             transport = driver.env_transport()
+            stop.set()
+            reader.join(timeout=30)
             final = driver.halt()
-        out |= summarize(args, actors, window, transport, c0, c1, w1 - w0, final)
+        window = [r for t, r in results if w0 <= t <= w1]
+        out |= summarize(args, actors, window, transport, (f0, f1), (c0, c1), w1 - w0, final)
     finally:
         client.close()
         cluster.close()
     return out
 
 
-def summarize(args, actors, window, transport, c0, c1, wall, final) -> dict[str, Any]:
-    a, b = window[0], window[-1]
-    dt = b["time_s"] - a["time_s"]
-    stored = (b["flow/rollouts_stored"] - a["flow/rollouts_stored"]) / dt
-    made = sum(t["rollouts_sent"] for t in transport) - 0.0  # cumulative, for the check below
+def summarize(args, actors, window, transport, flows, cpus, wall, final) -> dict[str, Any]:
+    (f0, f1), (c0, c1) = flows, cpus
+    stored = (f1["stored"] - f0["stored"]) / wall
     cores = {n: (c1[n]["cpu_s"] - c0[n]["cpu_s"]) / wall for n in c0}
     env_cores = sum(v for n, v in cores.items() if n.startswith("env-"))
     lat = np.array([x for t in transport for x in t["store_s"]], float)
-    add_s = _sum(b, "replay/", "/add_s") - _sum(a, "replay/", "/add_s")
-    lags = [r.get("sync/policy_lag", float("nan")) for r in window[1:]]
+    add_s = f1["add_s"] - f0["add_s"]
+    lags = [r.get("sync/policy_lag", float("nan")) for r in window]
+    trained = [r["learner/steps_trained"] for r in window]
+    span = window[-1]["time_s"] - window[0]["time_s"] if len(window) > 1 else math.nan
     sent, kept = final.get("flow/rollouts_sent", math.nan), final.get("flow/rollouts_stored", 0)
     per = 1e3 / max(stored, 1e-9)
     return {
         "offered_rollouts_per_s": actors * args.steps_per_s / FRAGMENT,
-        "made_rollouts_per_s": (b["flow/rollouts_sent"] - a["flow/rollouts_sent"]) / dt,
+        "made_rollouts_per_s": len(lat) / wall,
         "stored_rollouts_per_s": stored,
         "stored_transitions_per_s": stored * FRAGMENT,
         "cores": cores,
@@ -147,11 +167,11 @@ def summarize(args, actors, window, transport, c0, c1, wall, final) -> dict[str,
         "scheduler_ms_per_rollout": cores["scheduler"] * per,
         "learner_process_ms_per_rollout": cores["learner"] * per,
         "env_ms_per_rollout": env_cores * per,
-        "shard_ingest_ms_per_rollout": 1e3 * add_s / max(1.0, stored * dt),
-        "shard_ingest_cores": add_s / dt,
+        "shard_ingest_ms_per_rollout": 1e3 * add_s / max(1.0, stored * wall),
+        "shard_ingest_cores": add_s / wall,
         "weight_sync_bytes_per_s": sum(t["weight_sync_bytes"] for t in transport) / wall,
         "policy_lag": float(np.nanmean(lags)) if lags else math.nan,
-        "updates_per_s": (b["learner/steps_trained"] - a["learner/steps_trained"]) / dt / 64,
+        "updates_per_s": (trained[-1] - trained[0]) / span / 64 if len(window) > 1 else math.nan,
         "store_p50_s": float(np.percentile(lat, 50)) if len(lat) else math.nan,
         "store_p99_s": float(np.percentile(lat, 99)) if len(lat) else math.nan,
         "store_samples": int(len(lat)),
@@ -159,8 +179,7 @@ def summarize(args, actors, window, transport, c0, c1, wall, final) -> dict[str,
         "scheduler_rss_mb": c1["scheduler"]["rss"] / 2**20,
         "dropped_rollouts": sent - kept,
         "batches_lost": final.get("flow/batches_lost", math.nan),
-        "rollouts_made_total": made,
-        "window_s": dt,
+        "window_s": wall,
         "load_avg": list(os.getloadavg()),
     }
 
@@ -249,8 +268,17 @@ def main() -> None:
     p.add_argument("--label", default=None, help="the run's name in the JSON (default: mode)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--plot", type=Path, default=None)
+    p.add_argument(
+        "--undo",
+        nargs="*",
+        default=[],
+        choices=["pool", "taskset"],
+        help="run the driver without these fixes (docs/scaling.md): before/after in one sweep",
+    )
     p.add_argument("--plot-only", action="store_true", help="redraw --plot from --out")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cluster's processes end too
+    undo_fixes(args.undo)
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if not args.plot_only:
         label = args.label or args.mode
@@ -258,6 +286,7 @@ def main() -> None:
             "command": "python benchmarks/scale.py " + " ".join(sys.argv[1:]),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "undone_fixes": args.undo,
             "points": {},
         }
         report.setdefault("runs", {})[label] = run

@@ -92,3 +92,35 @@ def cpu_snapshot(pids: dict[str, int]) -> dict[str, dict[str, float]]:
         except psutil.Error:
             out[name] = {"cpu_s": float("nan"), "rss": float("nan")}
     return out
+
+
+def undo_fixes(names: list[str]) -> None:
+    """Put the driver back as it was before ``benchmarks/scale.py``'s fixes, in this
+    process (the driver's), for a before/after in one run: ``pool`` (the client's
+    connection pool left at Dask's 512), ``taskset`` (``asyncio.wait`` over every call in
+    flight on each step of the plan's loop)."""
+    import asyncio
+
+    import apex_dask.runtime.orchestration.plan as plan
+    from apex_dask.runtime.orchestration.tasks import TaskSet
+
+    class WaitAllTaskSet(TaskSet):
+        def _on_finished(self, task: Any) -> None:
+            pass
+
+        async def step(self, timeout_s: float) -> None:
+            if not self._tasks:
+                await asyncio.sleep(min(timeout_s, 0.05))
+                return
+            done, _ = await asyncio.wait(
+                list(self._tasks), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                result = self._tasks.pop(task)(task)
+                if result is not None:
+                    await result
+
+    if "pool" in names:
+        plan.fit_connection_pool = lambda client, needed: 0
+    if "taskset" in names:
+        plan.TaskSet = WaitAllTaskSet

@@ -58,6 +58,11 @@ class RunViews:
         shards = self._live().shards
         return [h.state_dict().result(timeout=self._timeout) for h in shards]
 
+    def shard_stats(self) -> list[dict[str, float]]:
+        """Each replay shard's ``replay/<k>/*`` stats now (``rollouts_stored``, ``add_s``, ...)."""
+        calls = [h.stats() for h in self._live().shards]
+        return [c.result(timeout=self._timeout) for c in calls]
+
     def env_transport(self) -> list[dict[str, Any]]:
         """Each env worker's ``transport()`` since the last call (rollout made -> stored
         seconds, weight bytes pulled) with its ``index``, ``address`` and
