@@ -47,6 +47,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scale_cluster import ProcessCluster, cpu_snapshot, undo_fixes  # noqa: E402
+from scale_model import print_model  # noqa: E402
 
 from apex_dask.config import ApexConfig  # noqa: E402
 
@@ -73,7 +74,12 @@ def scale_config(mode: str, actors: int, steps_per_s: float, replay_ratio: float
     }
     if mode == "atari":
         return ApexConfig.preset("atari").override(
-            {**common, "replay.capacity": 200_000, "replay.learning_starts": 10**9}
+            {
+                **common,
+                "replay.capacity": 300_000,
+                "replay.learning_starts": 300_000,
+                "learner.max_replay_ratio": 0.001,  # a Nature CNN on CPU: no updates
+            }
         )
     return ApexConfig().override(
         {
@@ -125,24 +131,31 @@ def point(args: argparse.Namespace, actors: int) -> dict[str, Any]:
                 time.sleep(0.2)
             out["startup_s"] = time.monotonic() - t_start
             time.sleep(args.warmup_s)
+            t0 = time.monotonic()
             driver.env_transport()  # clears what the warm-up timed
+            t0 = (t0 + time.monotonic()) / 2  # each worker's window starts in this call
             f0, c0, w0 = _flow(driver), cpu_snapshot(pids), time.monotonic()
             time.sleep(args.window_s)
             c1, w1, f1 = cpu_snapshot(pids), time.monotonic(), _flow(driver)
+            t1 = time.monotonic()
             transport = driver.env_transport()
+            out["transport_span_s"] = (t1 + time.monotonic()) / 2 - t0
             stop.set()
             reader.join(timeout=30)
             final = driver.halt()
         window = [r for t, r in results if w0 <= t <= w1]
-        out |= summarize(args, actors, window, transport, (f0, f1), (c0, c1), w1 - w0, final)
+        spans = (w1 - w0, out["transport_span_s"])
+        out |= summarize(args, actors, window, transport, (f0, f1), (c0, c1), spans, final)
     finally:
         client.close()
         cluster.close()
     return out
 
 
-def summarize(args, actors, window, transport, flows, cpus, wall, final) -> dict[str, Any]:
-    (f0, f1), (c0, c1) = flows, cpus
+def summarize(args, actors, window, transport, flows, cpus, spans, final) -> dict[str, Any]:
+    """One point's row from the window's flows, CPU snapshots and results; ``spans``: the
+    window's wall seconds and the (longer) seconds the env workers' transport covers."""
+    (f0, f1), (c0, c1), (wall, tspan) = flows, cpus, spans
     stored = (f1["stored"] - f0["stored"]) / wall
     cores = {n: (c1[n]["cpu_s"] - c0[n]["cpu_s"]) / wall for n in c0}
     env_cores = sum(v for n, v in cores.items() if n.startswith("env-"))
@@ -155,7 +168,11 @@ def summarize(args, actors, window, transport, flows, cpus, wall, final) -> dict
     per = 1e3 / max(stored, 1e-9)
     return {
         "offered_rollouts_per_s": actors * args.steps_per_s / FRAGMENT,
-        "made_rollouts_per_s": len(lat) / wall,
+        "made_rollouts_per_s": (
+            (window[-1]["flow/rollouts_sent"] - window[0]["flow/rollouts_sent"]) / span
+            if len(window) > 1
+            else math.nan
+        ),
         "stored_rollouts_per_s": stored,
         "stored_transitions_per_s": stored * FRAGMENT,
         "cores": cores,
@@ -169,7 +186,7 @@ def summarize(args, actors, window, transport, flows, cpus, wall, final) -> dict
         "env_ms_per_rollout": env_cores * per,
         "shard_ingest_ms_per_rollout": 1e3 * add_s / max(1.0, stored * wall),
         "shard_ingest_cores": add_s / wall,
-        "weight_sync_bytes_per_s": sum(t["weight_sync_bytes"] for t in transport) / wall,
+        "weight_sync_bytes_per_s": sum(t["weight_sync_bytes"] for t in transport) / tspan,
         "policy_lag": float(np.nanmean(lags)) if lags else math.nan,
         "updates_per_s": (trained[-1] - trained[0]) / span / 64 if len(window) > 1 else math.nan,
         "store_p50_s": float(np.percentile(lat, 50)) if len(lat) else math.nan,
@@ -262,7 +279,7 @@ def main() -> None:
     p.add_argument("--mode", choices=["cartpole", "atari"], default="cartpole")
     p.add_argument("--steps-per-s", type=float, default=35.0, help="env steps/s per actor")
     p.add_argument("--env-processes", type=int, default=2)
-    p.add_argument("--warmup-s", type=float, default=8.0)
+    p.add_argument("--warmup-s", type=float, default=10.0)
     p.add_argument("--window-s", type=float, default=20.0)
     p.add_argument("--replay-ratio", type=float, default=0.25)
     p.add_argument("--label", default=None, help="the run's name in the JSON (default: mode)")
@@ -272,14 +289,19 @@ def main() -> None:
         "--undo",
         nargs="*",
         default=[],
-        choices=["pool", "taskset"],
+        choices=["pool", "taskset", "metrics"],
         help="run the driver without these fixes (docs/scaling.md): before/after in one sweep",
     )
     p.add_argument("--plot-only", action="store_true", help="redraw --plot from --out")
+    p.add_argument("--model", default=None, help="print docs/scaling.md's model of this label")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cluster's processes end too
     undo_fixes(args.undo)
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    if args.model is not None:
+        report.setdefault("models", {})[args.model] = print_model(report["runs"][args.model])
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        return
     if not args.plot_only:
         label = args.label or args.mode
         run = {
@@ -289,7 +311,11 @@ def main() -> None:
             "undone_fixes": args.undo,
             "points": {},
         }
-        report.setdefault("runs", {})[label] = run
+        old = report.setdefault("runs", {}).get(label, {})
+        if old.get("undone_fixes", []) == args.undo:  # more points of the same run
+            run["points"] = old.get("points", {})
+            run["command"] = old.get("command", run["command"]) + " ; " + run["command"]
+        report["runs"][label] = run
         rows = []
         for n in args.actors:
             print(f"-- {n} actors ({args.mode})", flush=True)

@@ -98,9 +98,11 @@ def undo_fixes(names: list[str]) -> None:
     """Put the driver back as it was before ``benchmarks/scale.py``'s fixes, in this
     process (the driver's), for a before/after in one run: ``pool`` (the client's
     connection pool left at Dask's 512), ``taskset`` (``asyncio.wait`` over every call in
-    flight on each step of the plan's loop)."""
+    flight on each step of the plan's loop), ``metrics`` (every env worker publishing its
+    metrics to the scheduler once a second, whatever the count)."""
     import asyncio
 
+    import apex_dask.runtime.orchestration.launch as launch
     import apex_dask.runtime.orchestration.plan as plan
     from apex_dask.runtime.orchestration.tasks import TaskSet
 
@@ -124,3 +126,5 @@ def undo_fixes(names: list[str]) -> None:
         plan.fit_connection_pool = lambda client, needed: 0
     if "taskset" in names:
         plan.TaskSet = WaitAllTaskSet
+    if "metrics" in names:
+        launch.env_metrics_interval_s = lambda num_workers: 1.0

@@ -81,6 +81,7 @@ class EnvWorkerActor:
         run: str = "",
         animation: bool = False,
         simulate_steps_per_s: float | None = None,
+        metrics_interval_s: float = 1.0,
     ) -> None:
         from apex_dask.algo.agents.registry import make_env_worker
         from apex_dask.runtime.actors.animation import EvalAnimation, rendering
@@ -126,7 +127,8 @@ class EnvWorkerActor:
         self._last_eval: dict[str, Any] | None = None
         self._applied: dict[str, Any] | None = None  # the evaluator's weights, as pulled
         self._t0 = time.monotonic()
-        self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
+        source = f"env/{self.index}" if self.index >= 0 else "eval"
+        self._pub = Throttled(source, run, min_interval_s=metrics_interval_s)
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
