@@ -250,7 +250,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for label, run in sorted(report.get("runs", {}).items()):
+    names = {"before": "CartPole-sized, before the fixes", "after": "CartPole-sized, after"}
+    names["atari"] = "Atari-sized (frames once), after"
+    for key, run in sorted(report.get("runs", {}).items()):
+        label = names.get(key, key)
         pts = sorted(run["points"].values(), key=lambda p: p["actors"])
         xs = [p["actors"] for p in pts]
         ax1.plot(
