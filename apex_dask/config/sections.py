@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CheckpointConfig", "EvalConfig", "ReportConfig", "StopConfig", "TopologyConfig"]
+__all__ = [
+    "CheckpointConfig",
+    "EvalConfig",
+    "ReportConfig",
+    "SimulateConfig",
+    "StopConfig",
+    "TopologyConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -87,3 +94,21 @@ class StopConfig:
     """Stop after this many seconds of wall time."""
     iterations: int | None = None
     """Stop after this many result dicts."""
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Simulated env workers, for measuring how far one driver, scheduler and shard go
+    (``benchmarks/scale.py``, ``docs/scaling.md``) and for tests; off in every preset.
+
+    Each env worker then steps no env and runs no network: it hands over one prebuilt
+    rollout of the env's spaces (frame-stacked observations in the compact wire form,
+    each frame once) every ``rollout_fragment_length * envs_per_worker /
+    env_steps_per_s`` seconds, with the same actor calls, shards, weight syncs and
+    learner as a real run. Its observations carry the worker's index, the rollout's
+    number and the item's place in it, so what the shards stored can be checked
+    against what was offered. Not for training an agent: the data is noise."""
+
+    env_steps_per_s: float | None = None
+    """Env steps per second each simulated env worker offers (the Ape-X paper: 139
+    frames/s = about 35 env steps/s at frame skip 4). None: real env workers."""

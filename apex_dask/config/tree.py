@@ -41,6 +41,7 @@ from apex_dask.config.sections import (
     CheckpointConfig,
     EvalConfig,
     ReportConfig,
+    SimulateConfig,
     StopConfig,
     TopologyConfig,
 )
@@ -300,6 +301,8 @@ class ApexConfig:
     """Stop conditions."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints: how often, how many kept."""
+    simulate: SimulateConfig = field(default_factory=SimulateConfig)
+    """Simulated env workers (benchmarks and tests only)."""
     seed: int = 0
     """Base seed; each worker and shard derives its own from it."""
 

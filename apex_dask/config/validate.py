@@ -189,6 +189,8 @@ def validate(cfg: Any) -> None:
     unit("env.repeat_action_probability", cfg.env.repeat_action_probability)
     nonneg("report.min_iter_time_s", cfg.report.min_iter_time_s)
     nonneg("report.timesteps_per_iteration", cfg.report.timesteps_per_iteration)
+    if cfg.simulate.env_steps_per_s is not None:
+        positive("simulate.env_steps_per_s", cfg.simulate.env_steps_per_s)
     nonneg("checkpoint.interval_s", cfg.checkpoint.interval_s)
     positive("checkpoint.keep", cfg.checkpoint.keep)
     positive("checkpoint.grace_s", cfg.checkpoint.grace_s)

@@ -80,6 +80,8 @@ class EnvWorkerActor:
         call_timeout_s: float = 60.0,
         run: str = "",
         animation: bool = False,
+        simulate_steps_per_s: float | None = None,
+        metrics_interval_s: float = 1.0,
     ) -> None:
         from apex_dask.algo.agents.registry import make_env_worker
         from apex_dask.runtime.actors.animation import EvalAnimation, rendering
@@ -93,7 +95,21 @@ class EnvWorkerActor:
         self._timeout = float(call_timeout_s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
         where = f"env worker {index}" if index >= 0 else "the evaluator"
-        self._worker = make_env_worker(spec, env_factory, epsilon=epsilon, seed=seed, where=where)
+        if simulate_steps_per_s is not None and index >= 0:  # simulate.env_steps_per_s
+            from apex_dask.algo.rollout.simulated import SimulatedWorker
+
+            self._worker = SimulatedWorker(
+                env_factory,
+                spec.rollout,
+                index=index,
+                epsilon=epsilon,
+                seed=seed,
+                steps_per_s=simulate_steps_per_s,
+            )
+        else:
+            self._worker = make_env_worker(
+                spec, env_factory, epsilon=epsilon, seed=seed, where=where
+            )
         if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
             modes = (getattr(self._worker.env, "metadata", None) or {}).get("render_modes") or []
             if "rgb_array" in modes:
@@ -106,10 +122,13 @@ class EnvWorkerActor:
         self.steps_sampled = 0
         self.weight_syncs = 0
         self._errors_reported = 0
+        self._store_s: deque[float] = deque(maxlen=10_000)  # rollout ready -> stored
+        self._weight_bytes = 0
         self._last_eval: dict[str, Any] | None = None
         self._applied: dict[str, Any] | None = None  # the evaluator's weights, as pulled
         self._t0 = time.monotonic()
-        self._pub = Throttled(f"env/{self.index}" if self.index >= 0 else "eval", run)
+        source = f"env/{self.index}" if self.index >= 0 else "eval"
+        self._pub = Throttled(source, run, min_interval_s=metrics_interval_s)
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -128,10 +147,12 @@ class EnvWorkerActor:
         for k in ids:
             try:
                 out = await self._in_pool(self._worker.sample)
+                ready = time.monotonic()
                 self.rollouts_sent += 1
                 await call_with_timeout(
                     self._shards[k].add(out.batch, out.priorities), self._timeout
                 )
+                self._store_s.append(time.monotonic() - ready)
             except EnvFailed as exc:  # with this process's warnings, for the driver's log
                 raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
             except Exception:
@@ -162,6 +183,7 @@ class EnvWorkerActor:
         blob = await call_with_timeout(self._learner.weights_if_newer(have), self._timeout)
         if blob is None:
             return None
+        self._weight_bytes += len(blob)
         version = await self._in_pool(self._apply_weights, blob)
         self.weight_syncs += 1
         return version
@@ -243,6 +265,15 @@ class EnvWorkerActor:
     async def stats(self) -> dict[str, float]:
         """``env/<i>/*`` counters and this worker's epsilon."""
         return self._metrics()
+
+    async def transport(self) -> dict[str, Any]:
+        """How this worker's data travelled since the last call: ``store_s``, the seconds
+        from each rollout being made to its shard's reply (stored), the last 10,000;
+        ``weight_sync_bytes``, the bytes of weights pulled (``benchmarks/scale.py``)."""
+        out = {"store_s": list(self._store_s), "weight_sync_bytes": self._weight_bytes}
+        self._store_s.clear()
+        self._weight_bytes = 0
+        return out
 
     async def close(self) -> None:
         """Stop the env thread (waits for the step in progress)."""

@@ -64,6 +64,18 @@ def _live_actors(keys: set, dask_worker: Any = None) -> int:
     return sum(1 for k in dask_worker.state.actors if k in keys)
 
 
+ENV_METRICS_PER_S = 32.0
+"""Metrics events all env workers together send the scheduler per second, at most."""
+
+
+def env_metrics_interval_s(num_workers: int) -> float:
+    """Seconds between one env worker's metrics events: 1 s up to 32 env workers, then
+    longer, so the scheduler gets at most :data:`ENV_METRICS_PER_S` of them a second
+    whatever the count (each worker's own rollouts would otherwise be one event each at
+    the paper's rate: 252/s from 360 actors)."""
+    return max(1.0, num_workers / ENV_METRICS_PER_S)
+
+
 class ActorSet:
     """The actors of one Ape-X run on ``client``'s cluster, placed by ``placement``."""
 
@@ -116,6 +128,8 @@ class ActorSet:
             call_timeout_s=self.timeout,
             run=self.run_id,
             animation=animation,
+            simulate_steps_per_s=self.config.simulate.env_steps_per_s,
+            metrics_interval_s=env_metrics_interval_s(self.config.workers.num_workers),
             where=where,
         )
 

@@ -39,6 +39,7 @@ from typing import Any
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.runtime.orchestration.checkpointing import Checkpointer
+from apex_dask.runtime.orchestration.connections import calls_in_flight, fit_connection_pool
 from apex_dask.runtime.orchestration.elastic import Elasticity
 from apex_dask.runtime.orchestration.evaluation import Evaluation
 from apex_dask.runtime.orchestration.faults import FaultHandler
@@ -75,7 +76,7 @@ class ExecutionPlan:
         checkpoint_root: str | Path | None = None,
         best_weights_dir: str | Path | None = None,
     ) -> None:
-        self.state = state
+        self.state, self.client, self.workers = state, client, config.workers
         self.timeout = t = float(config.topology.call_timeout_s)
         self.final: dict[str, float] | None = None
         # the next drain's time in all (ApexDriver.halt(timeout_s)); None: each step gets
@@ -160,6 +161,8 @@ class ExecutionPlan:
             s.t_start = time.monotonic()
         self.report.new_session()
         self.pacer.new_session()
+        env_workers = max(len(s.slots), self.workers.num_workers)  # elastic: at most that many
+        fit_connection_pool(self.client, calls_in_flight(self.workers, env_workers, len(s.shards)))
         await self.replay_and_update.start()
         for slot in s.slots:
             self.store.start(slot)

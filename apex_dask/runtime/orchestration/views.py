@@ -52,6 +52,31 @@ class RunViews:
         """The learner's full state (online, target, optimizer, counters) as numpy."""
         return self._live().learner.state_dict().result(timeout=self._timeout)
 
+    def replay_contents(self) -> list[dict[str, Any]]:
+        """Each replay shard's contents and priorities (``ReplayShard.state_dict``), in
+        shard order: what the run stored, e.g. to check it against what was offered."""
+        shards = self._live().shards
+        return [h.state_dict().result(timeout=self._timeout) for h in shards]
+
+    def shard_stats(self) -> list[dict[str, float]]:
+        """Each replay shard's ``replay/<k>/*`` stats now (``rollouts_stored``, ``add_s``, ...)."""
+        calls = [h.stats() for h in self._live().shards]
+        return [c.result(timeout=self._timeout) for c in calls]
+
+    def env_transport(self) -> list[dict[str, Any]]:
+        """Each env worker's ``transport()`` since the last call (rollout made -> stored
+        seconds, weight bytes pulled) with its ``index``, ``address`` and
+        ``rollouts_sent``; asked all at once (``benchmarks/scale.py``)."""
+        slots = list(self._live().slots)
+        calls = [(s, s.handle.transport(), s.handle.stats()) for s in slots]
+        out = []
+        for slot, transport, stats in calls:
+            got = dict(transport.result(timeout=self._timeout))
+            sent = stats.result(timeout=self._timeout)[f"env/{slot.index}/rollouts_sent"]
+            got.update(index=slot.index, address=slot.address, rollouts_sent=int(sent))
+            out.append(got)
+        return out
+
     @property
     def notes(self) -> list[str]:
         """Problems the run met without ending (a failed periodic checkpoint, a rebuilt
