@@ -66,11 +66,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner": {
             "batch_size": 32,
             "lr": 1e-3,
-            "adam_eps": 1e-3,
             "gamma": 0.99,
             "n_step": 5,
             "hiddens": (64,),
-            "target_update_freq": 10_000,
+            "target_update_freq": 5_000,
             "max_replay_ratio": 8.0,
             "min_replay_ratio": 8.0,
         },

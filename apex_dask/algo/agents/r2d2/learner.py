@@ -12,7 +12,7 @@ from the stored states with burn-in, n-step double-Q targets through h, one Adam
 step on the importance-weighted squared TD loss of the trained steps (the global
 gradient norm clipped to ``grad_clip``); the new priorities are
 ``eta * max|td| + (1 - eta) * mean|td|`` per item. The target net is a copy of the
-online net made every ``target_update_freq`` sequences trained.
+online net made every ``target_update_freq`` steps trained.
 
 ``steps_trained`` counts the real trained steps (so replay ratios stay in env
 steps); ``version`` grows by one per update. :meth:`device_stats` reports
@@ -83,8 +83,6 @@ class R2D2Learner(LearnerBase):
         self.online = net.to(self.device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=o.lr, eps=o.adam_eps)
-        self._sequences = 0
-        self._last_target_sequences = 0
         self._staleness: deque[float] = deque(maxlen=20)
         self._init_counters()
 
@@ -124,21 +122,19 @@ class R2D2Learner(LearnerBase):
         self.optimizer.step()
         versions = np.maximum(np.asarray(data["state_version"], np.int64), 0)
         self._staleness.append(float(np.mean(self.version - versions)))
-        trained = np.asarray(data["mask"])[:, self.options.burn_in :]
-        n = len(weights)
-        self._sequences += n
-        if self._sequences - self._last_target_sequences >= self.options.target_update_freq:
-            self.update_target()
-        self._count(int(trained.sum()))
+        steps = int(np.asarray(data["mask"])[:, self.options.burn_in :].sum())
+        if self.steps_trained + steps - self._last_target_update >= self.options.target_update_freq:
+            self.update_target(self.steps_trained + steps)
+        self._count(steps)
         metrics = {"loss": value, "mean_q": float(out.mean_q), "grad_norm": norm_value}
         return out.priorities.cpu().numpy().astype(np.float32), metrics
 
-    def update_target(self) -> None:
-        """Copy the online net to the target net now."""
+    def update_target(self, at: int | None = None) -> None:
+        """Copy the online net to the target net now (``at``: the steps trained it counts
+        from; default now)."""
         self.target.load_state_dict(self.online.state_dict())
         self.num_target_updates += 1
-        self._last_target_sequences = self._sequences
-        self._last_target_update = self.steps_trained
+        self._last_target_update = self.steps_trained if at is None else at
 
     def device_stats(self) -> dict[str, float]:
         """``learner/state_staleness`` (see the module docstring); NaN before an update."""
@@ -148,8 +144,6 @@ class R2D2Learner(LearnerBase):
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU numpy arrays: nets, optimizer, counters."""
         counters = self.counters()
-        counters["sequences"] = self._sequences
-        counters["last_target_sequences"] = self._last_target_sequences
         return {
             "online": module_weights(self.online),
             "target": module_weights(self.target),
@@ -162,7 +156,4 @@ class R2D2Learner(LearnerBase):
         load_weights(self.online, state["online"])
         load_weights(self.target, state["target"])
         self.optimizer.load_state_dict(to_torch_tree(state["optimizer"]))
-        counters = dict(state["counters"])
-        self._sequences = int(counters.pop("sequences", 0))
-        self._last_target_sequences = int(counters.pop("last_target_sequences", 0))
-        self._load_counters(counters)
+        self._load_counters(state["counters"])

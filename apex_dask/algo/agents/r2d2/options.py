@@ -43,12 +43,13 @@ class R2D2Options:
     """The epsilon of the value rescaling h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps * x."""
     lr: float = 1e-3
     """Adam learning rate."""
-    adam_eps: float = 1e-3
-    """Adam epsilon."""
+    adam_eps: float = 1e-8
+    """Adam epsilon (the paper's 1e-3 slowed CartPole's small gradients several-fold)."""
     grad_clip: float = 40.0
     """Global gradient norm clip."""
     target_update_freq: int = 2_500
-    """Sequences trained between copies of the online net to the target net."""
+    """Steps trained (the real steps of the traces) between copies of the online net to
+    the target net."""
     device: str = "auto"
     """The learner's device: ``auto``, ``cpu`` or ``cuda[:N]``."""
     num_threads: int | None = None
