@@ -28,7 +28,7 @@ SMALL = [
     "--set", "topology.local_workers=2",
     "--set", "report.min_iter_time_s=1",
     "--set", "report.timesteps_per_iteration=500",
-    "--set", "replay.learning_starts=40",
+    "--set", "replay.learning_starts=20",
     "--set", "eval.episodes=2",
     "--set", "eval.interval_s=0",
     "--set", "eval.animation=false",
@@ -49,7 +49,7 @@ def rows(out: Path) -> list[dict]:
 def trained(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("r2d2") / "run"
     submit = str(BIN / "apex-dask-submit")
-    run(submit, "--preset", "cartpole_pomdp", "--out", str(out), "--stop-timesteps", "3000", *SMALL)
+    run(submit, "--preset", "cartpole_pomdp", "--out", str(out), "--stop-timesteps", "2000", *SMALL)
     return out
 
 
