@@ -49,7 +49,7 @@ def rows(out: Path) -> list[dict]:
 def trained(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("r2d2") / "run"
     submit = str(BIN / "apex-dask-submit")
-    run(submit, "--preset", "cartpole_pomdp", "--out", str(out), "--stop-timesteps", "2000", *SMALL)
+    run(submit, "--preset", "cartpole_pomdp", "--out", str(out), "--stop-timesteps", "1500", *SMALL)
     return out
 
 
