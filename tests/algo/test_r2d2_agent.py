@@ -209,3 +209,25 @@ def test_epsilon_sets_how_often_the_worker_explores(epsilon):
     worker = make_worker(epsilon=epsilon, num_envs=1)
     greedy_run = worker.sample()
     assert greedy_run.epsilon == epsilon and greedy_run.steps == 17
+
+
+def test_image_sequences_on_minatar_train_and_agree_with_the_worker():
+    """The conv torso path: MinAtar frames (10 x 10 x C) through the LSTM agent."""
+    pytest.importorskip("minatar")
+    options = R2D2Options(hiddens=(16,), lstm_size=8, burn_in=2, trace_length=4, period=2)
+    worker = R2D2EnvWorker(
+        make_env_factory("MinAtar/Breakout-v1"),
+        epsilon=0.5,
+        seed=0,
+        rollout=RolloutSpec(fragment_length=12),
+        options=options,
+    )
+    learner = R2D2Learner(worker.observation_space, worker.action_space, options, seed=0)
+    worker.set_weights(*learner.get_weights())
+    rollout = worker.sample()
+    assert len(rollout) > 0 and rollout.batch["obs"].shape[1:] == (6, 10, 10, 4)
+    weights = np.ones(len(rollout), np.float32)
+    want = learner.loss(rollout.batch, weights).priorities.numpy()
+    np.testing.assert_allclose(rollout.priorities, want, rtol=1e-5, atol=1e-6)
+    priorities, metrics = learner.update(rollout.batch, weights)
+    assert np.all(np.isfinite(priorities)) and np.isfinite(metrics["loss"])
