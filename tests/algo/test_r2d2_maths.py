@@ -165,3 +165,18 @@ def test_dueling_head_and_image_torso(dueling):
     q, state = net.unroll(obs, net.initial_state(2))
     assert q.shape == (2, 5, 3) and state[0].shape == (2, 8)
     assert hasattr(net, "conv") and (hasattr(net, "advantage") == dueling)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, dueling",
+    [((2,), np.float32, True), ((6,), np.float32, False), ((10, 10, 4), np.uint8, True)],
+)
+def test_network_size_is_the_built_networks_parameter_count(shape, dtype, dueling):
+    from apex_dask.algo.agents.r2d2.builder import BUILDER
+
+    o = R2D2Options(hiddens=(16, 8), lstm_size=12, dueling=dueling)
+    obs = spaces.Box(0, 255 if dtype == np.uint8 else 1, shape, dtype)
+    params, acts = BUILDER.network_size(o, obs, spaces.Discrete(3))
+    net = RecurrentQNetwork(obs, spaces.Discrete(3), o)
+    assert params == sum(p.numel() for p in net.parameters())
+    assert acts > 0
