@@ -231,3 +231,30 @@ def test_image_sequences_on_minatar_train_and_agree_with_the_worker():
     np.testing.assert_allclose(rollout.priorities, want, rtol=1e-5, atol=1e-6)
     priorities, metrics = learner.update(rollout.batch, weights)
     assert np.all(np.isfinite(priorities)) and np.isfinite(metrics["loss"])
+
+
+def test_the_memory_estimate_matches_a_shard_of_sequence_items():
+    from types import SimpleNamespace
+
+    from apex_dask.cli.checks import replay_bytes
+    from apex_dask.config import ApexConfig
+
+    cfg = ApexConfig.preset("cartpole_pomdp").override({"replay.capacity": 400})
+    worker = make_worker(options=agent_spec_options(cfg))
+    spaces_ = SimpleNamespace(
+        observation_space=worker.observation_space, action_space=worker.action_space
+    )
+    total, per_item = replay_bytes(cfg, spaces_)
+    shard = ReplayShard(cfg.replay.capacity, alpha=0.9, seed=0)
+    rollout = worker.sample()
+    shard.add(rollout.batch, rollout.priorities)  # allocates the whole ring
+    measured = shard.stats()["bytes"]
+    assert 0.85 < total / measured < 1.15, (total, measured)
+    # a transition estimate (2 observations an item) would be 10x too small here
+    assert per_item > 10 * 2 * 4 * 2
+
+
+def agent_spec_options(cfg):
+    from apex_dask.experiment.builder import agent_spec
+
+    return agent_spec(cfg).options
