@@ -12,7 +12,8 @@ greedy evaluation mean of 475:
 Each run's greedy evaluations (10 episodes, ``eval.interval_s`` 2 s) are read from
 its ``results.jsonl``. The table gives per run the best and the last evaluation,
 the env steps and whether (and when) it reached 475; the JSON
-(``benchmarks/results/r2d2_pomdp.json``) keeps every evaluation. Runs go one after
+(``benchmarks/results/r2d2_pomdp.json``, merged by method and seed) keeps every
+evaluation. Runs go one after
 the other, methods alternating seed by seed, so machine load meets both alike.
 
     python benchmarks/r2d2_pomdp.py                            # 3 seeds x 2 methods x 300 s
@@ -111,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             for method in a.methods:
                 records.append(run_one(method, seed, a.budget_s, Path(tmp)))
                 print(f"done: {method} seed {seed}", flush=True)
+    new = {(r["method"], r["seed"]) for r in records}
+    if a.out.exists():  # runs of other seeds or methods stay
+        kept = json.loads(a.out.read_text()).get("runs", [])
+        records = [r for r in kept if (r["method"], r["seed"]) not in new] + records
+    records.sort(key=lambda r: (r["seed"], r["method"] != "r2d2"))
     print_table(records)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"machine": platform.platform(), "budget_s": a.budget_s, "runs": records}
