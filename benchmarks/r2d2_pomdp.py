@@ -18,6 +18,7 @@ the other, methods alternating seed by seed, so machine load meets both alike.
 
     python benchmarks/r2d2_pomdp.py                            # 3 seeds x 2 methods x 300 s
     python benchmarks/r2d2_pomdp.py --seeds 0 --budget-s 180 --methods r2d2
+    python benchmarks/r2d2_pomdp.py --plot-only --plot docs/img/r2d2_pomdp.png
 """
 
 from __future__ import annotations
@@ -99,13 +100,44 @@ def print_table(records: list[dict[str, Any]]) -> None:
         print(f"{m}: {solved}/{len(mine)} reached {SOLVED_AT:g}; mean best eval {best:.1f}")
 
 
+def plot(records: list[dict[str, Any]], path: Path) -> None:
+    """Greedy evaluation return against the run's wall seconds, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    colours = {"r2d2": "tab:blue", "dqn": "tab:orange"}
+    for r in records:
+        xs = [e["time_s"] for e in r["evals"]]
+        ys = [e["return"] for e in r["evals"]]
+        label = f"{r['method']} seed {r['seed']}"
+        ax.plot(xs, ys, color=colours[r["method"]], alpha=0.5 + 0.15 * r["seed"], label=label)
+    ax.axhline(SOLVED_AT, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("seconds since training started")
+    ax.set_ylabel("greedy eval return (10 episodes)")
+    ax.set_title("CartPole, velocities hidden: R2D2 vs DQN without frame stacking")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget-s", type=float, default=300.0)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--plot", type=Path, default=None, help="draw the evaluations to this PNG")
+    p.add_argument("--plot-only", action="store_true", help="redraw from the JSON, run nothing")
     a = p.parse_args(argv)
+    if a.plot_only:
+        records = json.loads(a.out.read_text())["runs"]
+        print_table(records)
+        plot(records, a.plot or Path("docs/img/r2d2_pomdp.png"))
+        return 0
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in a.seeds:
@@ -122,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"machine": platform.platform(), "budget_s": a.budget_s, "runs": records}
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {a.out}")
+    if a.plot is not None:
+        plot(records, a.plot)
     return 0
 
 
