@@ -299,11 +299,17 @@ def replay_bytes(cfg: ApexConfig, spaces_: EnvSpaces) -> tuple[int, int]:
 
     Without frame stacking an item stores ``obs`` and ``next_obs``; with
     ``replay.frame_stack=k`` (when the config has it) each frame is stored
-    about once (1.2 frames per item).
+    about once (1.2 frames per item). An agent whose items are not transitions
+    (``r2d2``: sequences) gives its own bytes per item.
     """
     import numpy as np
 
+    from apex_dask.experiment.builder import agent_of
+
     obs = spaces_.observation_space
+    own = agent_of(cfg).item_bytes(cfg, obs)
+    if own is not None:
+        return cfg.replay.capacity * own, own
     obs_bytes = int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
     stack = getattr(cfg.replay, "frame_stack", None)
     if stack:

@@ -83,13 +83,14 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
     def add(address: str, part: Part) -> None:
         held.setdefault(address, []).append(part)
 
-    total, _ = replay_bytes(cfg, spaces_)
+    total, per_item = replay_bytes(cfg, spaces_)
     for shard in placement.shards:
         add(shard.address, Part("the replay", total // r.num_shards, "replay.capacity"))
     learner = placement.learner.address
     nets = "the learner's networks (online, target, gradients, Adam state, weights blob)"
     add(learner, Part(nets, 6 * 4 * params, "learner.hiddens"))
-    item = 2 * elems * itemsize + 32
+    own = agent.item_bytes(cfg, obs_space)  # sequence items (r2d2)
+    item = 2 * elems * itemsize + 32 if own is None else per_item
     queued = lc.inqueue_size + lc.prefetch_per_shard * r.num_shards
     activations = lc.batch_size * 4 * (2 * elems + 3 * 2 * acts)
     batches = "replayed batches (inqueue, in flight) and one batch's activations"

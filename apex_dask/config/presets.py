@@ -3,6 +3,8 @@
 ``atari`` is RLlib's Ape-X defaults; ``minatar`` and ``cartpole`` are sized for
 a workstation and a 2-core machine. ``pendulum`` and ``halfcheetah`` run the
 Ape-X DPG agent (``algo: dpg``): a 2-core machine and a workstation.
+``cartpole_pomdp`` runs the R2D2 agent (``algo: r2d2``) on CartPole with the
+velocities hidden, on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -51,6 +53,30 @@ PRESETS: dict[str, dict[str, Any]] = {
         "workers": {"num_workers": 2, "rollout_fragment_length": 32, "max_weight_sync_delay": 64},
         "eval": {"interval_s": 1.0, "episodes": 10, "animation": True},
         "report": {"min_iter_time_s": 1.0, "timesteps_per_iteration": 1_000},
+        "checkpoint": {"interval_s": 60.0},
+    },
+    # R2D2 on CartPole with the velocities hidden (apex_dask/algo/envs/pomdp.py), sized for
+    # a 2-core machine: items are sequences (10 burn-in + 20 trained steps, a new one every
+    # 10 steps), so capacity, learning_starts and batch_size count sequences; the replay
+    # ratio still counts env steps (each trained step of a sequence is one).
+    "cartpole_pomdp": {
+        "algo": "r2d2",
+        "env": {"env_id": "apex_dask.algo.envs.pomdp:CartPolePositions-v1"},
+        "replay": {"capacity": 20_000, "num_shards": 2, "learning_starts": 100, "alpha": 0.9},
+        "learner": {
+            "batch_size": 32,
+            "lr": 1e-3,
+            "gamma": 0.99,
+            "n_step": 5,
+            "hiddens": (64,),
+            "target_update_freq": 5_000,
+            "max_replay_ratio": 8.0,
+            "min_replay_ratio": 8.0,
+        },
+        "r2d2": {"lstm_size": 64, "burn_in": 10, "trace_length": 20, "period": 10},
+        "workers": {"num_workers": 2, "rollout_fragment_length": 40, "max_weight_sync_delay": 80},
+        "eval": {"interval_s": 2.0, "episodes": 10, "animation": True},
+        "report": {"min_iter_time_s": 2.0, "timesteps_per_iteration": 2_000},
         "checkpoint": {"interval_s": 60.0},
     },
     # Ape-X DPG (TD3's options) on Pendulum-v1, sized for a 2-core machine: gamma 0.98 as

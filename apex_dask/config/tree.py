@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import dpg as _dpg
+from apex_dask.config import r2d2 as _r2d2
 from apex_dask.config import sections
 from apex_dask.config.dpg import DPGConfig
 from apex_dask.config.plumbing import (
@@ -36,6 +37,7 @@ from apex_dask.config.plumbing import (
     set_dotted,
 )
 from apex_dask.config.presets import PRESETS
+from apex_dask.config.r2d2 import R2D2Config
 from apex_dask.config.renames import RETIRED, renamed
 from apex_dask.config.sections import (
     CheckpointConfig,
@@ -52,6 +54,7 @@ __all__ = [
     "CheckpointConfig",
     "ConfigError",
     "DPGConfig",
+    "R2D2Config",
     "EnvConfig",
     "EnvWorkersConfig",
     "EvalConfig",
@@ -279,8 +282,9 @@ class ApexConfig:
     """Everything an Ape-X run needs."""
 
     algo: str = "dqn"
-    """The agent: ``dqn`` (Ape-X DQN, Discrete actions) or ``dpg`` (Ape-X DPG, a bounded
-    Box of actions; its settings in the ``dpg`` section)."""
+    """The agent: ``dqn`` (Ape-X DQN, Discrete actions), ``dpg`` (Ape-X DPG, a bounded
+    Box of actions; its settings in the ``dpg`` section) or ``r2d2`` (recurrent replay,
+    Discrete actions; its settings in the ``r2d2`` section)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -289,6 +293,8 @@ class ApexConfig:
     """The learner."""
     dpg: DPGConfig = field(default_factory=DPGConfig)
     """The DPG agent (``algo: dpg``)."""
+    r2d2: R2D2Config = field(default_factory=R2D2Config)
+    """The R2D2 agent (``algo: r2d2``)."""
     workers: EnvWorkersConfig = field(default_factory=EnvWorkersConfig)
     """The env workers."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -388,4 +394,4 @@ class ApexConfig:
         return dict(_FIELD_DOCS)
 
 
-_FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig", sections, _dpg)
+_FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig", sections, _dpg, _r2d2)

@@ -222,6 +222,13 @@ def validate(cfg: Any) -> None:
     unit("dpg.noise_base", d.noise_base, lo_open=True)
     nonneg("dpg.noise_alpha", d.noise_alpha)
     unit("dpg.ou_theta", d.ou_theta, lo_open=True)
+    q = cfg.r2d2
+    positive("r2d2.lstm_size", q.lstm_size)
+    nonneg("r2d2.burn_in", q.burn_in)
+    positive("r2d2.trace_length", q.trace_length)
+    positive("r2d2.period", q.period)
+    unit("r2d2.eta", q.eta)
+    positive("r2d2.rescale_eps", q.rescale_eps)
     problem = builder.check_config(cfg)  # what the run's agent cannot run with
     if problem is not None:
         raise bad(*problem)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from apex_dask.algo.agents.dpg.builder import BUILDER as DPG
 from apex_dask.algo.agents.dqn.builder import BUILDER as DQN
+from apex_dask.algo.agents.r2d2.builder import BUILDER as R2D2
 from apex_dask.algo.agents.spec import AgentBuilder, AgentSpec, Policy, ScriptedPolicy, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made, not with the registry
@@ -38,6 +39,7 @@ __all__ = [
 AGENTS: dict[str, AgentBuilder] = {
     "dqn": DQN,  # n-step double dueling DQN, Discrete actions
     "dpg": DPG,  # DDPG with TD3's options, a bounded Box of actions
+    "r2d2": R2D2,  # recurrent replay: an LSTM Q-network on stored sequences, Discrete actions
 }
 """Every agent's builder, by the name ``algo`` takes."""
 

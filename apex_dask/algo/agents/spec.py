@@ -60,15 +60,21 @@ class Policy(Protocol):
         """The env's action; with probability ``epsilon`` (drawn from ``rng``) a uniform one."""
         ...
 
+    def reset(self) -> None:
+        """An episode begins (a recurrent policy's state goes back to zero)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ScriptedPolicy:
     """A greedy policy as a TorchScript program (``program``), with what its JSON says
-    about it: what runs ``inside`` the program and what it ``output`` s."""
+    about it: what runs ``inside`` the program, what it ``output`` s and, where it is
+    not ``policy(obs)``, how to ``call`` it (a recurrent program takes its state)."""
 
     program: Any
     inside: list[str]
     output: str
+    call: str | None = None
 
 
 class AgentBuilder(Protocol):
@@ -128,6 +134,11 @@ class AgentBuilder(Protocol):
     ) -> tuple[int, int]:
         """``(parameters, activations per sample)`` of :meth:`make_network`'s network, without
         building it (the pre-start memory check runs before torch is imported)."""
+        ...
+
+    def item_bytes(self, cfg: Any, observation_space: spaces.Space) -> int | None:
+        """Bytes of one stored replay item when it is not a transition (None: a transition,
+        ``obs`` and ``next_obs``, the estimate of :func:`apex_dask.cli.checks.replay_bytes`)."""
         ...
 
     def network_keys(self, cfg: Any) -> str:

@@ -51,6 +51,7 @@ def play_episode(
 ) -> tuple[float, int]:
     """``(return, length)`` of one episode reset with ``seed``."""
     obs, _ = env.reset(seed=seed)
+    policy.reset()
     total, length = 0.0, 0
     while True:
         obs, reward, terminated, truncated, _ = env.step(policy.act(obs, epsilon, rng))

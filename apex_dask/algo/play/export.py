@@ -114,7 +114,7 @@ def export_policy(
         "output": scripted.output,
         "inside": scripted.inside,
         "outside": ATARI_OUTSIDE if env_id.startswith("ALE/") else [],
-        "load": "torch.jit.load(path); policy(torch.as_tensor(obs))",
+        "load": scripted.call or "torch.jit.load(path); policy(torch.as_tensor(obs))",
     }
     return _save(path, scripted.program, doc)
 

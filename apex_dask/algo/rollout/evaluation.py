@@ -32,6 +32,7 @@ def _episode(
     guard, step = worker._guard, worker._eval_steps
     obs = worker._as_obs(guard.call("reset", lambda: env.reset(seed=ep_seed), step)[0])
     check_finite(obs, 0.0, worker.env_id, step, what="reset")
+    worker._begin_eval_episode()
     if frames is not None:
         frames.offer(env, 0)
     total, length, done = 0.0, 0, False

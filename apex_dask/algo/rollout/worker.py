@@ -11,10 +11,13 @@ hooks and a :class:`~apex_dask.algo.rollout.vector_nstep.VectorNStepAdder` as
 - ``_actions(t)``: the actions of step ``t`` for every env (it gives the adder
   the step's values for the initial priorities);
 - ``_episodes_ended(mask)``: envs whose episode ended or failed (noise resets);
-- ``_end_fragment()``: the values of the states the envs act on next.
+- ``_end_fragment()``: the values of the states the envs act on next;
+- ``_begin_eval_episode()``: a greedy evaluation episode begins (a recurrent
+  policy's state goes back to zero).
 
 Each agent's worker (in its folder under ``agents/``) is one: DQN's
-epsilon-greedy over Q-values, DPG's deterministic policy plus noise.
+epsilon-greedy over Q-values, DPG's deterministic policy plus noise, R2D2's
+epsilon-greedy over a recurrent Q-network (its adder makes sequence items).
 """
 
 from __future__ import annotations
@@ -130,6 +133,9 @@ class ActingWorker:
 
     def _end_fragment(self) -> None:
         raise NotImplementedError
+
+    def _begin_eval_episode(self) -> None:
+        """A greedy evaluation episode begins (a recurrent policy resets its state)."""
 
     # -- rollouts -------------------------------------------------------
     def sample(self) -> Rollout:

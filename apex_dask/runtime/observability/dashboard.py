@@ -320,6 +320,7 @@ class ApexDashboard(DashboardComponent):
             "Weight syncs and policy lag",
             [
                 Line("sync/policy_lag", "policy lag", c[1]),
+                Line("learner/state_staleness", "stored-state age (r2d2)", c[3]),
                 Line("sync/weight_syncs", "weight syncs", c[7], right=True),
             ],
             "versions behind",

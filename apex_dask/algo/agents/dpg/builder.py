@@ -141,6 +141,10 @@ class DPGBuilder:
                 acts += copies * b
         return params, acts
 
+    def item_bytes(self, cfg: Any, observation_space: Any) -> int | None:
+        """None: its replay items are transitions."""
+        return None
+
     def network_keys(self, cfg: Any) -> str:
         d = cfg.dpg
         return (

@@ -44,6 +44,9 @@ class DPGPolicy:
         self.low, self.high = action_space.low, action_space.high
         self.shape, self.dtype = action_space.shape, action_space.dtype
 
+    def reset(self) -> None:
+        """An episode begins (nothing to reset: the policy has no state)."""
+
     def act(
         self, obs: Any, epsilon: float = 0.0, rng: np.random.Generator | None = None
     ) -> np.ndarray:

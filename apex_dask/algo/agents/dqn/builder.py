@@ -177,6 +177,10 @@ class DQNBuilder:
         params += p + sum(linear_params(features, out, o.noisy) for out in streams)
         return params, acts + a + sum(streams)
 
+    def item_bytes(self, cfg: Any, observation_space: Any) -> int | None:
+        """None: its replay items are transitions."""
+        return None
+
     def network_keys(self, cfg: Any) -> str:
         lc, d = cfg.learner, DQNOptions()
         keys = [f"learner.hiddens={list(lc.hiddens)}", f"learner.dueling={lc.dueling}"]

@@ -66,6 +66,9 @@ class QPolicy:
         with torch.inference_mode():
             return self.net(torch.as_tensor(np.asarray(obs, self.dtype))).numpy()
 
+    def reset(self) -> None:
+        """An episode begins (nothing to reset: the policy has no state)."""
+
     def act(self, obs: Any, epsilon: float = 0.0, rng: np.random.Generator | None = None) -> int:
         """The env's action for one observation (``action_space.start`` added)."""
         if epsilon > 0.0 and rng is not None and rng.random() < epsilon:
