@@ -409,9 +409,9 @@ def test_two_hour_run_keeps_series_bounded_and_page_updates_incremental():
         "learner/grad_s learner/overall_s learner/updates_per_s env/steps_per_s "
         "env/episode_return_mean eval/return_mean sync/policy_lag sync/weight_syncs "
         "learner/enqueue_blocked_s replay/0/size replay/1/size workers/env_workers "
-        "workers/dask_workers "
+        "workers/dask_workers learner/state_staleness "
         "learner/device_busy learner/h2d_s learner/device_mem_bytes learner/device_mem_peak_bytes"
-    ).split()  # the last four: a CUDA learner's
+    ).split()  # learner/state_staleness: an r2d2 learner's; the last four: a CUDA learner's
     names = page_names + [f"extra/{i}" for i in range(30 - len(page_names))]
 
     def report(t: float) -> None:
@@ -438,7 +438,7 @@ def test_two_hour_run_keeps_series_bounded_and_page_updates_incremental():
     sources = [s for fig in page.figures for s in getattr(fig, "sources", {}).values()]
     sources.append(page.queue.band_source)
     lengths = [len(s.data["time"]) for s in sources]
-    assert len(sources) == 20 and min(lengths) > 0
+    assert len(sources) == 21 and min(lengths) > 0
     assert max(lengths) <= page.queue.rollover  # the browser's copy is bounded too
 
     page.update()  # catch up with the reports since the last minute's update

@@ -24,7 +24,7 @@ ITERATIONS = 3
 
 def documented() -> dict[str, set[str]]:
     """``{"dask": names, "local": names}`` from the table of ``docs/metrics.md``."""
-    out: dict[str, set[str]] = {"dask": set(), "local": set(), "cuda": set()}
+    out: dict[str, set[str]] = {"dask": set(), "local": set(), "cuda": set(), "r2d2": set()}
     in_table = False
     for line in DOC.read_text().splitlines():
         if line.startswith("| name | meaning | in results |"):
@@ -37,9 +37,9 @@ def documented() -> dict[str, set[str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         names = set(re.findall(r"`([^`]+)`", cells[0]))
         where = cells[-1]
-        assert where in ("both", "dask", "local", "cuda"), f"bad runner column in: {line}"
-        if where == "cuda":  # both runners, a CUDA learner only: absent on this CPU
-            out["cuda"] |= names
+        assert where in ("both", "dask", "local", "cuda", "r2d2"), f"bad runner column: {line}"
+        if where in ("cuda", "r2d2"):  # both runners, a CUDA learner / algo r2d2 only: absent
+            out[where] |= names  # on this CPU and in the DQN runs below
             continue
         for runner in ("dask", "local"):
             if where in ("both", runner):
@@ -82,6 +82,15 @@ def test_the_cuda_only_rows_are_the_learners_device_metrics():
     from apex_dask.algo.agents.device_batches import DEVICE_METRICS
 
     assert documented()["cuda"] == set(DEVICE_METRICS)
+
+
+def test_the_r2d2_only_rows_are_what_the_r2d2_learner_adds():
+    from gymnasium import spaces
+
+    from apex_dask.algo.agents.r2d2.learner import R2D2Learner
+
+    learner = R2D2Learner(spaces.Box(-1.0, 1.0, (2,)), spaces.Discrete(2))
+    assert documented()["r2d2"] == set(learner.device_stats())
 
 
 def test_in_process_results_have_exactly_the_documented_keys(config):
