@@ -80,20 +80,28 @@ APEX_DEFAULTS = ["checkpoint.interval_s=0"]
 Record = dict[str, Any]
 
 
-def apex_config(overrides: list[str]):
+def apex_config(overrides: list[str], preset: str = "minatar"):
     from apex_dask.config import ApexConfig
 
-    return ApexConfig.preset("minatar").override(dict(s.split("=", 1) for s in overrides))
+    return ApexConfig.preset(preset).override(dict(s.split("=", 1) for s in overrides))
 
 
-def run_apex(seed: int, minutes: float, eval_interval: float, sets: list[str], out: Path) -> Record:
-    """One ``apex-dask-submit`` run; its evaluations as they appear in results.jsonl."""
+def run_apex(
+    seed: int,
+    minutes: float,
+    eval_interval: float,
+    sets: list[str],
+    out: Path,
+    preset: str = "minatar",
+) -> Record:
+    """One ``apex-dask-submit --preset <preset>`` run; its evaluations as they appear in
+    results.jsonl."""
     out.mkdir(parents=True, exist_ok=True)
     run_dir = out / f"apex_seed{seed}_{time.strftime('%Y%m%d-%H%M%S')}"
     budget = minutes * 60.0
     sets = [f"env.env_id={ENV_ID}", *APEX_DEFAULTS, f"eval.interval_s={eval_interval}", *sets]
     sets.append(f"seed={seed}")
-    cmd = [sys.executable, "-m", "apex_dask", "--preset", "minatar", "--quiet", "--no-tensorboard"]
+    cmd = [sys.executable, "-m", "apex_dask", "--preset", preset, "--quiet", "--no-tensorboard"]
     cmd += ["--out", str(run_dir), "--stop-time", str(budget)]
     cmd += [a for s in sets for a in ("--set", s)]
     results, pos, last, curve = run_dir / "results.jsonl", 0, {}, []
@@ -145,6 +153,7 @@ def _point(result: dict[str, Any]) -> dict[str, int]:
     return {
         "steps": int(result.get("timesteps_total", 0)),
         "updates": int(result.get("learner/updates", 0)),
+        "steps_trained": int(result.get("learner/steps_trained", 0)),
     }
 
 

@@ -79,6 +79,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "report": {"min_iter_time_s": 2.0, "timesteps_per_iteration": 2_000},
         "checkpoint": {"interval_s": 60.0},
     },
+    # R2D2 on MinAtar Breakout, sized for a 2-core machine like ``minatar``: the same conv
+    # torso and 256 units, then an LSTM of 128; sequences of 10 burn-in + 20 trained steps
+    # every 10 steps, counted in sequences (capacity 25,000 holds ~250k env steps). The
+    # target is copied every 100,000 steps trained: ~156 updates of 32 x 20, as many
+    # updates as the ``minatar`` preset's 20,000 transitions at batch 128.
+    "minatar_r2d2": {
+        "algo": "r2d2",
+        "env": {"env_id": "MinAtar/Breakout-v1"},
+        "replay": {"capacity": 25_000, "num_shards": 2, "learning_starts": 500, "alpha": 0.9},
+        "learner": {
+            "batch_size": 32,
+            "lr": 5e-4,
+            "n_step": 3,
+            "target_update_freq": 100_000,
+        },
+        "r2d2": {"lstm_size": 128, "burn_in": 10, "trace_length": 20, "period": 10},
+        "workers": {"num_workers": 8, "rollout_fragment_length": 50, "rollouts_per_call": 4},
+        "eval": {"interval_s": 60.0, "episodes": 5, "animation": True},
+        "report": {"min_iter_time_s": 10.0, "timesteps_per_iteration": 5_000},
+        "checkpoint": {"interval_s": 600.0},
+    },
     # Ape-X DPG (TD3's options) on Pendulum-v1, sized for a 2-core machine: gamma 0.98 as
     # rl-zoo's TD3, 5-step returns, 64x64 nets and batch 128 (about 2x faster to -200 here
     # than 256x256 and batch 256, fewer updates per second being the limit).
