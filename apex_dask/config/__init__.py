@@ -11,6 +11,7 @@
 - :mod:`.tree`: the frozen dataclasses, documented at every field;
 - :mod:`.presets`: ``atari`` (RLlib's Ape-X defaults), ``minatar``, ``cartpole``;
   ``pendulum`` and ``halfcheetah`` for the DPG agent (:mod:`.dpg`: its section);
+  ``cartpole_pomdp`` and ``minatar_r2d2`` for the R2D2 agent (:mod:`.r2d2`: its section);
 - :mod:`.validate`: the checks run whenever a config is built;
 - :mod:`.plumbing`: dicts, dotted keys, YAML scalars and type coercion.
 """

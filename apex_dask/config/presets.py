@@ -4,7 +4,8 @@
 a workstation and a 2-core machine. ``pendulum`` and ``halfcheetah`` run the
 Ape-X DPG agent (``algo: dpg``): a 2-core machine and a workstation.
 ``cartpole_pomdp`` runs the R2D2 agent (``algo: r2d2``) on CartPole with the
-velocities hidden, on a 2-core machine.
+velocities hidden, on a 2-core machine; ``minatar_r2d2`` runs it on MinAtar Breakout,
+sized as ``minatar``.
 """
 
 from __future__ import annotations

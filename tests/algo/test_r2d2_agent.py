@@ -233,28 +233,35 @@ def test_image_sequences_on_minatar_train_and_agree_with_the_worker():
     assert np.all(np.isfinite(priorities)) and np.isfinite(metrics["loss"])
 
 
-def test_the_memory_estimate_matches_a_shard_of_sequence_items():
+@pytest.mark.parametrize("preset", ["cartpole_pomdp", "minatar_r2d2"])
+def test_the_memory_estimate_matches_a_shard_of_sequence_items(preset):
+    """Each r2d2 preset's parts, built as a run builds them (vectors and MinAtar images):
+    the shard of their sequence items is as big as the estimate said."""
     from types import SimpleNamespace
 
+    from apex_dask.algo.agents.registry import make_env_worker
     from apex_dask.cli.checks import replay_bytes
     from apex_dask.config import ApexConfig
+    from apex_dask.experiment.builder import env_factory, worker_spec
 
-    cfg = ApexConfig.preset("cartpole_pomdp").override({"replay.capacity": 400})
-    worker = make_worker(options=agent_spec_options(cfg))
+    if preset == "minatar_r2d2":
+        pytest.importorskip("minatar")
+    cfg = ApexConfig.preset(preset).override(
+        {"replay.capacity": 400, "replay.learning_starts": 100}
+    )
+    worker = make_env_worker(worker_spec(cfg), env_factory(cfg), epsilon=0.5, seed=3)
     spaces_ = SimpleNamespace(
         observation_space=worker.observation_space, action_space=worker.action_space
     )
     total, per_item = replay_bytes(cfg, spaces_)
     shard = ReplayShard(cfg.replay.capacity, alpha=0.9, seed=0)
     rollout = worker.sample()
+    assert (
+        len(rollout) > 0
+        and rollout.batch["obs"].shape[1] == cfg.r2d2.burn_in + cfg.r2d2.trace_length
+    )
     shard.add(rollout.batch, rollout.priorities)  # allocates the whole ring
     measured = shard.stats()["bytes"]
     assert 0.85 < total / measured < 1.15, (total, measured)
     # a transition estimate (2 observations an item) would be 10x too small here
     assert per_item > 10 * 2 * 4 * 2
-
-
-def agent_spec_options(cfg):
-    from apex_dask.experiment.builder import agent_spec
-
-    return agent_spec(cfg).options

@@ -47,12 +47,7 @@ def test_workers_join_then_a_shard_and_the_learner_move_off_retiring_workers():
     log = []  # (seconds since the start, stage) for the printout
 
     def retire(address: str) -> None:
-        client.retire_workers(workers=[address], close_workers=True)  # returns once moved off
-
-        def retired() -> bool:  # Dask retired it: nothing of the run was left on it
-            return address not in client.scheduler_info(n_workers=-1)["workers"]
-
-        poll(retired, 30)
+        _retire(client, address)
         log.append((round(time.monotonic() - t0, 1), f"retired {address}"))
 
     try:
@@ -116,6 +111,20 @@ def test_workers_join_then_a_shard_and_the_learner_move_off_retiring_workers():
     joins = [float(x) for c in changes for x in re.findall(r"first rollout ([\d.]+) s after", c)]
     assert len(joins) == 2, changes
     print(f"join to first stored rollout: {joins} s")
+    _no_fault_and_every_hop_agrees(final)
+
+
+def _retire(client, address: str) -> None:
+    """Retire one Dask worker gracefully; returns once the scheduler no longer lists it."""
+    client.retire_workers(workers=[address], close_workers=True)  # returns once moved off
+
+    def retired() -> bool:  # Dask retired it: nothing of the run was left on it
+        return address not in client.scheduler_info(n_workers=-1)["workers"]
+
+    poll(retired, 30)
+
+
+def _no_fault_and_every_hop_agrees(final: dict) -> None:
     # no fault: nothing replaced, restored, lost or failed
     assert {k: v for k, v in final.items() if k.startswith("faults/") and v} == {}
     # every hop's counters agree after the halt
@@ -129,3 +138,68 @@ def test_workers_join_then_a_shard_and_the_learner_move_off_retiring_workers():
     assert final["flow/batches_lost"] == 0
     assert final["flow/priority_updates_sent"] == final["flow/priority_updates_applied"]
     assert final["flow/priority_updates_failed"] == 0
+
+
+def test_an_r2d2_run_moves_its_sequence_shards_and_its_recurrent_learner_off_retiring_workers():
+    """The r2d2 agent on the same hand-over: ``--preset cartpole_pomdp`` elastic on 3
+    worker processes; the env-worker process holding shard 0 is retired, then the
+    learner's. Sequence items move whole (sizes equal at each move), the LSTM learner
+    moves from a snapshot of itself (version and steps trained go on) and trains on,
+    with its stored-state staleness still reported, and no fault is counted."""
+    cfg = ApexConfig.preset("cartpole_pomdp").override(
+        {
+            "topology.elastic": True,
+            "workers.per_process": 1,
+            "workers.num_workers": 2,
+            "replay.placement": "spread",
+            "replay.learning_starts": 20,
+            "topology.call_timeout_s": 20.0,
+            "eval.episodes": 0,  # no evaluator: the 2 cores go to training
+            "seed": 5,
+        }
+    )
+    cluster, client = start_local_cluster(3, dashboard_address=None, memory_limit="2GiB")
+    t0 = time.monotonic()
+    try:
+        with ApexDriver(cfg, client) as driver:
+            first = driver.placement
+            leaving = first["shards"][0]["address"]
+            learner_was = first["learner"]["address"]
+            assert leaving != learner_was
+            results, moved_at, before = [], None, {}
+            for result in driver.iterate():
+                results.append(result)
+                assert time.monotonic() - t0 < 240, results[-1]
+                if moved_at is None and result["learner/updates"] >= 20:
+                    _retire(client, leaving)
+                    before = driver.learner_state()["counters"]
+                    shards_there = [w["address"] for w in driver.placement["shards"]]
+                    _retire(client, learner_was)
+                    after = driver.learner_state()["counters"]
+                    moved_at = result["iteration"]
+                elif moved_at is not None and result["iteration"] > moved_at + 2:
+                    break
+            final = driver.halt()
+            changes = driver.changes
+            placement = driver.placement
+    finally:
+        client.close()
+        cluster.close()
+    print(f"r2d2 elastic test: {time.monotonic() - t0:.0f} s, {len(results)} results")
+    print("\n".join(changes))
+    assert final["elastic/shards_moved"] == 1 + shards_there.count(learner_was)
+    assert final["elastic/learner_moved"] == 1
+    gone = {leaving, learner_was}
+    assert all(w["address"] not in gone for w in placement["shards"])
+    assert placement["learner"]["address"] not in gone
+    moved = [c for c in changes if c.startswith("replay shard ")]
+    sizes = [re.findall(r"(\d+) items held before the move, (\d+) after", c)[0] for c in moved]
+    assert len(sizes) == final["elastic/shards_moved"], changes
+    assert all(int(b) == int(a) > 0 for b, a in sizes), moved
+    [line] = [c for c in changes if c.startswith("the learner moved")]
+    version = int(re.findall(r"weights version (\d+)", line)[0])
+    assert after["version"] >= version >= before["version"] > 0
+    assert after["steps_trained"] >= before["steps_trained"] > 0
+    assert final["learner/version"] > version  # the moved recurrent learner trained on
+    assert final["learner/state_staleness"] >= 0.0
+    _no_fault_and_every_hop_agrees(final)
