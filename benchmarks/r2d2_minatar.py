@@ -87,7 +87,9 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     for r in runs.values():
         x = [p["wall_s"] / 60 for p in r["curve"]]
         y = [p["return_mean"] for p in r["curve"]]
-        ax.plot(x, y, color=COLORS[r["method"]], label=f"{r['method']} (seed {r['seed']})")
+        style = ("-", "--", ":", "-.")[r["seed"] % 4]
+        label = f"{r['method']} (seed {r['seed']})"
+        ax.plot(x, y, color=COLORS[r["method"]], linestyle=style, label=label)
     minutes = max((r["minutes"] for r in runs.values()), default=0)
     ax.set_title(f"MinAtar/Breakout-v1: R2D2 vs the DQN preset, {minutes:g} min per run")
     ax.set_xlabel("wall time since launch (min)")
