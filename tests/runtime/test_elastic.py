@@ -87,26 +87,11 @@ def test_workers_join_then_a_shard_and_the_learner_move_off_retiring_workers():
     assert final["workers/env_workers"] == 2 and final["workers/dask_workers"] == 2
     assert final["elastic/env_workers_added"] == 2
     assert final["elastic/env_workers_retired"] == 1
-    # shard 0 moved off its worker, then every shard on the learner's worker moved too
-    assert final["elastic/shards_moved"] == 1 + shards_there.count(learner_was)
-    assert final["elastic/learner_moved"] == 1
     gone = {leaving, learner_was}
     assert all(w is None or w["address"] not in gone for w in placement["env_workers"])
-    assert all(w["address"] not in gone for w in placement["shards"])
-    assert placement["learner"]["address"] not in gone
-    # each moved shard held as many items after its move as before it, and all of them count
-    moved = [c for c in changes if c.startswith("replay shard ")]
-    assert len(moved) == final["elastic/shards_moved"], changes
-    sizes = [re.findall(r"(\d+) items held before the move, (\d+) after", c)[0] for c in moved]
-    assert all(int(b) == int(a) > 0 for b, a in sizes), moved
-    assert final["elastic/replay_items_moved"] == sum(int(a) for _, a in sizes)
-    # the learner went on from a fresh snapshot of itself: neither its weights version nor
-    # its steps trained went back (no checkpoint restore, no fresh start)
-    [line] = [c for c in changes if c.startswith("the learner moved")]
-    version = int(re.findall(r"weights version (\d+)", line)[0])
-    assert after["version"] >= version >= before["version"] > 0
-    assert after["steps_trained"] >= before["steps_trained"] > 0
-    assert final["learner/version"] > version  # and it trained on
+    moves = (final, changes, placement, shards_there, before, after)
+    sizes = _shards_and_learner_moved_whole(*moves, leaving=leaving, learner_was=learner_was)
+    assert final["elastic/replay_items_moved"] == sum(sizes)
     # each joined worker's env worker ran within the run; the seconds from its join
     joins = [float(x) for c in changes for x in re.findall(r"first rollout ([\d.]+) s after", c)]
     assert len(joins) == 2, changes
@@ -122,6 +107,31 @@ def _retire(client, address: str) -> None:
         return address not in client.scheduler_info(n_workers=-1)["workers"]
 
     poll(retired, 30)
+
+
+def _shards_and_learner_moved_whole(
+    final, changes, placement, shards_there, before, after, *, leaving, learner_was
+) -> list[int]:
+    """Shard 0 moved off ``leaving``, then every shard on the learner's worker and the
+    learner itself moved; each moved shard held as many items after its move as before
+    (returned), and the learner went on from a fresh snapshot of itself: neither its
+    weights version nor its steps trained went back (no checkpoint restore, no fresh
+    start), and it trained on."""
+    assert final["elastic/shards_moved"] == 1 + shards_there.count(learner_was)
+    assert final["elastic/learner_moved"] == 1
+    gone = {leaving, learner_was}
+    assert all(w["address"] not in gone for w in placement["shards"])
+    assert placement["learner"]["address"] not in gone
+    moved = [c for c in changes if c.startswith("replay shard ")]
+    assert len(moved) == final["elastic/shards_moved"], changes
+    sizes = [re.findall(r"(\d+) items held before the move, (\d+) after", c)[0] for c in moved]
+    assert all(int(b) == int(a) > 0 for b, a in sizes), moved
+    [line] = [c for c in changes if c.startswith("the learner moved")]
+    version = int(re.findall(r"weights version (\d+)", line)[0])
+    assert after["version"] >= version >= before["version"] > 0
+    assert after["steps_trained"] >= before["steps_trained"] > 0
+    assert final["learner/version"] > version  # and it trained on
+    return [int(a) for _, a in sizes]
 
 
 def _no_fault_and_every_hop_agrees(final: dict) -> None:
@@ -187,19 +197,7 @@ def test_an_r2d2_run_moves_its_sequence_shards_and_its_recurrent_learner_off_ret
         cluster.close()
     print(f"r2d2 elastic test: {time.monotonic() - t0:.0f} s, {len(results)} results")
     print("\n".join(changes))
-    assert final["elastic/shards_moved"] == 1 + shards_there.count(learner_was)
-    assert final["elastic/learner_moved"] == 1
-    gone = {leaving, learner_was}
-    assert all(w["address"] not in gone for w in placement["shards"])
-    assert placement["learner"]["address"] not in gone
-    moved = [c for c in changes if c.startswith("replay shard ")]
-    sizes = [re.findall(r"(\d+) items held before the move, (\d+) after", c)[0] for c in moved]
-    assert len(sizes) == final["elastic/shards_moved"], changes
-    assert all(int(b) == int(a) > 0 for b, a in sizes), moved
-    [line] = [c for c in changes if c.startswith("the learner moved")]
-    version = int(re.findall(r"weights version (\d+)", line)[0])
-    assert after["version"] >= version >= before["version"] > 0
-    assert after["steps_trained"] >= before["steps_trained"] > 0
-    assert final["learner/version"] > version  # the moved recurrent learner trained on
+    moves = (final, changes, placement, shards_there, before, after)
+    _shards_and_learner_moved_whole(*moves, leaving=leaving, learner_was=learner_was)
     assert final["learner/state_staleness"] >= 0.0
     _no_fault_and_every_hop_agrees(final)
