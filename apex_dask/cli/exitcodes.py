@@ -82,7 +82,7 @@ def classify(exc: BaseException, *, started: bool, log_hint: str) -> tuple[int, 
     text = " ".join(str(exc).split())
     if name in _BAD_INPUT:
         return EXIT_USAGE, f"error: {text}"
-    if name in ("ApexRuntimeError", "OutputError"):
+    if name in ("ApexRuntimeError", "BackgroundTaskFailed", "InvariantViolated", "OutputError"):
         return (EXIT_FAULT if started else EXIT_USAGE), f"error: {text}"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         what = f" writing {exc.filename}" if exc.filename else ""

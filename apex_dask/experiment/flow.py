@@ -66,13 +66,16 @@ class _Counters:
 @dataclass
 class ShardFlow(_Counters):
     """One replay shard's hop counters: ``add``, non-None ``sample`` and
-    ``update_priorities`` calls. As metrics they are per shard
+    ``update_priorities`` calls (``applied``: the update reached at least one of
+    its items; ``stale``: none, every item had left its slot, or the shard was
+    rebuilt since and never held it). As metrics they are per shard
     (``replay/<k>/<name>``); summed over shards they are ``flow/<name>``."""
 
     prefix = "flow/"
     rollouts_stored: int = 0
     batches_sampled: int = 0
     priority_updates_applied: int = 0
+    priority_updates_stale: int = 0
 
     def shard_metrics(self, shard_id: int) -> dict[str, float]:
         """As ``replay/<k>/<name>``."""

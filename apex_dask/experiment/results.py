@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Learner stats that are bookkeeping for the driver, not result metrics.
-_INTERNAL = ("errors", "thread_error", "device")
+_INTERNAL = ("errors", "thread_error", "device", "priority_ledger")
 _SHARD_KEYS = (
     "size",
     "added",

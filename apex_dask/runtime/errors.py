@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["ApexRuntimeError", "describe", "first_line"]
+__all__ = [
+    "ApexRuntimeError",
+    "BackgroundTaskFailed",
+    "InvariantViolated",
+    "describe",
+    "first_line",
+]
 
 
 class ApexRuntimeError(RuntimeError):
@@ -15,6 +21,24 @@ class ApexRuntimeError(RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
+
+
+class BackgroundTaskFailed(ApexRuntimeError):
+    """A supervised task whose policy is to end the run failed (``task``: its name);
+    the message names it (``runtime/actors/supervision.py``)."""
+
+    def __init__(self, task: str, message: str) -> None:
+        super().__init__(message)
+        self.task = task
+
+
+class InvariantViolated(ApexRuntimeError):
+    """A law of the run's counters failed while ``report.strict_invariants`` is on
+    (``law``: its name; ``runtime/orchestration/invariants.py``)."""
+
+    def __init__(self, law: str, message: str) -> None:
+        super().__init__(message)
+        self.law = law
 
 
 def first_line(exc: BaseException, limit: int | None = None) -> str:

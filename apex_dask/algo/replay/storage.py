@@ -9,6 +9,7 @@ frame-stacked observations in :mod:`apex_dask.algo.replay.frames`. Pure numpy.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -33,7 +34,8 @@ Schema = dict[str, tuple[np.dtype, tuple[int, ...]]]
 """Per key: the dtype and the shape of one item."""
 
 GENERATION_EPOCH = 1 << 40
-"""How far a restore moves the write clock (see :class:`ItemStorage`)."""
+"""How far past the state's clock (or the wall clock in ns) a restore moves the write
+clock (see :class:`ItemStorage`)."""
 
 
 def schema_of(arrays: Mapping[str, np.ndarray]) -> Schema:
@@ -83,9 +85,15 @@ class ItemStorage:
     **Generations.** Every write of a slot stamps it with the storage's write
     clock (``generation[slot]``; the clock counts the items ever written), so
     ``(slot, generation)`` names one item for good: a slot rewritten since it
-    was read has another generation. Restoring a checkpoint moves the clock
-    past :data:`GENERATION_EPOCH` so that items written after a restore never
-    reuse a generation that items written before it (and lost with it) had.
+    was read has another generation. A restore (a checkpoint, or another
+    shard's items handed over) moves the clock past everything any earlier
+    copy of this shard can have written: to the later of the state's clock and
+    the wall clock in nanoseconds, plus :data:`GENERATION_EPOCH`. So restoring
+    the same checkpoint twice, or restoring an older checkpoint after a
+    hand-over, never gives a new item the generation of an item written
+    after the earlier restore: a priority update computed for that item can
+    never land on the new one. (Between two restores a shard writes far fewer
+    items than nanoseconds pass.)
 
     Keys of at most :data:`PACK_BYTES` per item share one record array, so a
     gathered item costs a cache line or two, not one per key; larger keys
@@ -229,26 +237,30 @@ class ItemStorage:
         """Which of ``slots`` (written ones, int64) hold stored items (bool)."""
         return (self.pos - 1 - slots) % self.capacity < self.size
 
-    def check_slots(self, slots: object) -> np.ndarray:
-        """``slots`` as int64, or ``ValueError`` unless a 1-d integer array of written slots."""
+    def check_slots(self, slots: object, *, written: bool = True) -> np.ndarray:
+        """``slots`` as int64, or ``ValueError`` unless a 1-d integer array of written slots
+        (``written=False``: of slots of the ring, written or not)."""
         idx = np.asarray(slots)
         if idx.ndim != 1 or not (idx.dtype.kind in "iu" or idx.shape[0] == 0):
             raise ValueError(
                 f"indices must be a 1-d integer array, got {idx.dtype}{list(idx.shape)}"
             )
         idx = idx.astype(np.int64, copy=False)
-        if idx.shape[0] and (idx.min() < 0 or idx.max() >= self.filled):
-            raise ValueError(
-                f"indices must lie in [0, {self.filled}), got [{idx.min()}, {idx.max()}]"
-            )
+        end = self.filled if written else self.capacity
+        if idx.shape[0] and (idx.min() < 0 or idx.max() >= end):
+            raise ValueError(f"indices must lie in [0, {end}), got [{idx.min()}, {idx.max()}]")
         return idx
 
     def current(self, slots: np.ndarray, generations: np.ndarray) -> np.ndarray:
-        """Which of ``slots`` (written ones, int64) still hold the items that had
-        ``generations`` and are stored (bool): neither rewritten nor evicted since."""
-        same = self.generation[slots] == generations
+        """Which of ``slots`` (int64) still hold the items that had ``generations`` and
+        are stored (bool): neither rewritten nor evicted since. A slot this storage has
+        not written (a rebuilt or restored shard holding fewer items than the one
+        sampled) holds none of them."""
+        held = (slots >= 0) & (slots < self.filled)
+        same = np.zeros(slots.shape, bool)
+        same[held] = self.generation[slots[held]] == generations[held]
         if self.size < self.filled:
-            same &= self.stored(slots)
+            same &= self.stored(np.where(held, slots, 0))
         return same
 
     def reached(self, slots: np.ndarray, generations: object | None) -> np.ndarray | None:
@@ -316,7 +328,8 @@ class ItemStorage:
         ``filled`` defaults to ``size``; without ``data/<key>`` arrays (an
         empty storage) no schema is fixed. A state without ``generation`` (written
         before generations existed) gives every stored item generation 0. The
-        write clock goes on from the state's plus :data:`GENERATION_EPOCH`.
+        write clock goes on from the later of the state's and ``time.time_ns()``,
+        plus :data:`GENERATION_EPOCH` (see the class docstring).
         """
         size = int(np.asarray(state["size"]).item())
         pos = int(np.asarray(state["pos"]).item())
@@ -340,4 +353,4 @@ class ItemStorage:
                 self.arrays[k][:filled] = v
         self.size, self.pos, self.filled = size, pos, filled
         self.generation[:filled] = generation
-        self.clock = max(clock, int(generation.max(initial=0))) + GENERATION_EPOCH
+        self.clock = max(clock, int(generation.max(initial=0)), time.time_ns()) + GENERATION_EPOCH

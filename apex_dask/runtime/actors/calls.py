@@ -11,6 +11,8 @@ from apex_dask.runtime.observability.metrics import MetricsPublisher
 
 __all__ = [
     "ActorRef",
+    "PeerCalls",
+    "PeerReplaced",
     "Throttled",
     "as_handle",
     "bind",
@@ -107,6 +109,57 @@ async def call_with_timeout(fut: Awaitable[T], timeout_s: float) -> T:
         return await fut
 
     return await asyncio.wait_for(_wait(), timeout_s)
+
+
+class PeerReplaced(ConnectionError):
+    """A call in flight to a peer that was replaced (its worker was lost and the actor
+    rebuilt elsewhere): it was given up at once rather than left to its timeout. An
+    ``OSError``, so :func:`peer_lost` counts it as a lost peer."""
+
+
+class PeerCalls:
+    """Calls in flight to peers, by peer key (e.g. ``("shard", 3)`` or ``"learner"``).
+
+    A call to an actor whose worker died never resolves when made from another
+    actor: it waits out its whole timeout (``topology.call_timeout_s``, 60 s by
+    default). When the driver says the peer was rebuilt (:meth:`replaced`), the calls
+    still waiting on the lost one end at once with :class:`PeerReplaced`, so their
+    callers move to the new actor now::
+
+        calls = PeerCalls()
+        batch = await calls.call(("shard", k), shard.sample(), timeout_s)  # any task
+        calls.replaced(("shard", k))       # set_shard(k, new, lost=True): callers go on
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[Any, set[asyncio.Future]] = {}
+
+    async def call(self, key: Any, fut: Awaitable[T], timeout_s: float) -> T:
+        """``await fut`` with ``timeout_s`` (``TimeoutError``); :class:`PeerReplaced` if peer
+        ``key`` is replaced meanwhile."""
+        task = asyncio.ensure_future(call_with_timeout(fut, timeout_s))
+        calls = self._calls.setdefault(key, set())
+        calls.add(task)
+        try:
+            await asyncio.wait([task])
+        finally:
+            calls.discard(task)
+            if not task.done():  # the caller itself was cancelled
+                task.cancel()
+        if task.cancelled():
+            raise PeerReplaced(f"{key} was replaced while a call to it was in flight")
+        return task.result()
+
+    def in_flight(self, key: Any) -> int:
+        """Calls to peer ``key`` in flight now."""
+        return len(self._calls.get(key, ()))
+
+    def replaced(self, key: Any) -> int:
+        """Peer ``key`` was lost and rebuilt: its calls in flight end now; how many."""
+        calls = self._calls.pop(key, set())
+        for task in calls:
+            task.cancel()
+        return len(calls)
 
 
 class Throttled:

@@ -21,8 +21,10 @@ from apex_dask.algo.agents.spec import WorkerSpec
 from apex_dask.algo.envs.guard import EnvFailed
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.experiment.results import env_metrics
-from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.calls import PeerCalls, PeerReplaced, Throttled, as_handle
+from apex_dask.runtime.actors.failpoints import failpoint, take_failpoint
 from apex_dask.runtime.actors.heap import keep_freed_heap
+from apex_dask.runtime.actors.supervision import TaskFailures
 
 __all__ = ["EnvWorkerActor"]
 
@@ -92,6 +94,8 @@ class EnvWorkerActor:
         self.index = int(index)
         self._shards = [as_handle(s) for s in shards]
         self._learner = as_handle(learner)
+        self._calls = PeerCalls()  # to shards and the learner: given up when one is rebuilt
+        self.failures = TaskFailures("the evaluator" if index < 0 else f"env worker {index}")
         self._timeout = float(call_timeout_s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
         where = f"env worker {index}" if index >= 0 else "the evaluator"
@@ -149,9 +153,8 @@ class EnvWorkerActor:
                 out = await self._in_pool(self._worker.sample)
                 ready = time.monotonic()
                 self.rollouts_sent += 1
-                await call_with_timeout(
-                    self._shards[k].add(out.batch, out.priorities), self._timeout
-                )
+                add = self._shards[k].add(out.batch, out.priorities)
+                await self._calls.call(("shard", k), add, self._timeout)
                 self._store_s.append(time.monotonic() - ready)
             except EnvFailed as exc:  # with this process's warnings, for the driver's log
                 raise EnvFailed(exc.message, exc.warnings + _take_warnings()) from None
@@ -178,9 +181,12 @@ class EnvWorkerActor:
         return new
 
     async def sync_weights(self) -> int | None:
-        """Pull and apply the learner's weights if newer; the version applied, or None."""
-        have = self._worker.weights_version
-        blob = await call_with_timeout(self._learner.weights_if_newer(have), self._timeout)
+        """Pull and apply the learner's weights if newer; the version applied, or None.
+        A learner rebuilt while the pull waited on the lost one is asked at once."""
+        try:
+            blob = await self._pull_weights()
+        except PeerReplaced:
+            blob = await self._pull_weights()
         if blob is None:
             return None
         self._weight_bytes += len(blob)
@@ -188,12 +194,19 @@ class EnvWorkerActor:
         self.weight_syncs += 1
         return version
 
+    async def _pull_weights(self) -> bytes | None:
+        have = self._worker.weights_version
+        return await self._calls.call("learner", self._learner.weights_if_newer(have), self._timeout)
+
     def _apply_weights(self, blob: bytes) -> int:
         version, weights = pickle.loads(blob)
         if version > self._worker.weights_version:
             self._worker.set_weights(version, weights)
             if self.index < 0:  # the evaluator: a best evaluation sends back what it played
                 self._applied = weights
+            back = failpoint("weights_version_back")
+            if back and take_failpoint("weights_version_back"):  # a failpoint: a version back
+                self._worker.weights_version -= int(back)
         return int(self._worker.weights_version)
 
     async def evaluate(
@@ -209,6 +222,8 @@ class EnvWorkerActor:
         With ``weights_above``: a mean return above it sends the weights played along
         (``weights``), the ones a run keeps as its best."""
         await self.sync_weights()
+        while failpoint("stall_evaluator"):  # a failpoint: the evaluation never finishes
+            await asyncio.sleep(0.1)
         frames = None if self._animation is None else self._animation.frames()
         try:
             out = await self._in_pool(
@@ -221,7 +236,7 @@ class EnvWorkerActor:
             why = f"eval.animation is off: the env cannot render ({frames.failed})"
             warnings.warn(why, stacklevel=1)
         elif frames is not None:  # encoded and sent after this result is returned
-            self._pool.submit(self._send_animation, frames, out)
+            self._pool.submit(self.failures.call, "evaluator.animation", self._send_animation, frames, out)
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         mean = out.get("return_mean")
@@ -229,6 +244,7 @@ class EnvWorkerActor:
             out["weights"] = self._applied  # NaN (no episode finished) is never above
         out["env_errors"] = self._new_env_errors()
         out["warnings"] = _take_warnings()
+        out["task_failures"] = self.failures.metrics()
         self._last_eval = out
         self._pub.now(self._metrics)
         return out
@@ -252,15 +268,24 @@ class EnvWorkerActor:
         if self._animation is not None:
             self._animation.send(frames, out, fps, self._worker.weights_version)
 
-    async def set_shard(self, shard_id: int, handle: Any) -> None:
-        """Send rollouts for shard ``shard_id`` to a rebuilt shard actor from now on."""
+    async def set_shard(self, shard_id: int, handle: Any, lost: bool = False) -> None:
+        """Send rollouts for shard ``shard_id`` to its new actor from now on. ``lost``: the
+        old one died with its worker; a rollout still waiting on it is given up now (its
+        call fails with :class:`~apex_dask.runtime.actors.calls.PeerReplaced`: a lost
+        rollout) rather than after the call timeout."""
         self._shards[int(shard_id)] = as_handle(handle)
+        if lost:
+            self._calls.replaced(("shard", int(shard_id)))
 
-    async def set_learner(self, handle: Any) -> None:
+    async def set_learner(self, handle: Any, lost: bool = False) -> None:
         """Pull weights from a rebuilt learner from now on; its first weights are applied
-        whatever their version (a restored learner may count from an older checkpoint)."""
+        whatever their version (a restored learner may count from an older checkpoint).
+        ``lost``: a pull still waiting on the lost learner asks the new one at once (an
+        evaluation waiting for its weights goes on now, not after the call timeout)."""
         self._learner = as_handle(handle)
         self._worker.weights_version = -1
+        if lost:
+            self._calls.replaced("learner")
 
     async def stats(self) -> dict[str, float]:
         """``env/<i>/*`` counters and this worker's epsilon."""
@@ -288,6 +313,7 @@ class EnvWorkerActor:
                 "eval/return_mean": float(ev.get("return_mean", float("nan"))),
                 "eval/return_std": float(ev.get("return_std", float("nan"))),
                 "eval/weights_version": float(self._worker.weights_version),
+                **self.failures.metrics(),
             }
         return env_metrics(
             i,

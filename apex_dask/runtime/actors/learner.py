@@ -58,9 +58,17 @@ from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_pa
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.experiment.timers import Timer, WindowStat
-from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout, current_worker
+from apex_dask.runtime.actors.calls import (
+    PeerCalls,
+    Throttled,
+    as_handle,
+    call_with_timeout,
+    current_worker,
+)
+from apex_dask.runtime.actors.failpoints import failpoint
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
+from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
 
 __all__ = ["LearnerActor"]
 
@@ -104,6 +112,7 @@ class LearnerActor:
         local = worker is None
         self._links = ShardLinks(shards, shards) if local else ShardLinks.on_worker(shards, worker)
         self._inq: queue.Queue = queue.Queue(maxsize=int(inqueue_size))
+        self.failures = TaskFailures("learner")
         self._prefetcher = ReplayPrefetcher(
             self._links,
             self._inq,
@@ -113,8 +122,14 @@ class LearnerActor:
             call_timeout_s=call_timeout_s,
             idle_poll_s=idle_poll_s,
             shared_memory=shared_memory,
+            failures=self.failures,
         )
         self._outbox: deque[PriorityUpdate] = deque()
+        self._calls = PeerCalls()  # remote priority sends, given up when a shard is rebuilt
+        # per shard id, since its current actor was set: updates dispatched to it, failed,
+        # in flight (the driver's priority-update law, runtime/orchestration/invariants.py)
+        self._ledger = [[0, 0, 0] for _ in range(len(self._links))]
+        self._sends = 0  # the drop_priority_update_every failpoint's count
         self._sender: asyncio.Task | None = None
         self._sender_stop = False
         self._sender_poll_s = 0.004
@@ -152,7 +167,9 @@ class LearnerActor:
         keep_freed_heap()
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
         self._thread.start()
-        self._sender = asyncio.create_task(self._send_priorities())
+        self._sender = start_supervised(
+            "learner.priority_sender", self._send_priorities, self.failures
+        )
         self._prefetcher.start(thread_alive=self._thread.is_alive)
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
@@ -173,10 +190,20 @@ class LearnerActor:
             await asyncio.wait(list(self._pending), timeout=left())
         return self._metrics()
 
-    async def set_shard(self, shard_id: int, handle: Any) -> None:
-        """Use a rebuilt replay shard ``shard_id`` (a new actor, ref or handle) from now on."""
+    async def set_shard(self, shard_id: int, handle: Any, lost: bool = False) -> None:
+        """Use replay shard ``shard_id``'s new actor (a ref or handle) from now on.
+
+        ``lost``: the old one died with its worker (a rebuilt shard): the sample
+        requests and priority updates still waiting on it would wait out the call
+        timeout, so they are given up now (counted in ``flow/batches_lost`` and
+        ``flow/priority_updates_failed``) and the new shard is sampled at once. Without
+        it (a shard handed over while its worker retires) they finish there.
+        """
         self._links.set_shard(shard_id, handle)
-        self._prefetcher.shard_replaced(shard_id)
+        self._prefetcher.shard_replaced(shard_id, lost)
+        self._ledger[shard_id] = [0, 0, 0]
+        if lost:
+            self._calls.replaced(("shard", shard_id))
 
     async def close(self) -> None:
         """Stop everything and publish the last metrics."""
@@ -200,6 +227,10 @@ class LearnerActor:
         torch.set_flush_denormal(True)  # per thread; denormals in Adam's state are slow on x86
         try:
             while True:
+                self.failures.check("learner.thread")
+                if failpoint("stall_learner"):  # a failpoint: alive, training nothing
+                    time.sleep(0.05)
+                    continue
                 t0 = time.perf_counter()
                 item = self._take()
                 t1 = time.perf_counter()
@@ -230,6 +261,7 @@ class LearnerActor:
                 self._hand_back(self._learner.drain())
         except BaseException as exc:  # surfaced through stats() to the driver
             self._thread_error = f"{type(exc).__name__}: {exc}"
+            self.failures.failed("learner.thread", exc)
 
     def _train(self, batch: ReplaySample) -> list[FinishedUpdate]:
         """The updates whose results are in: this batch's (a pipelined learner's: the one
@@ -250,33 +282,52 @@ class LearnerActor:
         Updates to a shard on this worker are applied inline (a function call);
         remote ones are sent as tasks, each with the call timeout. Polling (rather
         than a wake-up per batch from the learner thread) keeps the learner
-        thread from handing the GIL to this loop after every update.
+        thread from handing the GIL to this loop after every update. An update
+        that fails is counted (``flow/priority_updates_failed``) and the sender goes
+        on; it runs supervised (``learner.priority_sender``: restarted if it fails).
         """
         while True:
-            while self._outbox:
+            self.failures.check("learner.priority_sender")
+            while self._outbox and not failpoint("stall_priority_sender"):
                 update = self._outbox.popleft()
                 self.priority_updates_sent += 1
                 k = update.shard_id
+                ledger = self._ledger[k]
+                ledger[0] += 1
+                if (every := failpoint("drop_priority_update_every")) and self._drop(every):
+                    continue  # a failpoint: counted as sent, never delivered
                 if self._links.is_local(k):
-                    await self._links.target(k).update_priorities(*update.args())
+                    try:
+                        await self._links.target(k).update_priorities(*update.args())
+                    except Exception as exc:
+                        self._send_failed(k, ledger, exc)
                     continue
-                task = asyncio.create_task(self._send_one(update))
+                ledger[2] += 1
+                task = asyncio.create_task(self._send_one(update, ledger))
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
             if self._sender_stop:
                 return
             await asyncio.sleep(self._sender_poll_s)
 
-    async def _send_one(self, update: PriorityUpdate) -> None:
+    def _drop(self, every: float) -> bool:
+        self._sends += 1
+        return self._sends % int(every) == 0
+
+    def _send_failed(self, k: int, ledger: list[int], exc: BaseException) -> None:
+        self.priority_updates_failed += 1
+        ledger[1] += 1
+        self.errors.append(f"priorities to shard {k}: {type(exc).__name__}: {exc}")
+
+    async def _send_one(self, update: PriorityUpdate, ledger: list[int]) -> None:
         k = update.shard_id
         try:
-            await call_with_timeout(
-                self._links.target(k).update_priorities(*update.args()),
-                self._timeout,
-            )
+            call = self._links.target(k).update_priorities(*update.args())
+            await self._calls.call(("shard", k), call, self._timeout)
         except Exception as exc:
-            self.priority_updates_failed += 1
-            self.errors.append(f"priorities to shard {k}: {type(exc).__name__}: {exc}")
+            self._send_failed(k, ledger, exc)
+        finally:
+            ledger[2] -= 1
 
     # ----------------------------------------------------------------- weights
     def _snapshot(self) -> tuple[int, bytes]:
@@ -367,7 +418,16 @@ class LearnerActor:
         out["errors"] = list(self._prefetcher.errors) + list(self.errors)
         out["thread_error"] = self._thread_error
         out["device"] = self._learner.device
+        out["priority_ledger"] = self.priority_ledger()
         return out
+
+    def priority_ledger(self) -> list[tuple[Any, int, int, int]]:
+        """Per shard id: ``(the key of the shard actor updates go to, updates dispatched
+        to it since it was set, of them failed, in flight)``."""
+        return [
+            (getattr(self._links.handle(k), "key", None), *self._ledger[k])
+            for k in range(len(self._links))
+        ]
 
     def _metrics(self) -> dict[str, float]:
         pf = self._prefetcher
@@ -387,6 +447,9 @@ class LearnerActor:
                     "learner/local_shards": pf.local_shards,
                     "learner/shared_batches": pf.shared_batches,
                     "learner/weight_snapshots": self.weight_snapshots,
+                    "learner/outbox_size": len(self._outbox),
+                    "learner/priority_sends_in_flight": sum(x[2] for x in self._ledger),
+                    **self.failures.metrics(),
                 },
                 flow=LearnerFlow(
                     batches_received=pf.batches_received,

@@ -44,16 +44,20 @@ import queue
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from apex_dask.algo.replay.sample import ReplaySample
 from apex_dask.runtime.actors.calls import (
+    PeerCalls,
+    PeerReplaced,
     as_handle,
-    call_with_timeout,
     local_actor,
     same_host,
 )
+from apex_dask.runtime.actors.failpoints import failpoint
 from apex_dask.runtime.actors.shared_batches import SharedBatch, SharedBatchReader
+from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
 
 __all__ = ["ReplayPrefetcher", "ShardLinks"]
 
@@ -144,8 +148,11 @@ class ReplayPrefetcher:
         idle_poll_s: float = 0.02,
         shared_memory: bool = False,
         shared_per_call: int = 2,
+        failures: TaskFailures | None = None,
     ) -> None:
         self._links = links
+        self._failures = failures if failures is not None else TaskFailures("prefetcher")
+        self._calls = PeerCalls()  # requests to remote shards, given up when one is rebuilt
         self._reader = SharedBatchReader() if shared_memory else None
         self._by_value: set[int] = set()  # shards whose blocks this process cannot map
         self._shared_per_call = int(shared_per_call)
@@ -190,7 +197,7 @@ class ReplayPrefetcher:
         self._wake_pending = False
         self._thread_alive = thread_alive
         self._slots = [
-            asyncio.create_task(self._slot(k))
+            start_supervised("learner.prefetch", partial(self._slot, k), self._failures)
             for _ in range(self._per_shard)
             for k in range(len(self._links))
         ]
@@ -211,15 +218,24 @@ class ReplayPrefetcher:
             loop.call_soon_threadsafe(self._wake_all)
 
     # ------------------------------------------------------------------ slots
-    def shard_replaced(self, shard_id: int) -> None:
-        """Shard ``shard_id`` is a rebuilt actor (already in the links): its ``added`` count
-        is read afresh, so items lost with the old shard no longer allow training."""
+    def shard_replaced(self, shard_id: int, lost: bool = False) -> None:
+        """Shard ``shard_id`` is a new actor (already in the links): its ``added`` count
+        is read afresh, so items lost with the old shard no longer allow training.
+        ``lost``: the old one died with its worker, so the requests still waiting on it
+        (they would wait out the call timeout) are given up now, each counted in
+        ``batches_lost``, and their slots ask the new shard at once."""
         self._added[shard_id] = 0
         self._added_checked[shard_id] = 0.0
         self._by_value.discard(shard_id)
+        if lost:
+            self._calls.replaced(("shard", shard_id))
 
     async def _slot(self, shard_id: int) -> None:
         while not self._stopping:
+            self._failures.check("learner.prefetch")
+            if failpoint("skip_shard") == shard_id:  # a failpoint: this shard is never asked
+                await asyncio.sleep(self._idle_poll_s)
+                continue
             links = self._links
             shard, local = links.target(shard_id), links.is_local(shard_id)
             if self._ratio is not None and not await self._ratio_allows(shard_id):
@@ -239,7 +255,8 @@ class ReplayPrefetcher:
             except Exception as exc:  # dead or slow shard: count and back off
                 self.batches_lost += 1
                 self.errors.append(f"sample from shard {shard_id}: {type(exc).__name__}: {exc}")
-                await asyncio.sleep(min(1.0, self._timeout))
+                if not isinstance(exc, PeerReplaced):  # rebuilt: the new one is asked now
+                    await asyncio.sleep(min(1.0, self._timeout))
                 continue
             finally:
                 self._in_flight -= 1
@@ -257,11 +274,12 @@ class ReplayPrefetcher:
         """Batches from a shard in another process: through shared memory when it can
         (``shared_per_call`` a call, fewer when its slots are short), else one, whole."""
         reader = self._reader
+        key = ("shard", shard_id)
         if reader is None or shard_id in self._by_value or not self._links.same_host(shard_id):
-            sample = await call_with_timeout(shard.sample(), self._timeout)
+            sample = await self._calls.call(key, shard.sample(), self._timeout)
             return None if sample is None else [sample]
         call = shard.sample_shared(reader.id, None, self._shared_per_call)
-        replies = await call_with_timeout(call, self._timeout)
+        replies = await self._calls.call(key, call, self._timeout)
         if replies is None:
             return None
         out = []
@@ -300,7 +318,8 @@ class ReplayPrefetcher:
         if now - self._added_checked[shard_id] >= 0.05:  # no sample may be coming: ask
             self._added_checked[shard_id] = now
             try:
-                n = await call_with_timeout(self._links.target(shard_id).added(), self._timeout)
+                ask = self._links.target(shard_id).added()
+                n = await self._calls.call(("shard", shard_id), ask, self._timeout)
                 self._added[shard_id] = max(self._added[shard_id], int(n))
             except Exception as exc:
                 self.errors.append(f"added() of shard {shard_id}: {type(exc).__name__}: {exc}")

@@ -27,6 +27,7 @@ from apex_dask.experiment.checkpoint import (
 from apex_dask.experiment.flow import ShardFlow
 from apex_dask.experiment.results import shard_metrics
 from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout
+from apex_dask.runtime.actors.failpoints import failpoint
 from apex_dask.runtime.actors.shared_batches import SharedBatch, SharedBatchWriter
 
 __all__ = ["PLAN_SHARE", "ReplayShardActor"]
@@ -60,8 +61,10 @@ class ReplayShardActor:
     :class:`~apex_dask.algo.replay.shard.ReplayShard` unchanged.
 
     Flow counters (``stats()``): ``rollouts_stored`` (``add`` calls),
-    ``batches_sampled`` (non-None ``sample`` replies) and
-    ``priority_updates_applied`` (``update_priorities`` calls).
+    ``batches_sampled`` (non-None ``sample`` replies),
+    ``priority_updates_applied`` (``update_priorities`` calls that reached an item) and
+    ``priority_updates_stale`` (those that reached none: the items had left, or this
+    shard was rebuilt since the sample and never held them; counted, never an error).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class ReplayShardActor:
         self._shared_wait_s = float(shared_wait_s)
         self._writer: SharedBatchWriter | None = None
         self._audit: tuple[int, int] | None = None  # items checked, items that differed
+        self._adds_seen = 0  # the drop_rollout_every failpoint's count
 
     async def _wait_ready(self) -> None:
         """Hold a call while this shard takes over another's items (:meth:`take_over`,
@@ -116,6 +120,8 @@ class ReplayShardActor:
         await self._wait_ready()
         if self._moved_to is not None:
             return await call_with_timeout(self._moved_to.add(batch, priorities), self._timeout)
+        if (every := failpoint("drop_rollout_every")) and self._dropped_every(int(every)):
+            return len(self._shard)  # a failpoint: acknowledged, not stored
         self._shard.add(batch, priorities)
         self.flow.rollouts_stored += 1
         self._pub.maybe(self._metrics)
@@ -183,9 +189,16 @@ class ReplayShardActor:
             seen = self._audit or (0, 0)
             self._audit = (seen[0] + checked, seen[1] + differ)
         stale = self._shard.update_priorities(indices, priorities, generations)
-        self.flow.priority_updates_applied += 1
+        if stale and stale == len(indices):  # none of its items is here any more
+            self.flow.priority_updates_stale += 1
+        else:
+            self.flow.priority_updates_applied += 1
         self._pub.maybe(self._metrics)
         return stale
+
+    def _dropped_every(self, every: int) -> bool:
+        self._adds_seen += 1
+        return self._adds_seen % every == 0
 
     async def added(self) -> int:
         """Items ever added to this shard."""

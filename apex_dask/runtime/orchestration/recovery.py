@@ -143,9 +143,8 @@ class Recovery(Job):
         s.counters.faults.replay_items_lost += max(0, items - int(added))
         s.replace_shard(k, handle)
         s.counters.faults.shards_restored += 1
-        await self._tell_all(
-            "set_shard", k, self.actors.shard_refs[k], alive=alive, learner=learner
-        )
+        ref = self.actors.shard_refs[k]  # lost=True: calls waiting on the old one end now
+        await self._tell_all("set_shard", k, ref, True, alive=alive, learner=learner)
         source = f"checkpoint {ckpt.name}" if ckpt is not None else "nothing (no checkpoint yet)"
         s.note(f"replay shard {k} was lost with {was}; rebuilt on {where.name} from {source}")
 
@@ -170,7 +169,8 @@ class Recovery(Job):
         s.counters.faults.learner_restored += 1
         if not s.halting:
             await self.start_learner()
-        await self._tell_all("set_learner", self.actors.learner_ref, alive=alive, learner=None)
+        ref = self.actors.learner_ref  # lost=True: pulls waiting on the old one ask the new
+        await self._tell_all("set_learner", ref, True, alive=alive, learner=None)
         source = f"checkpoint {ckpt.name}" if ckpt is not None else "fresh weights (no checkpoint)"
         s.note(f"the learner was lost with {was}; rebuilt on {where.name} from {source}")
 
