@@ -47,6 +47,11 @@ class ReportConfig:
     """An iteration lasts at least this many seconds."""
     timesteps_per_iteration: int = 25_000
     """...and at least this many env steps."""
+    strict_invariants: bool = False
+    """A violated law of the run's counters (``docs/architecture.md``, "Invariants":
+    every flow balances, every shard is sampled and updated, versions never go back,
+    evaluation reports) ends the run (exit 3) instead of a warning line and a count in
+    ``health/invariant_violations``; the tests turn it on."""
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,9 @@ def test_the_plan_runs_over_in_process_actors_and_every_hop_agrees_after_the_hal
     assert ckpt is not None
     assert set(read_manifest(ckpt)["parts"]) == {"learner", "driver", "shard_0", "shard_1"}
     assert state.counters.steps_total == final["timesteps_total"]
+    # no supervised task failed, no law of the counters was broken on the way
+    assert final["health/task_failures"] == 0
+    assert all(r["health/invariant_violations"] == 0 for r in results)
 
 
 def test_run_state_snapshot_restores_counters_rng_and_history():

@@ -54,6 +54,10 @@ def folded(results: list[dict[str, float]]) -> set[str]:
             key = re.sub(r"^replay/\d+/", "replay/<k>/", key)
             key = re.sub(r"^env/epsilon/\d+$", "env/epsilon/<i>", key)
             key = re.sub(r"^env/\d+/", "env/<i>/", key)
+            key = re.sub(r"^health/task_failures/[^/]+$", "health/task_failures/<task>", key)
+            key = re.sub(
+                r"^health/invariant_violations/[^/]+$", "health/invariant_violations/<law>", key
+            )
             keys.add(key)
     return keys
 

@@ -282,11 +282,9 @@ class ReplayShard:
         in ``stats()["stale_priority_updates"]``. Returns the updates skipped so.
         ``generations=None``: every update lands on what the slots hold now.
 
-        With ``generations``, an index may name a slot this shard has not written (the
-        shard was rebuilt or restored since the sample, holding fewer items): that
-        update is stale too. Indices must lie in ``[0, capacity)`` with generations,
-        in the written slots (``0 <= i < filled``) without; priorities finite and
-        >= 0 (``ValueError``). Raises the max priority seen (by the updates applied).
+        With ``generations``, a slot not written here (a shard rebuilt or restored since
+        the sample) is stale too; indices must lie in ``[0, capacity)`` (without: in
+        ``[0, filled)``); priorities finite, >= 0. Raises the max priority seen.
         """
         t0 = time.perf_counter()
         idx = self._items.check_slots(indices, written=generations is None)

@@ -11,6 +11,7 @@ from apex_dask.runtime.observability.metrics import MetricsPublisher
 
 __all__ = [
     "ActorRef",
+    "actor_key",
     "PeerCalls",
     "PeerReplaced",
     "Throttled",
@@ -36,6 +37,12 @@ def as_handle(ref: Any) -> Any:
 
         return Actor(*ref)
     return ref
+
+
+def actor_key(handle: Any) -> Any:
+    """What names one actor: its Dask key (the object itself, by id, for an actor in
+    this process)."""
+    return getattr(handle, "key", None) or id(handle)
 
 
 def bind(ref: ActorRef, client: Any) -> Any:

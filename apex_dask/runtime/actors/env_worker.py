@@ -196,7 +196,9 @@ class EnvWorkerActor:
 
     async def _pull_weights(self) -> bytes | None:
         have = self._worker.weights_version
-        return await self._calls.call("learner", self._learner.weights_if_newer(have), self._timeout)
+        return await self._calls.call(
+            "learner", self._learner.weights_if_newer(have), self._timeout
+        )
 
     def _apply_weights(self, blob: bytes) -> int:
         version, weights = pickle.loads(blob)
@@ -236,7 +238,9 @@ class EnvWorkerActor:
             why = f"eval.animation is off: the env cannot render ({frames.failed})"
             warnings.warn(why, stacklevel=1)
         elif frames is not None:  # encoded and sent after this result is returned
-            self._pool.submit(self.failures.call, "evaluator.animation", self._send_animation, frames, out)
+            self._pool.submit(
+                self.failures.call, "evaluator.animation", self._send_animation, frames, out
+            )
         out = dict(out)
         out["weights_version"] = int(self._worker.weights_version)
         mean = out.get("return_mean")

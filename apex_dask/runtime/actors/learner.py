@@ -20,7 +20,7 @@
   :mod:`.heap`), hands a ``PriorityUpdate`` (the sample's own indices and generations)
   to the outqueue, then releases a shared-memory batch.
   ``learner/overall_s`` times the whole step; ``learner/queue_size`` a window of sizes.
-- The **priority sender** (an asyncio task) drains the outqueue every 4 ms to each
+- The **priority sender** (:mod:`.priority_sender`, a supervised asyncio task) drains the outqueue every 4 ms to each
   update's source shard (inline if local, a task with a timeout if remote); the learner
   thread never wakes the loop per update (each wake-up hands the GIL to the loop thread).
 - With ``max_replay_ratio``, the prefetcher waits while
@@ -52,23 +52,18 @@ import torch
 from apex_dask.algo.agents.base import LearnerProtocol
 from apex_dask.algo.agents.device_batches import FinishedUpdate
 from apex_dask.algo.agents.spec import AgentSpec
-from apex_dask.algo.replay.sample import PriorityUpdate, ReplaySample, item_checksums
+from apex_dask.algo.replay.sample import ReplaySample, item_checksums
 from apex_dask.experiment.builder import Hook
 from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_part
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.experiment.timers import Timer, WindowStat
-from apex_dask.runtime.actors.calls import (
-    PeerCalls,
-    Throttled,
-    as_handle,
-    call_with_timeout,
-    current_worker,
-)
+from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout, current_worker
 from apex_dask.runtime.actors.failpoints import failpoint
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
-from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
+from apex_dask.runtime.actors.priority_sender import PrioritySender
+from apex_dask.runtime.actors.supervision import TaskFailures
 
 __all__ = ["LearnerActor"]
 
@@ -124,16 +119,7 @@ class LearnerActor:
             shared_memory=shared_memory,
             failures=self.failures,
         )
-        self._outbox: deque[PriorityUpdate] = deque()
-        self._calls = PeerCalls()  # remote priority sends, given up when a shard is rebuilt
-        # per shard id, since its current actor was set: updates dispatched to it, failed,
-        # in flight (the driver's priority-update law, runtime/orchestration/invariants.py)
-        self._ledger = [[0, 0, 0] for _ in range(len(self._links))]
-        self._sends = 0  # the drop_priority_update_every failpoint's count
-        self._sender: asyncio.Task | None = None
-        self._sender_stop = False
-        self._sender_poll_s = 0.004
-        self._pending: set[asyncio.Task] = set()
+        self._sender = PrioritySender(self._links, self.failures, call_timeout_s)
         self._timeout = float(call_timeout_s)
         self._hook = before_learn_on_batch
         # replay.audit_priorities: updates carry checksums of the items trained on
@@ -151,8 +137,6 @@ class LearnerActor:
         self._qsize = WindowStat("learner/queue_size", 50)
         self._window: deque[tuple[float, float, float]] = deque(maxlen=50)
         self.batches_trained = self.hook_calls = 0
-        self.priority_updates_sent = self.priority_updates_failed = 0
-        self.errors: deque[str] = deque(maxlen=10)
         self._pub = Throttled("learner", run)
 
     # ------------------------------------------------------------------ control
@@ -161,15 +145,12 @@ class LearnerActor:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop_thread = False
-        self._sender_stop = False
         self._loop = self._loop or asyncio.get_running_loop()
         self._snap_lock = asyncio.Lock()
         keep_freed_heap()
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
         self._thread.start()
-        self._sender = start_supervised(
-            "learner.priority_sender", self._send_priorities, self.failures
-        )
+        self._sender.start()
         self._prefetcher.start(thread_alive=self._thread.is_alive)
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
@@ -182,12 +163,7 @@ class LearnerActor:
         if thread is not None:
             self._stop_thread = True  # the thread trains what is queued, then exits
             await asyncio.get_running_loop().run_in_executor(None, thread.join, left())
-        if self._sender is not None:
-            self._sender_stop = True
-            await asyncio.wait([self._sender], timeout=left())
-            self._sender = None
-        if self._pending:
-            await asyncio.wait(list(self._pending), timeout=left())
+        await self._sender.stop(left())
         return self._metrics()
 
     async def set_shard(self, shard_id: int, handle: Any, lost: bool = False) -> None:
@@ -201,9 +177,7 @@ class LearnerActor:
         """
         self._links.set_shard(shard_id, handle)
         self._prefetcher.shard_replaced(shard_id, lost)
-        self._ledger[shard_id] = [0, 0, 0]
-        if lost:
-            self._calls.replaced(("shard", shard_id))
+        self._sender.shard_replaced(shard_id, lost)
 
     async def close(self) -> None:
         """Stop everything and publish the last metrics."""
@@ -272,62 +246,8 @@ class LearnerActor:
     def _hand_back(self, done: list[FinishedUpdate]) -> None:
         for d in done:  # the outqueue, and the loss window
             sums = None if self._audit is None else self._audit.pop(id(d.tag))
-            self._outbox.append(d.tag.priority_update(d.td_abs, sums))
+            self._sender.put(d.tag.priority_update(d.td_abs, sums))
             self._window.append((d.loss, d.mean_q, d.grad_norm))
-
-    # -------------------------------------------------------------- priorities
-    async def _send_priorities(self) -> None:
-        """Drain the outqueue every ``sender_poll_s``: each update to its source shard.
-
-        Updates to a shard on this worker are applied inline (a function call);
-        remote ones are sent as tasks, each with the call timeout. Polling (rather
-        than a wake-up per batch from the learner thread) keeps the learner
-        thread from handing the GIL to this loop after every update. An update
-        that fails is counted (``flow/priority_updates_failed``) and the sender goes
-        on; it runs supervised (``learner.priority_sender``: restarted if it fails).
-        """
-        while True:
-            self.failures.check("learner.priority_sender")
-            while self._outbox and not failpoint("stall_priority_sender"):
-                update = self._outbox.popleft()
-                self.priority_updates_sent += 1
-                k = update.shard_id
-                ledger = self._ledger[k]
-                ledger[0] += 1
-                if (every := failpoint("drop_priority_update_every")) and self._drop(every):
-                    continue  # a failpoint: counted as sent, never delivered
-                if self._links.is_local(k):
-                    try:
-                        await self._links.target(k).update_priorities(*update.args())
-                    except Exception as exc:
-                        self._send_failed(k, ledger, exc)
-                    continue
-                ledger[2] += 1
-                task = asyncio.create_task(self._send_one(update, ledger))
-                self._pending.add(task)
-                task.add_done_callback(self._pending.discard)
-            if self._sender_stop:
-                return
-            await asyncio.sleep(self._sender_poll_s)
-
-    def _drop(self, every: float) -> bool:
-        self._sends += 1
-        return self._sends % int(every) == 0
-
-    def _send_failed(self, k: int, ledger: list[int], exc: BaseException) -> None:
-        self.priority_updates_failed += 1
-        ledger[1] += 1
-        self.errors.append(f"priorities to shard {k}: {type(exc).__name__}: {exc}")
-
-    async def _send_one(self, update: PriorityUpdate, ledger: list[int]) -> None:
-        k = update.shard_id
-        try:
-            call = self._links.target(k).update_priorities(*update.args())
-            await self._calls.call(("shard", k), call, self._timeout)
-        except Exception as exc:
-            self._send_failed(k, ledger, exc)
-        finally:
-            ledger[2] -= 1
 
     # ----------------------------------------------------------------- weights
     def _snapshot(self) -> tuple[int, bytes]:
@@ -415,19 +335,11 @@ class LearnerActor:
     async def stats(self) -> dict[str, Any]:
         """Metric-named learner stats (``learner/*`` and ``flow/*``); ``errors`` as strings."""
         out: dict[str, Any] = self._metrics()
-        out["errors"] = list(self._prefetcher.errors) + list(self.errors)
+        out["errors"] = list(self._prefetcher.errors) + list(self._sender.errors)
         out["thread_error"] = self._thread_error
         out["device"] = self._learner.device
-        out["priority_ledger"] = self.priority_ledger()
+        out["priority_ledger"] = self._sender.ledger()  # the driver's priority-update law
         return out
-
-    def priority_ledger(self) -> list[tuple[Any, int, int, int]]:
-        """Per shard id: ``(the key of the shard actor updates go to, updates dispatched
-        to it since it was set, of them failed, in flight)``."""
-        return [
-            (getattr(self._links.handle(k), "key", None), *self._ledger[k])
-            for k in range(len(self._links))
-        ]
 
     def _metrics(self) -> dict[str, float]:
         pf = self._prefetcher
@@ -447,16 +359,16 @@ class LearnerActor:
                     "learner/local_shards": pf.local_shards,
                     "learner/shared_batches": pf.shared_batches,
                     "learner/weight_snapshots": self.weight_snapshots,
-                    "learner/outbox_size": len(self._outbox),
-                    "learner/priority_sends_in_flight": sum(x[2] for x in self._ledger),
+                    "learner/outbox_size": len(self._sender.outbox),
+                    "learner/priority_sends_in_flight": self._sender.in_flight,
                     **self.failures.metrics(),
                 },
                 flow=LearnerFlow(
                     batches_received=pf.batches_received,
                     batches_in_queue=self._inq.qsize(),
                     batches_trained=self.batches_trained,
-                    priority_updates_sent=self.priority_updates_sent,
-                    priority_updates_failed=self.priority_updates_failed,
+                    priority_updates_sent=self._sender.sent,
+                    priority_updates_failed=self._sender.failed,
                     batches_lost=pf.batches_lost,
                 ),
             )

@@ -23,6 +23,7 @@ from distributed.dashboard.components import DashboardComponent, add_periodic_ca
 from apex_dask.runtime.observability.dashboard_header import (
     EMPTY_TEXT,
     EvalAnimation,
+    HealthStrip,
     RunSelector,
     RunStatus,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "EMPTY_TEXT",
     "ApexDashboard",
     "EvalAnimation",
+    "HealthStrip",
     "Line",
     "QueueSizeFigure",
     "ReplaySizeFigure",
@@ -272,7 +274,7 @@ class ApexDashboard(DashboardComponent):
         self.selector = RunSelector(store)
         x = DataRange1d()
         c = Category10_10
-        self.status = RunStatus(store)
+        self.status, self.health = RunStatus(store), HealthStrip(store)
         self.queue = QueueSizeFigure(store, x_range=x, **kw)
         self.timers = TimeSeriesFigure(
             store,
@@ -370,12 +372,13 @@ class ApexDashboard(DashboardComponent):
         self.grid = gridplot(cells, ncols=2, sizing_mode="stretch_width", merge_tools=False)
         self.grid.visible = False
         header = row(self.selector.root, self.status.root, sizing_mode="stretch_width")
-        self.root = column(header, self.grid, sizing_mode="stretch_width")
+        self.root = column(header, self.health.root, self.grid, sizing_mode="stretch_width")
         self.source = self.queue.source
 
     def update(self) -> None:
         self.selector.update()
         self.status.update()
+        self.health.update()
         for fig in self.figures:
             fig.update()
         self.animation.update()

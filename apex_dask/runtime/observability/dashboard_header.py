@@ -13,7 +13,7 @@ from distributed.dashboard.components import DashboardComponent
 
 from apex_dask.runtime.observability.metrics_store import MetricsStore, RunView
 
-__all__ = ["EMPTY_TEXT", "EvalAnimation", "RunSelector", "RunStatus"]
+__all__ = ["EMPTY_TEXT", "EvalAnimation", "HealthStrip", "RunSelector", "RunStatus"]
 
 EMPTY_TEXT = "Waiting for an Ape-X run to report..."
 
@@ -71,6 +71,48 @@ class RunStatus(DashboardComponent):
                 f"&mdash; reporting: {html.escape(who)} &mdash; last report {age:.1f} s ago, "
                 f"{self.store.messages} messages<table><tr>{cells}</tr></table></div>"
             )
+        if text != self.root.text:
+            self.root.text = text
+
+
+class HealthStrip(DashboardComponent):
+    """A strip under the header: is the run right, not only alive? Green while no
+    supervised task failed (``health/task_failures``) and no law of the counters was
+    broken (``health/invariant_violations``); else red, naming each task and law with
+    its count."""
+
+    OK_STYLE = "background:#e6f4ea;color:#137333"
+    BAD_STYLE = "background:#fce8e6;color:#a50e0e"
+
+    def __init__(self, store: MetricsStore | RunView, **kw: Any) -> None:
+        self.store = store
+        self.source = None
+        kw.setdefault("sizing_mode", "stretch_width")
+        self.root = Div(text="", visible=False, **kw)
+
+    def update(self) -> None:
+        run, _, latest = self.store.snapshot()
+        tasks, laws = latest.get("health/task_failures"), latest.get("health/invariant_violations")
+        if run is None or tasks is None or laws is None:
+            self.root.visible = False
+            return
+        bad = [
+            f"{html.escape(name.split('/', 2)[2])} {what} x{latest[name]:,.0f}"
+            for name, what in sorted(
+                (n, "failed" if "/task_failures/" in n else "violated")
+                for n in latest
+                if n.startswith(("health/task_failures/", "health/invariant_violations/"))
+            )
+            if latest[name] > 0
+        ]
+        style = self.BAD_STYLE if bad else self.OK_STYLE
+        said = "; ".join(bad) if bad else "every background task running, every law holding"
+        text = (
+            f'<div style="{style};padding:0.3em 0.8em;border-radius:4px">'
+            f"<b>health</b>: {tasks:,.0f} task failures, {laws:,.0f} invariant violations"
+            f" &mdash; {said}</div>"
+        )
+        self.root.visible = True
         if text != self.root.text:
             self.root.text = text
 

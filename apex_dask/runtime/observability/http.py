@@ -46,6 +46,8 @@ _SHARD = re.compile(r"^replay/(\d+)/(.+)$")
 _WORKER = re.compile(r"^env/epsilon/(-?\d+)$")
 _ENV = re.compile(r"^env/(-?\d+)/(.+)$")
 _QUANTILE = re.compile(r"^(.+)/q(\d+)$")
+_HEALTH = re.compile(r"^health/(task_failures|invariant_violations)/(.+)$")
+_HEALTH_LABEL = {"task_failures": "task", "invariant_violations": "law"}
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -58,9 +60,11 @@ def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
     ``apex_replay_size{shard="k"}``, ``env/epsilon/<i>`` ->
     ``apex_env_epsilon{worker="i"}``, ``env/<i>/<x>`` ->
     ``apex_env_worker_<x>{worker="i"}`` (``-1``: the evaluator), ``<name>/q<p>`` ->
-    ``<family>_quantile{quantile="p/100"}``. The all-shard totals
-    ``replay/<x>`` become ``apex_replay_<x>_all`` so they do not share a
-    family with the labelled per-shard gauges.
+    ``<family>_quantile{quantile="p/100"}``, ``health/task_failures/<name>`` ->
+    ``apex_health_task_failures{task="<name>"}``, ``health/invariant_violations/<law>``
+    -> ``apex_health_invariant_violations{law="<law>"}``. The all-shard totals
+    ``replay/<x>`` (and the health totals ``health/<x>``) become ``apex_replay_<x>_all``
+    (``apex_health_<x>_all``) so they do not share a family with the labelled gauges.
     """
     labels: dict[str, str] = {}
     base = metric
@@ -74,12 +78,15 @@ def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
     elif (e := _ENV.match(metric)) is not None:
         labels["worker"] = e.group(1)
         base = "env/worker/" + e.group(2)
+    elif (h := _HEALTH.match(metric)) is not None:
+        labels[_HEALTH_LABEL[h.group(1)]] = h.group(2)
+        base = "health/" + h.group(1)
     suffix = ""
     q = _QUANTILE.match(base)
     if q:
         base, labels["quantile"] = q.group(1), str(int(q.group(2)) / 100)
         suffix = "_quantile"
-    elif base.startswith("replay/") and "shard" not in labels:
+    elif base.startswith(("replay/", "health/")) and not labels:
         suffix = "_all"
     name = _units(base.replace("/", "_"))
     return _BAD.sub("_", f"apex_{name}{suffix}"), labels
@@ -141,6 +148,8 @@ class ApexCollector:
 
 
 def _help(metric: str, labels: dict[str, str]) -> str:
+    if "task" in labels or "law" in labels:
+        return _HEALTH.sub(r"health/\1/<name>", metric)
     if "shard" in labels:
         metric = _SHARD.sub(r"replay/<k>/\2", metric)
     if "worker" in labels:

@@ -51,6 +51,8 @@ __all__ = ["Checkpointer", "checkpoints_in", "latest_checkpoint"]
 class Checkpointer(Job):
     """Periodic and on-demand checkpoints of one run's actors and ``state`` under ``root``."""
 
+    name = "driver.checkpoints"
+
     def __init__(
         self,
         state: RunState,

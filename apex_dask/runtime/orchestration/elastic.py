@@ -115,6 +115,8 @@ class Elasticity(Job):
     and update; ``evaluating()`` says whether an evaluation is in flight.
     """
 
+    name = "driver.elastic"
+
     def __init__(
         self,
         state: RunState,

@@ -30,6 +30,8 @@ __all__ = ["Evaluation"]
 class Evaluation(Job):
     """Greedy evaluations on ``state.evaluator``; a lost evaluator goes to ``on_failure``."""
 
+    name = "driver.evaluation"
+
     def __init__(
         self,
         state: RunState,
@@ -45,6 +47,7 @@ class Evaluation(Job):
         self.best = best if best is not None else BestWeights()
         self.finished: dict[str, Any] | None = None  # finished this iteration
         self.last: dict[str, Any] | None = None
+        self.task_failures: dict[str, float] = {}  # the evaluator's, as its last result said
         self._slot = state.evaluator
 
     def take(self) -> dict[str, Any] | None:
@@ -94,6 +97,7 @@ class Evaluation(Job):
             self.on_failure(self._slot, exc, False)
             return
         got, t0 = result
+        self.task_failures = dict(got.pop("task_failures", None) or {})
         self.state.counters.faults.env_errors += int(got.pop("env_errors", 0))
         for line in got.pop("warnings", ()):
             logging.getLogger("py.warnings").warning("evaluator: %s", line)

@@ -83,20 +83,23 @@ class StoreRollouts:
         ks = [shards[int(i)] for i in self.state.rng.integers(len(shards), size=n)]
         arg = ks[0] if n == 1 else ks
         slot.in_flight += 1
-        self.tasks.spawn(lambda: slot.handle.sample_into(arg), lambda t: self._stored(slot, t))
+        self.state.rollouts.launched(ks)
+        self.tasks.spawn(lambda: slot.handle.sample_into(arg), lambda t: self._stored(slot, t, ks))
 
     def take_window(self) -> IterationWindow:
         """This iteration's window; a new one starts."""
         window, self.window = self.window, IterationWindow()
         return window
 
-    def _stored(self, slot: EnvSlot, task: asyncio.Future) -> None:
+    def _stored(self, slot: EnvSlot, task: asyncio.Future, ks: list[int]) -> None:
         slot.in_flight -= 1
         exc = task_error(task)
         if exc is not None:
+            self.state.rollouts.failed(ks)
             self.on_failure(slot, exc, True)
             return
         s: RolloutSummary = task.result()
+        self.state.rollouts.returned(ks, s.rollouts)
         c = self.state.counters
         c.rollouts_returned += s.rollouts
         c.steps_total += s.steps

@@ -34,6 +34,8 @@ class ReplayRatioPacer(Job):
     ``soon``) and backs off half a second.
     """
 
+    name = "driver.pacing"
+
     def __init__(
         self,
         state: RunState,

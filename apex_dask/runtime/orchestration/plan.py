@@ -31,6 +31,7 @@ work on actor futures), each with a timeout.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import time
 from pathlib import Path
@@ -38,12 +39,19 @@ from typing import Any
 
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.best_weights import BestWeights
+from apex_dask.runtime.errors import (
+    ApexRuntimeError,
+    BackgroundTaskFailed,
+    InvariantViolated,
+    describe,
+)
 from apex_dask.runtime.orchestration.checkpointing import Checkpointer
 from apex_dask.runtime.orchestration.connections import calls_in_flight, fit_connection_pool
 from apex_dask.runtime.orchestration.elastic import Elasticity
 from apex_dask.runtime.orchestration.evaluation import Evaluation
 from apex_dask.runtime.orchestration.faults import FaultHandler
 from apex_dask.runtime.orchestration.health import LearnerHealth
+from apex_dask.runtime.orchestration.invariants import Invariants
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.operations import ReplayAndUpdate, StoreRollouts
 from apex_dask.runtime.orchestration.pacing import ReplayRatioPacer
@@ -82,7 +90,8 @@ class ExecutionPlan:
         # the next drain's time in all (ApexDriver.halt(timeout_s)); None: each step gets
         # the call timeout
         self.drain_s: float | None = None
-        self.tasks = tasks = TaskSet(t)
+        self.tasks = tasks = TaskSet(t, state.failures)
+        self.grace_s = float(config.checkpoint.grace_s)
         # upkeep the operations lean on
         self.checkpoints = Checkpointer(state, tasks, config, checkpoint_root, t)
         self.replay_and_update = ReplayAndUpdate(state, t)
@@ -125,6 +134,7 @@ class ExecutionPlan:
             results=results,
             timeout_s=t,
             check_rebuilds=self.recovery.check,
+            invariants=Invariants(config),
         )
         # what the loop ticks, in this order
         self.jobs: list[Job] = [
@@ -172,17 +182,33 @@ class ExecutionPlan:
                 for job in self.jobs:
                     job.tick(now)
                 await self.tasks.step(0.1)
-        except BaseException:
+        except BaseException as exc:
             s.halting = True
             try:  # best effort: stop the learner thread, then re-raise
                 await self._drain(min(self.timeout, 5.0))
             except Exception:
                 pass
+            if isinstance(exc, BackgroundTaskFailed | InvariantViolated):
+                raise await self._saved(exc) from exc
             raise
         if self.drain_s is None:
             await self._drain(self.timeout)
         else:
             await self._drain_within(self.drain_s)
+
+    async def _saved(self, exc: ApexRuntimeError) -> ApexRuntimeError:
+        """A run a failed task or law ended: a checkpoint of what exists (within
+        ``checkpoint.grace_s``) when the run has a checkpoint folder; ``exc`` says which."""
+        if self.checkpoints.root is None:
+            return exc
+        try:
+            path = await asyncio.wait_for(
+                self.checkpoints.save("fault", within_s=self.grace_s), self.grace_s + 5.0
+            )
+            where = f"checkpoint {path} written"
+        except Exception as error:
+            where = f"no checkpoint written ({describe(error, 200)})"
+        return type(exc)(getattr(exc, "task", getattr(exc, "law", "")), f"{exc}; {where}")
 
     async def _drain(self, timeout_s: float) -> None:
         """Let calls in flight finish (nothing new starts), stop the learner, take final stats."""

@@ -52,6 +52,8 @@ class Recovery(Job):
     starts a rebuilt learner's threads.
     """
 
+    name = "driver.recovery"
+
     def __init__(
         self,
         state: RunState,

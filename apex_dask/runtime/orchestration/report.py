@@ -18,22 +18,26 @@ from typing import Any
 
 from apex_dask.config.tree import ReportConfig
 from apex_dask.experiment.results import IterationWindow, build_result
-from apex_dask.runtime.actors.calls import call_with_timeout
-from apex_dask.runtime.errors import ApexRuntimeError
+from apex_dask.runtime.actors.calls import actor_key, call_with_timeout
+from apex_dask.runtime.errors import ApexRuntimeError, InvariantViolated
 from apex_dask.runtime.observability.metrics import TOPIC, make_message
 from apex_dask.runtime.orchestration.evaluation import Evaluation
+from apex_dask.runtime.orchestration.health import TaskHealth, learner_thread_failed
+from apex_dask.runtime.orchestration.invariants import Invariants, Observed
 from apex_dask.runtime.orchestration.operations import StoreRollouts
 from apex_dask.runtime.orchestration.state import RunState
 from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
 __all__ = ["Report"]
 
-Stats = tuple[IterationWindow, dict[str, Any], list[dict], list[dict]]
+Stats = tuple[IterationWindow, dict[str, Any], list[dict], list[dict], Observed]
 
 
 class Report(Job):
     """report: gathers every actor's stats once an iteration is due; puts the result dict
     on ``results`` and logs it to the scheduler (the ``/apex`` page)."""
+
+    name = "driver.report"
 
     def __init__(
         self,
@@ -48,9 +52,12 @@ class Report(Job):
         results: queue.Queue,
         timeout_s: float,
         check_rebuilds: Callable[[], Awaitable[bool]],
+        invariants: Invariants | None = None,
     ) -> None:
         super().__init__(tasks)
         self.state, self.cfg, self.store, self.evaluation = state, cfg, store, evaluation
+        self.invariants = invariants
+        self.health = TaskHealth(state.failures, state.note)
         self.client, self.run_id, self.results = client, run_id, results
         self.timeout = timeout_s
         self.check_rebuilds = check_rebuilds
@@ -59,6 +66,8 @@ class Report(Job):
     def new_session(self) -> None:
         self.store.take_window()
         self._window_t0 = time.monotonic()
+        if self.invariants is not None:
+            self.invariants.new_session(self._window_t0)
 
     def due(self, now: float) -> bool:
         return (
@@ -73,6 +82,8 @@ class Report(Job):
         return self._gather(window)
 
     async def _gather(self, window: IterationWindow) -> Stats:
+        s = self.state
+        rollouts = s.rollouts.snapshot()  # before the shards' stats: each was stored by then
         asked = self.state.learner
         try:
             learner = await call_with_timeout(asked.stats(), self.timeout)
@@ -86,9 +97,21 @@ class Report(Job):
                     f"the learner is unreachable ({type(exc).__name__}: {exc}); stopping the run"
                 ) from None
         if learner.get("thread_error"):
-            raise ApexRuntimeError(f"the learner thread failed: {learner['thread_error']}")
+            raise learner_thread_failed(learner["thread_error"])
+        learner_key = actor_key(s.learner)
+        shard_keys = [actor_key(h) for h in s.shards]
+        env_keys = {slot.index: actor_key(slot.handle) for slot in s.slots}
         shards, envs = await self.small_stats()
-        return window, learner, shards, envs
+        observed = Observed(
+            now=time.monotonic(),
+            learner_key=learner_key,
+            ledger=list(learner.get("priority_ledger") or []),
+            shard_keys=shard_keys,
+            env_keys=env_keys,
+            rollouts=rollouts,
+            rollouts_in_flight={slot.index: slot.in_flight for slot in s.slots},
+        )
+        return window, learner, shards, envs, observed
 
     async def small_stats(self, timeout_s: float | None = None) -> tuple[list[dict], list[dict]]:
         """Every shard's and env worker's metric-named stats ({} for one that failed or did
@@ -108,13 +131,15 @@ class Report(Job):
         if exc is not None:
             raise exc
         assert result is not None
-        window, learner, shards, envs = result
+        window, learner, shards, envs, observed = result
         s = self.state
         last = s.last_shards
         s.last_learner = learner
         s.last_shards = [new or (last[k] if k < len(last) else {}) for k, new in enumerate(shards)]
-        out = self.result(window, learner, shards, envs, self.evaluation.take())
+        evaluated = self.evaluation.take()
+        out = self.result(window, learner, shards, envs, evaluated)
         s.rate_base = learner
+        self._check(out, learner, observed, evaluated)
         try:
             msg = make_message(self.run_id, "driver", out)
             sent = self.client.scheduler.log_event(topic=TOPIC, msg=msg)
@@ -122,6 +147,35 @@ class Report(Job):
         except Exception:  # metrics must never stop (or hold up) training
             pass
         self.results.put(out)
+
+    def _check(
+        self,
+        out: dict[str, float],
+        learner: dict[str, Any],
+        observed: Observed,
+        evaluated: dict[str, Any] | None,
+    ) -> None:
+        """The health of this result: task failures added up, the laws checked (a
+        checker that fails is counted and restarted; ``strict`` ends the run)."""
+        s = self.state
+        self.health.see(observed.learner_key, "the learner", learner)
+        if s.evaluator is not None:
+            who = actor_key(s.evaluator.handle)
+            self.health.see(who, "the evaluator", self.evaluation.task_failures)
+        if self.invariants is not None:
+            observed.evaluated = evaluated is not None
+            observed.eval_duration_s = float((evaluated or {}).get("duration_s", 0.0) or 0.0)
+            c = s.counters
+            observed.disturbed = (*c.faults.metrics().values(), *c.elastic.metrics().values())
+            try:
+                s.failures.check("driver.invariants")
+                self.invariants.check(out, observed)
+            except InvariantViolated:
+                raise
+            except Exception as exc:  # the checker's own bug: counted, the run goes on
+                s.failures.failed("driver.invariants", exc)
+            out.update(self.invariants.metrics())
+        out.update(self.health.metrics())
 
     def result(
         self,
@@ -155,4 +209,9 @@ class Report(Job):
         shards, envs = await self.small_stats(timeout_s)
         window = self.store.take_window()
         window.wall_s = time.monotonic() - self._window_t0
-        return self.result(window, learner, shards, envs, self.evaluation.last)
+        out = self.result(window, learner, shards, envs, self.evaluation.last)
+        self.health.see(actor_key(self.state.learner), "the learner", learner)
+        if self.invariants is not None:
+            out.update(self.invariants.metrics())
+        out.update(self.health.metrics())
+        return out

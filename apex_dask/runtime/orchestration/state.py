@@ -24,9 +24,11 @@ import numpy as np
 
 from apex_dask.experiment.flow import ROLLOUTS_SENT, ElasticCounters, FaultCounters, RetiredFlow
 from apex_dask.experiment.stats import derive_seed
+from apex_dask.runtime.actors.calls import actor_key
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
+from apex_dask.runtime.actors.supervision import TaskFailures
 
-__all__ = ["EnvSlot", "RunCounters", "RunState"]
+__all__ = ["EnvSlot", "RolloutLedger", "RunCounters", "RunState"]
 
 
 @dataclass
@@ -57,6 +59,49 @@ class EnvSlot:
         """A new actor for this slot (it has no weights yet: it syncs before acting)."""
         self.future, self.handle, self.address = future, handle, address
         self.version, self.steps_since_sync = -1, 0
+
+
+@dataclass
+class ShardRollouts:
+    """The rollouts the driver sent to one replay shard actor (``key``): acknowledged
+    (their call returned: the shard stored them), in flight, and ``uncertain``: in
+    flight when this actor replaced a lost one (each may have been stored by either)."""
+
+    key: Any
+    acked: int = 0
+    in_flight: int = 0
+    uncertain: int = 0
+
+
+class RolloutLedger:
+    """Per shard id, the rollouts sent to its current actor (the rollouts law of
+    :mod:`.invariants`: a shard holds every rollout it acknowledged)."""
+
+    def __init__(self, keys: list[Any]) -> None:
+        self.shards = [ShardRollouts(k) for k in keys]
+
+    def launched(self, ks: list[int]) -> None:
+        for k in ks:
+            self.shards[k].in_flight += 1
+
+    def returned(self, ks: list[int], stored: int) -> None:
+        """A call for ``ks`` returned: the first ``stored`` of them were stored."""
+        for j, k in enumerate(ks):
+            self.shards[k].in_flight -= 1
+            self.shards[k].acked += int(j < stored)
+
+    def failed(self, ks: list[int]) -> None:
+        for k in ks:
+            self.shards[k].in_flight -= 1
+
+    def replaced(self, k: int, key: Any) -> None:
+        """Shard ``k`` is the actor ``key`` from now on."""
+        old = self.shards[k]
+        self.shards[k] = ShardRollouts(key, 0, old.in_flight, old.in_flight)
+
+    def snapshot(self) -> list[tuple[Any, int, int]]:
+        """Per shard id: ``(actor key, acknowledged, uncertain)``."""
+        return [(x.key, x.acked, x.uncertain) for x in self.shards]
 
 
 @dataclass
@@ -98,6 +143,8 @@ class RunState:
         self.slots = slots
         self.evaluator = evaluator
         self.missing_shards: set[int] = set()  # lost, being rebuilt: no rollouts go there
+        self.rollouts = RolloutLedger([actor_key(h) for h in self.shards])
+        self.failures = TaskFailures("the driver")  # the driver's supervised tasks
         self.dask_workers = 0  # Dask workers alive, as the newest check saw them
         self.changes: list[str] = []  # elastic joins, retirements and moves, one line each
         # counters and run-wide values
@@ -127,6 +174,7 @@ class RunState:
         """Shard ``k`` is ``handle`` from now on (a rebuilt shard)."""
         self.shards[k] = handle
         self.missing_shards.discard(k)
+        self.rollouts.replaced(k, actor_key(handle))
 
     def replace_learner(self, handle: LearnerHandle, address: str, updates: int) -> None:
         """The learner is ``handle`` on ``address`` from now on, having made ``updates``."""

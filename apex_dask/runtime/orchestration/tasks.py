@@ -11,7 +11,12 @@
 
 Dask's ``wait``/``as_completed`` do not work on actor futures, so this uses
 ``asyncio.wait(FIRST_COMPLETED)``. A handler that raises stops the loop
-that called :meth:`TaskSet.step`.
+that called :meth:`TaskSet.step`: an :class:`~apex_dask.runtime.errors.ApexRuntimeError`
+as it is (the run ends as its one line says), any other error as a failure of the
+supervised task ``driver.calls`` (counted in ``state``'s :class:`TaskFailures`, then
+:class:`~apex_dask.runtime.errors.BackgroundTaskFailed`). A :class:`Job` follows its
+name's policy (:data:`~apex_dask.runtime.actors.supervision.TASKS`): a failed run of a
+``restart`` job is counted and the job runs again at its next due time.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from apex_dask.runtime.actors.calls import call_with_timeout
+from apex_dask.runtime.actors.supervision import END, TASKS, TaskFailures
+from apex_dask.runtime.errors import ApexRuntimeError, BackgroundTaskFailed
 
 __all__ = ["Handler", "Job", "TaskSet", "task_error"]
 
@@ -43,8 +50,9 @@ class TaskSet:
     every step (``docs/scaling.md``).
     """
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, failures: TaskFailures | None = None) -> None:
         self.timeout = timeout_s
+        self.failures = failures if failures is not None else TaskFailures("the driver")
         self._tasks: dict[asyncio.Future, Handler] = {}
         self._finished: deque[asyncio.Future] = deque()
         self._waiter: asyncio.Future | None = None
@@ -102,9 +110,21 @@ class TaskSet:
             handler = self._tasks.pop(task, None)
             if handler is None:
                 continue
-            result = handler(task)
-            if result is not None:
-                await result
+            try:
+                if not isinstance(handler, _JobHandler):  # a job follows its own policy
+                    self.failures.check("driver.calls")
+                result = handler(task)
+                if result is not None:
+                    await result
+            except ApexRuntimeError:
+                raise
+            except Exception as exc:
+                raise self.ended("driver.calls", exc) from exc
+
+    def ended(self, name: str, exc: BaseException) -> BackgroundTaskFailed:
+        """Count task ``name``'s failure; the error that ends the run, naming it."""
+        line = self.failures.failed(name, exc)
+        return BackgroundTaskFailed(name, f"background task {line}; stopping the run")
 
     async def drain(self, timeout_s: float) -> None:
         """Handle what finishes within ``timeout_s`` (nothing new should start); cancel the rest."""
@@ -126,6 +146,16 @@ def _wake(waiter: asyncio.Future) -> None:
         waiter.set_result(None)
 
 
+class _JobHandler:
+    """A job's handler of its run's task (a job follows its own policy on failure)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def __call__(self, task: asyncio.Future) -> Awaitable[None] | None:
+        return self.job._finished(task)
+
+
 class Job:
     """One job the plan's loop ticks, with at most one run in flight.
 
@@ -134,7 +164,15 @@ class Job:
     coroutine (anything to do at once happens there); :meth:`done` gets its
     result or error (by default an error stops the run). :meth:`soon` lifts the
     ``every_s`` wait once. A cancelled run (the plan drains) gets no ``done``.
+
+    Supervised as ``name`` (:data:`~apex_dask.runtime.actors.supervision.TASKS`): an
+    error out of :meth:`done` other than an ``ApexRuntimeError`` (a deliberate end
+    of the run, with its own line) is counted; a ``restart`` job then runs again at
+    its next due time, an ``end`` job ends the run with
+    :class:`~apex_dask.runtime.errors.BackgroundTaskFailed`.
     """
+
+    name = "driver.job"
 
     def __init__(self, tasks: TaskSet, every_s: float = 0.0) -> None:
         self.tasks = tasks
@@ -158,7 +196,7 @@ class Job:
         if self.pending or now < self._next or not self.due(now):
             return
         self.pending, self._next = True, now + self.every_s
-        self.tasks.add(self.start(now), self._finished)
+        self.tasks.add(self.start(now), _JobHandler(self))
 
     def soon(self) -> None:
         self._next = 0.0
@@ -168,4 +206,17 @@ class Job:
         if task.cancelled():
             return None
         exc = task.exception()
-        return self.done(None if exc is not None else task.result(), exc)
+        return self._supervised(None if exc is not None else task.result(), exc)
+
+    async def _supervised(self, result: Any, exc: BaseException | None) -> None:
+        try:
+            self.tasks.failures.check(self.name)
+            out = self.done(result, exc)
+            if out is not None:
+                await out
+        except ApexRuntimeError:
+            raise
+        except Exception as error:
+            if TASKS.get(self.name, END) == END:
+                raise self.tasks.ended(self.name, error) from error
+            self.tasks.failures.failed(self.name, error)
