@@ -135,11 +135,13 @@ def test_an_item_overwritten_since_its_sample_keeps_its_new_priority():
 
 def test_each_write_stamps_its_slot_with_a_new_generation():
     shard = ReplayShard(3, seed=0)
+    t0 = shard.state_dict()["clock"]  # the clock starts at the wall clock (ns)
     shard.add(transitions(2))
     shard.add(transitions(5, start=2))  # wraps twice over the 3 slots: items 4, 5, 6 stay
     state = shard.state_dict()
-    assert state["clock"] == 7
-    assert state["generation"].tolist() == [7, 5, 6]  # slot k holds the write numbered so
+    assert state["clock"] == t0 + 7
+    # slot k holds the write numbered so
+    assert (state["generation"] - t0).tolist() == [7, 5, 6]
     s = shard.sample(200, beta=0.4)
     np.testing.assert_array_equal(s.generations, state["generation"][s.indices])
 

@@ -85,7 +85,9 @@ class ItemStorage:
     **Generations.** Every write of a slot stamps it with the storage's write
     clock (``generation[slot]``; the clock counts the items ever written), so
     ``(slot, generation)`` names one item for good: a slot rewritten since it
-    was read has another generation. A restore (a checkpoint, or another
+    was read has another generation. The clock starts at the wall clock in
+    nanoseconds, so a shard rebuilt empty after a fault never stamps an item
+    the way the lost one did. A restore (a checkpoint, or another
     shard's items handed over) moves the clock past everything any earlier
     copy of this shard can have written: to the later of the state's clock and
     the wall clock in nanoseconds, plus :data:`GENERATION_EPOCH`. So restoring
@@ -122,7 +124,7 @@ class ItemStorage:
         self.size = 0
         self.filled = 0
         self.generation = np.zeros(self.capacity, np.int64)
-        self.clock = 0
+        self.clock = time.time_ns()  # a rebuilt, empty shard never repeats a lost one's
 
     def _allocate(self, schema: Schema) -> None:
         capacity = self.capacity
