@@ -37,6 +37,7 @@ from apex_dask.experiment.flow import LearnerFlow, ShardFlow
 from apex_dask.experiment.results import shard_stat
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError, describe
+from apex_dask.runtime.orchestration.creation import ActorNotCreated
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
 from apex_dask.runtime.orchestration.state import RunState
@@ -70,6 +71,7 @@ class Recovery(Job):
         self.state, self.actors, self.client, self.timeout = state, actors, client, timeout_s
         self.latest, self.start_learner = latest, start_learner
         self._lock: asyncio.Lock | None = None
+        self._learner_retired: str | None = None  # the lost learner whose counters were kept
 
     def due(self, now: float) -> bool:
         return self.actors is not None and not self.state.halting
@@ -113,6 +115,10 @@ class Recovery(Job):
                     await self._rebuild_learner(alive, ckpt, parts.get("learner"))
             except ApexRuntimeError:
                 raise
+            except ActorNotCreated as exc:  # the worker chosen left too: the next check
+                self.state.note(f"a lost actor was not rebuilt yet ({exc}); trying again")
+                self.soon()
+                return False
             except Exception as exc:
                 raise ApexRuntimeError(
                     f"could not rebuild a lost actor: {describe(exc, 200)}"
@@ -126,9 +132,10 @@ class Recovery(Job):
         assert self.actors is not None
         s, placement = self.state, self.actors.placement
         was = placement.shards[k].address
-        s.shard_lost(k)
         last = s.last_shards[k] if k < len(s.last_shards) else {}
-        s.counters.retired.retire_shard(ShardFlow.from_shard_metrics(k, last))
+        if k not in s.missing_shards:  # once per lost shard, however many tries its rebuild takes
+            s.counters.retired.retire_shard(ShardFlow.from_shard_metrics(k, last))
+        s.shard_lost(k)
         held = {w.address: 0 for w in alive}
         for w in placement.shards:
             if w.address in held:
@@ -157,7 +164,9 @@ class Recovery(Job):
         assert self.actors is not None
         s, placement = self.state, self.actors.placement
         was = placement.learner.address
-        s.counters.retired.retire_learner(LearnerFlow.from_metrics(s.last_learner))
+        if self._learner_retired != was:  # once per lost learner
+            s.counters.retired.retire_learner(LearnerFlow.from_metrics(s.last_learner))
+            self._learner_retired = was
         held = Counter(w.address for w in placement.shards)
         gpu = [w for w in alive if float(w.resources.get("GPU", 0)) > 0]
         where = max(gpu or alive, key=lambda w: held[w.address])

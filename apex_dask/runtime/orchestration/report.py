@@ -89,7 +89,12 @@ class Report(Job):
             learner = await call_with_timeout(asked.stats(), self.timeout)
         except Exception as exc:
             learner = None
-            rebuilt = await self.check_rebuilds()
+            deadline = time.monotonic() + self.timeout
+            while True:  # a rebuild may need a second try (a worker chosen for it left too)
+                rebuilt = await self.check_rebuilds()
+                if rebuilt or self.state.learner is not asked or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(1.0)
             if rebuilt or self.state.learner is not asked:  # lost and rebuilt: ask the new one
                 learner = await call_with_timeout(self.state.learner.stats(), self.timeout)
             if learner is None:
