@@ -38,10 +38,17 @@ update and a weights version rolled back).
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from chaos import (
+    BIN,
     ChaosCluster,
     config,
     healthy_and_balanced,
@@ -50,7 +57,8 @@ from chaos import (
     shards_sampled_and_updated_again,
 )
 
-from apex_dask.runtime.actors.failpoints import clear_failpoints
+from apex_dask.runtime.actors.failpoints import clear_failpoints, set_failpoint
+from apex_dask.runtime.errors import InvariantViolated
 from apex_dask.runtime.orchestration.driver import ApexDriver
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos-matrix")]
@@ -171,3 +179,187 @@ def test_row4_an_env_workers_process_killed(all_workers, tmp_path):
     assert row.final["faults/env_workers_replaced"] == row.fault["env_workers"]
     assert row.final["faults/shards_restored"] == row.final["faults/learner_restored"] == 0
     healthy_and_balanced(row.final)
+
+
+# ------------------------------------------------------------------ the CLI rows
+def submit(cc, out: Path, *args: str, resume: bool = False) -> subprocess.Popen:
+    """``apex-dask-submit`` on the module's cluster, writing into ``out``."""
+    where = ["--resume", str(out)] if resume else ["--out", str(out)]
+    cmd = [str(BIN / "apex-dask-submit"), "--scheduler-file", str(cc.scheduler_file), *where]
+    log = out.parent / f"{out.name}-{time.monotonic_ns()}.log"
+    return subprocess.Popen(
+        [*cmd, "--quiet", *args], stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+
+
+def sets(**keys) -> list[str]:
+    return [x for k, v in keys.items() for x in ("--set", f"{k.replace('__', '.')}={v}")]
+
+
+ROW_KEYS = sets(
+    replay__num_shards=2,
+    replay__placement="spread",
+    replay__capacity=4000,  # the ring is full before the first checkpoint
+    replay__audit_priorities="true",
+    workers__num_workers=2,
+    eval__episodes=3,
+    report__strict_invariants="true",
+    seed=13,
+)
+
+
+def rows_of(out: Path) -> list[dict]:
+    path = out / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def finished(proc: subprocess.Popen, timeout_s: float) -> int:
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"apex-dask-submit still running after {timeout_s} s") from None
+
+
+def no_actor_left(cc, timeout_s: float = 60.0) -> None:
+    """Every worker holds no actor and runs no learner thread (a driver that died took
+    its run with it: nothing keeps training on the workers)."""
+    import threading
+
+    def left(dask_worker) -> int:
+        names = [t.name for t in threading.enumerate()]
+        return len(dask_worker.state.actors) + names.count("apex-learner")
+
+    deadline = time.monotonic() + timeout_s
+    while any(cc.client.run(left).values()):
+        assert time.monotonic() < deadline, cc.client.run(left)
+        time.sleep(0.5)
+
+
+def every_shard_trained_on_after(rows: list[dict], start: int) -> None:
+    """Each shard's sampled and applied counters rose over the rows from ``start`` on."""
+    first, last = rows[start], rows[-1]
+    for k in range(2):
+        for n in ("batches_sampled", "priority_updates_applied"):
+            assert last[f"replay/{k}/{n}"] > first[f"replay/{k}/{n}"], (k, n, first, last)
+
+
+def test_row5_the_driver_killed_while_it_writes_a_checkpoint_then_resume(all_workers, tmp_path):
+    cc, out = all_workers, tmp_path / "run"
+    run = submit(cc, out, *ROW_KEYS, *sets(checkpoint__interval_s=3), "--stop-time", "300")
+    ckpts, deadline = out / "checkpoints", time.monotonic() + 180
+    while True:  # the second checkpoint's write: its hidden folder appears, then the kill
+        assert run.poll() is None and time.monotonic() < deadline, "no checkpoint write seen"
+        names = os.listdir(ckpts) if ckpts.exists() else []
+        if any(n.startswith(".") and ".tmp-" in n for n in names) and any(
+            n.startswith("ckpt-") for n in names
+        ):
+            run.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    run.wait()
+    assert any(".tmp-" in n for n in os.listdir(ckpts)), "the write finished before the kill"
+    no_actor_left(cc)  # the dead driver's actors went with it
+    before = len(rows_of(out))
+    resumed = submit(cc, out, "--stop-time", "45", resume=True)
+    assert finished(resumed, 240) == 0  # a violated law would end it with exit 3
+    assert not any(".tmp-" in n for n in os.listdir(ckpts))  # the leftover was removed
+    rows = rows_of(out)
+    assert len(rows) > before + 5
+    every_shard_trained_on_after(rows, before)
+    final = json.loads((out / "final.json").read_text())
+    assert final["health/task_failures"] == final["health/invariant_violations"] == 0
+    assert all(final.get(f"replay/{k}/audit_mismatches", 0) == 0 for k in range(2))
+
+
+def test_row6_resume_twice_from_one_checkpoint_and_rebuild_a_shard_from_it(all_workers, tmp_path):
+    cc, out = all_workers, tmp_path / "run"
+    first = submit(cc, out, *ROW_KEYS, *sets(checkpoint__interval_s=4), "--stop-time", "25")
+    assert finished(first, 240) == 0
+    newest = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("ckpt-"))
+    assert newest
+    # a resume that writes no checkpoint: the next one restores the same checkpoint again
+    again = submit(cc, out, "--stop-time", "12", *sets(checkpoint__interval_s=0), resume=True)
+    assert finished(again, 240) == 0
+    same = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("ckpt-"))
+    assert same == newest
+    third = submit(cc, out, "--stop-time", "70", *sets(checkpoint__interval_s=0), resume=True)
+    deadline = time.monotonic() + 180
+    while True:  # once it trains, kill a shard's process: rebuilt from that checkpoint too
+        assert third.poll() is None and time.monotonic() < deadline
+        placement = out / "placement.json"
+        rows = rows_of(out) if (out / "results.jsonl").exists() else []
+        if placement.exists() and len(rows) > 8 and rows[-1]["learner/steps_trained"] > 0:
+            p = json.loads(placement.read_text())
+            learner = p["learner"]["address"]
+            target = next(w["address"] for w in p["shards"] if w["address"] != learner)
+            if target in cc.addresses():
+                break
+        time.sleep(0.5)
+    at = len(rows)
+    cc.kill(target)
+    assert finished(third, 240) == 0  # strict: a violated law (the audit's too) ends it, 3
+    rows = rows_of(out)
+    rebuilt = next(i for i, r in enumerate(rows) if i >= at and r["faults/shards_restored"] >= 1)
+    assert len(rows) > rebuilt + 3
+    every_shard_trained_on_after(rows, rebuilt)
+    final = json.loads((out / "final.json").read_text())
+    assert final["faults/shards_restored"] == 1
+    assert final["health/task_failures"] == final["health/invariant_violations"] == 0
+    assert all(final.get(f"replay/{k}/audit_mismatches", 0) == 0 for k in range(2))
+    assert final["flow/priority_updates_stale"] >= 0
+
+
+def test_row7_a_shards_worker_retired_while_it_is_sampled(all_workers, tmp_path):
+    cc = all_workers
+    cfg = config(**{"topology.elastic": True, "workers.per_process": 1})
+    handled = counts("shards_restored", 0)
+
+    def retire_a_shard(driver):
+        p = driver.placement
+        learner = p["learner"]["address"]
+        k, target = next(
+            (k, w["address"]) for k, w in enumerate(p["shards"]) if w["address"] != learner
+        )
+        # returns once the run moved its actors off (the shard, while it is sampled)
+        cc.client.retire_workers(workers=[target], close_workers=True)
+        return {"shard": k, "address": target}
+
+    def moved(r):
+        return r["elastic/shards_moved"] >= 1
+
+    with ApexDriver(cfg, cc.client, checkpoint_dir=tmp_path / "ckpt") as driver:
+        row = run_row(driver, retire_a_shard, moved)
+    assert handled(row.final)
+    shards_sampled_and_updated_again(row, 2, moved)
+    assert row.final["elastic/shards_moved"] >= 1
+    assert row.final["faults/shards_restored"] == row.final["faults/learner_restored"] == 0
+    assert row.placement["shards"][row.fault["shard"]]["address"] != row.fault["address"]
+    healthy_and_balanced(row.final)
+    cc.add_worker("w-replacement")  # the cluster has its 3 workers again
+
+
+# --------------------------------------------------------- the matrix can fail
+def test_a_dropped_priority_update_on_the_learners_worker_ends_a_strict_run(all_workers, tmp_path):
+    cc = all_workers
+    with ApexDriver(config(), cc.client) as driver:
+        learner = driver.placement["learner"]["address"]
+        cc.client.run(set_failpoint, "drop_priority_update_every", 10, workers=[learner])
+        with pytest.raises(InvariantViolated) as err:
+            for _ in driver.iterate():
+                pass
+    assert err.value.law == "priority_updates" and "missing" in str(err.value)
+
+
+def test_a_weights_version_rolled_back_on_an_env_worker_ends_a_strict_run(all_workers, tmp_path):
+    cc = all_workers
+    with ApexDriver(config(), cc.client) as driver:
+        p = driver.placement
+        where = [w["address"] for w in p["env_workers"] if w]
+        t0 = time.monotonic()
+        with pytest.raises(InvariantViolated) as err:
+            for r in driver.iterate():
+                if time.monotonic() - t0 > 5 and r["learner/version"] > 100:
+                    cc.client.run(set_failpoint, "weights_version_back", 50, workers=where)
+    assert err.value.law == "versions" and "went back" in str(err.value)

@@ -11,6 +11,7 @@ from apex_dask.runtime.observability.metrics import MetricsPublisher
 
 __all__ = [
     "ActorRef",
+    "until_released",
     "actor_key",
     "PeerCalls",
     "PeerReplaced",
@@ -167,6 +168,20 @@ class PeerCalls:
         for task in calls:
             task.cancel()
         return len(calls)
+
+
+async def until_released(obj: Any, worker: Any, every_s: float = 2.0) -> None:
+    """Return once ``obj``, an actor that was registered on Dask ``worker``, is no longer
+    one of its actors: Dask deleted it because its driver released it or died (a
+    SIGKILLed driver's client is dropped by the scheduler). The actor's own threads and
+    tasks would otherwise run on, orphaned, until the worker process ends."""
+    seen = False
+    while True:
+        here = any(a is obj for a in worker.state.actors.values())
+        if seen and not here:
+            return
+        seen = seen or here
+        await asyncio.sleep(every_s)
 
 
 class Throttled:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import re
+import threading
 import time
 import warnings
 from collections import deque
@@ -21,10 +22,17 @@ from apex_dask.algo.agents.spec import WorkerSpec
 from apex_dask.algo.envs.guard import EnvFailed
 from apex_dask.experiment.messages import RolloutSummary
 from apex_dask.experiment.results import env_metrics
-from apex_dask.runtime.actors.calls import PeerCalls, PeerReplaced, Throttled, as_handle
+from apex_dask.runtime.actors.calls import (
+    PeerCalls,
+    PeerReplaced,
+    Throttled,
+    as_handle,
+    current_worker,
+    until_released,
+)
 from apex_dask.runtime.actors.failpoints import failpoint, take_failpoint
 from apex_dask.runtime.actors.heap import keep_freed_heap
-from apex_dask.runtime.actors.supervision import TaskFailures
+from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
 
 __all__ = ["EnvWorkerActor"]
 
@@ -95,6 +103,8 @@ class EnvWorkerActor:
         self._shards = [as_handle(s) for s in shards]
         self._learner = as_handle(learner)
         self._calls = PeerCalls()  # to shards and the learner: given up when one is rebuilt
+        self._dask_worker = current_worker()
+        self._orphan_watch: asyncio.Task | None = None
         self.failures = TaskFailures("the evaluator" if index < 0 else f"env worker {index}")
         self._timeout = float(call_timeout_s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"apex-env-{index}")
@@ -122,6 +132,7 @@ class EnvWorkerActor:
             else:
                 self._animation = None
         self.epsilon = float(epsilon)
+        self._closed = False
         self.rollouts_sent = 0
         self.steps_sampled = 0
         self.weight_syncs = 0
@@ -135,7 +146,17 @@ class EnvWorkerActor:
         self._pub = Throttled(source, run, min_interval_s=metrics_interval_s)
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._orphan_watch is None and self._dask_worker is not None:
+            self._orphan_watch = start_supervised(
+                "env.orphan_watch", self._close_when_released, self.failures
+            )
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _close_when_released(self) -> None:
+        """An env worker Dask deleted (its driver released it, or died) closes its envs
+        and their threads."""
+        await until_released(self, self._dask_worker)
+        await self.close()
 
     async def sample_into(self, shard_ids: int | Sequence[int]) -> RolloutSummary:
         """One rollout per shard id, each stored in its shard; one small summary of them.
@@ -305,9 +326,18 @@ class EnvWorkerActor:
         return out
 
     async def close(self) -> None:
-        """Stop the env thread (waits for the step in progress)."""
+        """Close the envs and stop the env thread (after the step in progress)."""
         self._pub.now(self._metrics)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        close = getattr(self._worker, "close", None)
+        if close is not None and not self._closed:  # the envs' own threads end with them
+            self._closed = True
+            name = f"apex-env-close-{self.index}"
+            threading.Thread(target=self._close_envs, args=(close,), name=name, daemon=True).start()
+
+    def _close_envs(self, close: Callable[[], None]) -> None:
+        self._pool.shutdown(wait=True)  # the step in progress first
+        close()
 
     def _metrics(self) -> dict[str, float]:
         i = self.index

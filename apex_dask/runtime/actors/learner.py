@@ -58,12 +58,18 @@ from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_pa
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.experiment.timers import Timer, WindowStat
-from apex_dask.runtime.actors.calls import Throttled, as_handle, call_with_timeout, current_worker
+from apex_dask.runtime.actors.calls import (
+    Throttled,
+    as_handle,
+    call_with_timeout,
+    current_worker,
+    until_released,
+)
 from apex_dask.runtime.actors.failpoints import failpoint
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 from apex_dask.runtime.actors.priority_sender import PrioritySender
-from apex_dask.runtime.actors.supervision import TaskFailures
+from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
 
 __all__ = ["LearnerActor"]
 
@@ -99,6 +105,8 @@ class LearnerActor:
         from apex_dask.algo.agents.registry import make_learner
 
         worker = current_worker()  # None: the actor runs in this process, without Dask
+        self._worker = worker
+        self._orphan_watch: asyncio.Task | None = None
         self._loop = None if worker is None else worker.loop.asyncio_loop
         self._learner: LearnerProtocol = make_learner(
             agent, observation_space, action_space, seed=seed
@@ -151,6 +159,10 @@ class LearnerActor:
         self._thread = threading.Thread(target=self._train_loop, name="apex-learner", daemon=True)
         self._thread.start()
         self._sender.start()
+        if self._worker is not None and self._orphan_watch is None:
+            self._orphan_watch = start_supervised(
+                "learner.orphan_watch", self._stop_when_released, self.failures
+            )
         self._prefetcher.start(thread_alive=self._thread.is_alive)
 
     async def stop(self, timeout_s: float = 30.0) -> dict[str, float]:
@@ -166,6 +178,12 @@ class LearnerActor:
         await self._sender.stop(left())
         return self._metrics()
 
+    async def _stop_when_released(self) -> None:
+        """A learner Dask deleted (its driver released it, or died) stops its thread,
+        prefetcher and sender: nothing trains on, orphaned, on the worker."""
+        await until_released(self, self._worker)
+        await self.close(5.0)  # its peers may be gone with it: no waiting on them
+
     async def set_shard(self, shard_id: int, handle: Any, lost: bool = False) -> None:
         """Use replay shard ``shard_id``'s new actor (a ref or handle) from now on.
 
@@ -179,9 +197,9 @@ class LearnerActor:
         self._prefetcher.shard_replaced(shard_id, lost)
         self._sender.shard_replaced(shard_id, lost)
 
-    async def close(self) -> None:
-        """Stop everything and publish the last metrics."""
-        await self.stop()
+    async def close(self, timeout_s: float = 30.0) -> None:
+        """Stop everything (within ``timeout_s``) and publish the last metrics."""
+        await self.stop(timeout_s)
         self._prefetcher.close()
         self._snap_pool.shutdown(wait=False)
         self._pub.now(self._metrics)

@@ -55,8 +55,11 @@ TASKS: dict[str, str] = {
     "learner.thread": END,
     "learner.prefetch": RESTART,
     "learner.priority_sender": RESTART,
+    "learner.orphan_watch": RESTART,
     # the evaluator's worker
     "evaluator.animation": RESTART,
+    # every env worker's (and the evaluator's) worker
+    "env.orphan_watch": RESTART,
     # the driver: the plan's jobs and the handlers of its actor calls
     "driver.report": END,
     "driver.evaluation": RESTART,
