@@ -262,11 +262,11 @@ def test_row5_the_driver_killed_while_it_writes_a_checkpoint_then_resume(all_wor
     assert any(".tmp-" in n for n in os.listdir(ckpts)), "the write finished before the kill"
     no_actor_left(cc)  # the dead driver's actors went with it
     before = len(rows_of(out))
-    resumed = submit(cc, out, "--stop-time", "45", resume=True)
+    resumed = submit(cc, out, "--stop-time", "30", resume=True)
     assert finished(resumed, 240) == 0  # a violated law would end it with exit 3
     assert not any(".tmp-" in n for n in os.listdir(ckpts))  # the leftover was removed
     rows = rows_of(out)
-    assert len(rows) > before + 5
+    assert len(rows) > before + 3
     every_shard_trained_on_after(rows, before)
     final = json.loads((out / "final.json").read_text())
     assert final["health/task_failures"] == final["health/invariant_violations"] == 0
@@ -275,7 +275,7 @@ def test_row5_the_driver_killed_while_it_writes_a_checkpoint_then_resume(all_wor
 
 def test_row6_resume_twice_from_one_checkpoint_and_rebuild_a_shard_from_it(all_workers, tmp_path):
     cc, out = all_workers, tmp_path / "run"
-    first = submit(cc, out, *ROW_KEYS, *sets(checkpoint__interval_s=4), "--stop-time", "25")
+    first = submit(cc, out, *ROW_KEYS, *sets(checkpoint__interval_s=4), "--stop-time", "15")
     assert finished(first, 240) == 0
     newest = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("ckpt-"))
     assert newest
@@ -292,13 +292,13 @@ def test_row6_resume_twice_from_one_checkpoint_and_rebuild_a_shard_from_it(all_w
     same = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("ckpt-"))
     assert same == newest
     no_actor_left(cc)
-    third = submit(cc, out, "--stop-time", "70", *sets(checkpoint__interval_s=0), resume=True)
+    third = submit(cc, out, "--stop-time", "45", *sets(checkpoint__interval_s=0), resume=True)
     deadline, started, base = time.monotonic() + 180, time.time(), len(rows_of(out))
     while True:  # once it trains, kill a shard's process: rebuilt from that checkpoint too
         assert third.poll() is None and time.monotonic() < deadline
         placement = out / "placement.json"
         rows = rows_of(out)
-        if len(rows) > base + 5 and placement.stat().st_mtime > started:
+        if len(rows) > base + 3 and placement.stat().st_mtime > started:
             p = json.loads(placement.read_text())
             learner = p["learner"]["address"]
             target = next(w["address"] for w in p["shards"] if w["address"] != learner)

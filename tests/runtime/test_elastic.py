@@ -10,7 +10,7 @@ itself (its weights version and steps trained go on; a rebuild would start from
 a checkpoint or from scratch). No fault is counted, CartPole still reaches 475
 and every ``flow/*`` pair agrees after the halt. Each joined worker's first
 rollout is timed from its join (printed; the target is in docs/benchmarks.md).
-(A kill -9 staying a fault is ``tests/e2e/test_chaos.py``.)
+(A kill -9 staying a fault is ``tests/e2e/test_chaos_matrix.py``.)
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ def build(cfg: ApexConfig) -> RunState:
         inqueue_size=lr.inqueue_size,
         prefetch_per_shard=lr.prefetch_per_shard,
         max_replay_ratio=lr.max_replay_ratio,
+        audit_priorities=cfg.replay.audit_priorities,
     )
     eps = apex_epsilons(n_env, cfg.workers.epsilon_base, cfg.workers.epsilon_alpha)
 

@@ -119,8 +119,9 @@ def plan_for(tmp_path, results: queue.Queue) -> ExecutionPlan:
 
 
 async def results_until(plan, results, done, timeout_s: float, inject=()) -> list[dict]:
-    """Run ``plan`` until ``done(results so far)``, switching the failpoints ``task:<name>``
-    of ``inject`` on after 2 results; halt; the results (the plan's error is raised)."""
+    """Run ``plan`` until ``done(results so far)``, switching the failpoints ``inject``
+    (``(name, value)`` pairs) on after 2 results; halt; the results (the plan's error is
+    raised)."""
     task = asyncio.ensure_future(plan.run())
     got: list[dict] = []
     deadline = time.monotonic() + timeout_s
@@ -129,8 +130,8 @@ async def results_until(plan, results, done, timeout_s: float, inject=()) -> lis
             while not results.empty():
                 got.append(results.get())
                 if len(got) == 2:  # running: each task fails at its next turn
-                    for name in inject:
-                        set_failpoint(f"task:{name}")
+                    for name, value in inject:
+                        set_failpoint(name, value)
             if task.done():
                 task.result()
                 break
@@ -167,7 +168,8 @@ def test_each_restart_task_fails_once_is_counted_and_its_work_goes_on(tmp_path):
         later = got[got.index(first) :]
         return len(later) >= 4 and sum("eval/return_mean" in r for r in later) >= 2
 
-    got = asyncio.run(results_until(plan, results, after_the_failures, 180, RESTART_HERE))
+    inject = [(f"task:{name}", 1) for name in RESTART_HERE]
+    got = asyncio.run(results_until(plan, results, after_the_failures, 180, inject))
     last, first = got[-1], next(r for r in got if r["health/task_failures"] == len(RESTART_HERE))
     for name in RESTART_HERE:
         assert last[f"health/task_failures/{name}"] == 1, name
@@ -190,7 +192,7 @@ def test_an_end_task_that_fails_ends_the_run_with_one_line_and_a_checkpoint(tmp_
     plan = plan_for(tmp_path, results)
 
     with pytest.raises(BackgroundTaskFailed) as err:
-        asyncio.run(results_until(plan, results, lambda got: False, 120, [name]))
+        asyncio.run(results_until(plan, results, lambda got: False, 120, [(f"task:{name}", 1)]))
     line = str(err.value)
     assert err.value.task == name
     assert name in line and "InjectedFault" in line and "\n" not in line

@@ -30,7 +30,7 @@ from apex_dask.runtime.actors.calls import (
     current_worker,
     until_released,
 )
-from apex_dask.runtime.actors.failpoints import failpoint, take_failpoint
+from apex_dask.runtime.actors.failpoints import failpoint
 from apex_dask.runtime.actors.heap import keep_freed_heap
 from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
 
@@ -227,9 +227,8 @@ class EnvWorkerActor:
             self._worker.set_weights(version, weights)
             if self.index < 0:  # the evaluator: a best evaluation sends back what it played
                 self._applied = weights
-            back = failpoint("weights_version_back")
-            if back and take_failpoint("weights_version_back"):  # a failpoint: a version back
-                self._worker.weights_version -= int(back)
+        if back := failpoint("weights_version_back"):  # a failpoint: an old version, kept
+            self._worker.weights_version = int(back)
         return int(self._worker.weights_version)
 
     async def evaluate(

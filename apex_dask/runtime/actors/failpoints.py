@@ -19,12 +19,14 @@ The names (``docs/architecture.md``, "Background work"):
   without counting it (the priority-update law must trip);
 - ``drop_rollout_every`` N: a replay shard acknowledges every Nth rollout without
   storing it (the rollout law);
-- ``weights_version_back`` N: an env worker reports its weights version N lower after
-  its next sync (the versions law);
+- ``weights_version_back`` N: an env worker reports weights version N after each sync
+  (an old version; the versions law);
 - ``skip_shard`` k: the learner's prefetcher stops sampling shard k (the sampling law);
 - ``stall_learner`` 1: the learner thread stops training while it lives (steps trained);
 - ``stall_evaluator`` 1: evaluations never finish (the evaluation cadence);
-- ``stall_priority_sender`` 1: the sender stops draining its outbox (the bounds).
+- ``stall_priority_sender`` 1: the sender stops draining its outbox (the bounds);
+- ``wrong_items`` 1: a shard hands out each sampled item with its neighbour's data
+  (the audit, with ``replay.audit_priorities``).
 """
 
 from __future__ import annotations

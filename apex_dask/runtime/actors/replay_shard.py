@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -135,6 +136,8 @@ class ReplayShardActor:
         if len(self._shard) < self._learning_starts:
             return None
         s = self._shard.sample(batch_size or self._batch_size, self._beta)
+        if failpoint("wrong_items"):  # a failpoint: each item's data is its neighbour's
+            s = replace(s, data={k: np.roll(v, 1, axis=0) for k, v in s.data.items()})
         self.flow.batches_sampled += 1
         return s.with_shard_id(self.shard_id)
 

@@ -91,6 +91,7 @@ class Observed:
     evaluated: bool = False  # an evaluation finished (or timed out) this iteration
     eval_duration_s: float = 0.0
     disturbed: tuple[float, ...] = ()  # fault and elastic counters: a change is a fault
+    probe: bool = False  # no iteration ended: stats gathered for the laws only
 
 
 @dataclass
@@ -152,6 +153,7 @@ class Invariants:
         per_shard = config.replay.learning_starts / max(1, config.replay.num_shards)
         self._enough = max(per_shard, config.learner.batch_size)  # items a shard samples from
         self._calm_since = -math.inf  # the newest fault, move or session start
+        self._fault_at = -math.inf  # the newest fault, move or new learner
         self._disturbed: tuple[float, ...] | None = None
         self._learner_key: Any = None
         self._last_eval: float | None = None
@@ -205,16 +207,17 @@ class Invariants:
             queued = r.get("flow/batches_in_queue", 0.0) > 0
             self._w.trained.see(trained, obs.now, due=queued)
         if self._disturbed is not None and obs.disturbed != self._disturbed:
-            self._calm_since = obs.now
+            self._calm_since = self._fault_at = obs.now
         self._disturbed = obs.disturbed
         if obs.learner_key != self._learner_key:
             if self._learner_key is not None:
-                self._calm_since = obs.now
+                self._calm_since = self._fault_at = obs.now
             self._learner_key = obs.learner_key
             self._w.versions.clear()  # env workers take a rebuilt learner's weights, any version
 
     def _calm(self, obs: Observed) -> bool:
-        return obs.now - self._calm_since > self.stall_s
+        """No fault, move or new learner within ``stall_s``."""
+        return obs.now - self._fault_at > self.stall_s
 
     # ------------------------------------------------------------------- laws
     def _rollouts(self, r: Mapping[str, float], obs: Observed) -> list[str]:
@@ -302,6 +305,9 @@ class Invariants:
             self._eval_s = max(self._eval_s, obs.eval_duration_s)
             return []
         since = max(self._last_eval if self._last_eval is not None else -math.inf, self._calm_since)
+        if since == -math.inf:  # the first check: the wait starts now
+            self._last_eval = obs.now
+            return []
         late = 2 * ev.interval_s + 2 * self._eval_s + 5.0
         if obs.now - since <= late:
             return []

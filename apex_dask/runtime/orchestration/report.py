@@ -62,6 +62,7 @@ class Report(Job):
         self.timeout = timeout_s
         self.check_rebuilds = check_rebuilds
         self._window_t0 = time.monotonic()
+        self._probe, self._probed = False, 0.0
 
     def new_session(self) -> None:
         self.store.take_window()
@@ -70,18 +71,29 @@ class Report(Job):
             self.invariants.new_session(self._window_t0)
 
     def due(self, now: float) -> bool:
-        return (
+        self._probe = False
+        if (
             now - self._window_t0 >= self.cfg.min_iter_time_s
             and self.store.window.steps >= self.cfg.timesteps_per_iteration
-        )
+        ):
+            return True
+        # no iteration ends (a stalled run makes no env steps): the laws are checked anyway
+        check = self.invariants
+        if check is None or now - max(self._window_t0, self._probed) < check.stall_s / 2:
+            return False
+        self._probe = True
+        return True
 
     def start(self, now: float) -> Awaitable[Stats]:
+        if self._probe:  # no result: the stats for the laws only
+            self._probed = now
+            return self._gather(IterationWindow(wall_s=now - self._window_t0), probe=True)
         window = self.store.take_window()
         window.wall_s, self._window_t0 = now - self._window_t0, now
         self.state.counters.iteration += 1
         return self._gather(window)
 
-    async def _gather(self, window: IterationWindow) -> Stats:
+    async def _gather(self, window: IterationWindow, probe: bool = False) -> Stats:
         s = self.state
         rollouts = s.rollouts.snapshot()  # before the shards' stats: each was stored by then
         asked = self.state.learner
@@ -115,6 +127,7 @@ class Report(Job):
             env_keys=env_keys,
             rollouts=rollouts,
             rollouts_in_flight={slot.index: slot.in_flight for slot in s.slots},
+            probe=probe,
         )
         return window, learner, shards, envs, observed
 
@@ -141,6 +154,10 @@ class Report(Job):
         last = s.last_shards
         s.last_learner = learner
         s.last_shards = [new or (last[k] if k < len(last) else {}) for k, new in enumerate(shards)]
+        if observed.probe:  # the laws only; the finished evaluation stays for the next result
+            out = self.result(window, learner, shards, envs, None)
+            self._check(out, learner, observed, self.evaluation.finished)
+            return
         evaluated = self.evaluation.take()
         out = self.result(window, learner, shards, envs, evaluated)
         s.rate_base = learner
