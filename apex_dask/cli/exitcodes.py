@@ -10,7 +10,9 @@ code   name                meaning
                            is full before training counts here)
 3      ``EXIT_FAULT``      a runtime fault ended the run (lost learner or shard,
                            lost scheduler, the env raised, non-finite loss, a
-                           full disk); what existed was saved
+                           full disk, a supervised background task that ends
+                           the run, a law of the counters broken with
+                           ``report.strict_invariants``); what existed was saved
 75     ``EXIT_PREEMPTED``  SIGTERM or SIGUSR1 (scancel, a time limit, docker
                            stop): stopped, a checkpoint was written (resumable)
 130    ``EXIT_INTERRUPTED`` Ctrl-C: stopped, what existed was saved
@@ -47,8 +49,8 @@ EXIT_TERMINATED = 143
 
 HELP = (
     "exit status: 0 done; 2 bad input (nothing started); 3 a runtime fault ended the run "
-    "(lost learner or scheduler, the env raised, non-finite loss, disk full; what existed is "
-    "saved); 75 preempted by SIGTERM/SIGUSR1 with a checkpoint written; 130 interrupted "
+    "(lost learner or scheduler, the env raised, non-finite loss, disk full, a background task "
+    "failed, a law broken with report.strict_invariants; what existed is saved); 75 preempted by SIGTERM/SIGUSR1 with a checkpoint written; 130 interrupted "
     "(Ctrl-C; a second Ctrl-C exits at once); 143 SIGTERM/SIGUSR1 without a checkpoint "
     "(weights saved)."
 )

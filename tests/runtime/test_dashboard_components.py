@@ -7,6 +7,7 @@ import pytest
 from apex_dask.runtime.observability.dashboard import (
     EMPTY_TEXT,
     ApexDashboard,
+    HealthStrip,
     Line,
     QueueSizeFigure,
     ReplaySizeFigure,
@@ -203,3 +204,36 @@ def test_device_plot_shows_a_cuda_learners_metrics_and_stays_empty_without_them(
     assert src["learner/h2d_s"].data["value"] == [pytest.approx(1.2)]  # ms
     assert src["learner/device_mem_peak_bytes"].data["value"] == [pytest.approx(3.0)]  # GiB
     assert "85%" in page.status.root.text and "device busy" in page.status.root.text
+
+
+def test_the_health_strip_is_green_while_all_holds_and_names_what_broke():
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    ingest(store, 1.0, source="learner", **{"learner/queue_size": 3.0})
+    page.update()
+    assert page.health.root.visible is False  # no result with health counts yet
+    healthy = {
+        "health/task_failures": 0.0,
+        "health/task_failures/learner.priority_sender": 0.0,
+        "health/invariant_violations": 0.0,
+        "health/invariant_violations/sampling": 0.0,
+    }
+    ingest(store, 2.0, source="driver", **healthy)
+    page.update()
+    assert page.health.root.visible is True
+    text = page.health.root.text
+    assert "every background task running, every law holding" in text
+    assert HealthStrip.OK_STYLE in text and "0 task failures, 0 invariant violations" in text
+    broken = {
+        **healthy,
+        "health/task_failures": 2.0,
+        "health/task_failures/learner.priority_sender": 2.0,
+        "health/invariant_violations": 3.0,
+        "health/invariant_violations/sampling": 3.0,
+    }
+    ingest(store, 3.0, source="driver", **broken)
+    page.update()
+    text = page.health.root.text
+    assert HealthStrip.BAD_STYLE in text
+    assert "learner.priority_sender failed x2" in text and "sampling violated x3" in text
+    assert "2 task failures, 3 invariant violations" in text

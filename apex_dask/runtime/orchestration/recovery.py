@@ -113,12 +113,12 @@ class Recovery(Job):
                     await self._rebuild_shard(k, alive, ckpt, parts.get(f"shard_{k}"), live)
                 if learner_lost:
                     await self._rebuild_learner(alive, ckpt, parts.get("learner"))
-            except ApexRuntimeError:
-                raise
             except ActorNotCreated as exc:  # the worker chosen left too: the next check
                 self.state.note(f"a lost actor was not rebuilt yet ({exc}); trying again")
                 self.soon()
                 return False
+            except ApexRuntimeError:
+                raise
             except Exception as exc:
                 raise ApexRuntimeError(
                     f"could not rebuild a lost actor: {describe(exc, 200)}"
