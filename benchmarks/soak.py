@@ -22,11 +22,12 @@ and from the run's newest result: the learner's queue sizes (inqueue, outbox,
 priority updates in flight), ``learner/updates_per_s``,
 ``health/invariant_violations`` and ``health/task_failures``.
 
-After ``--warmup`` seconds it reports the least-squares slope of each process's
-RSS (MB/h), fds and threads (per hour) over its lifetime past the warm-up (a
-worker restarted by a fault starts a new series; slopes are given for series
-that span at least half of the time after the warm-up), and updates/s at the
-end against the start (medians of the first and last fifth after the warm-up).
+It reports the least-squares slope of each process's RSS (MB/h), fds and threads
+(per hour) over its life past its own ``--warmup`` seconds (a worker restarted
+by a fault starts a new series: its start-up is not a leak; a process is judged
+when that part spans ``--judge-min`` seconds), and updates/s at the end against
+the start (medians of the first and last fifth of the samples past the soak's
+``--warmup``).
 Goals: 0 invariant violations; RSS growth under 20 MB/h for every process;
 updates/s at the end at least 0.9x the start. Prints a table and writes JSON
 (``--out``, default ``benchmarks/results/soak.json``); exit 1 when a goal is missed.
@@ -120,7 +121,9 @@ class Soak:
         self.submit(resume=False)
 
     def submit(self, resume: bool) -> None:
-        left = max(30.0, self.end - time.monotonic() + 30.0)
+        # the soak ends the run itself (Ctrl-C at its end); --stop-time only bounds a run
+        # left behind (a resumed run counts its time from the checkpoint's)
+        left = 10 * 60 * self.args.minutes + 600
         where = ["--resume", str(self.run_dir)] if resume else ["--out", str(self.run_dir)]
         keys = [] if resume else [
             "--preset", "cartpole", "--elastic",
@@ -238,6 +241,7 @@ class Soak:
             try:
                 with proc.oneshot():
                     procs[name] = {
+                        "age_s": time.time() - proc.create_time(),
                         "rss_mb": proc.memory_info().rss / 2**20,
                         "fds": float(proc.num_fds()),
                         "threads": float(proc.num_threads()),
@@ -292,11 +296,11 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 
 def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
     after = [s for s in soak.samples if s["t"] >= args.warmup]
-    span = (after[-1]["t"] - after[0]["t"]) if len(after) > 1 else 0.0
     series: dict[str, list[tuple[float, dict[str, float]]]] = {}
-    for s in after:
-        for name, values in s["procs"].items():
-            series.setdefault(name, []).append((s["t"], values))
+    for s in soak.samples:  # each process from its own warm-up on (a restarted worker's start-up
+        for name, values in s["procs"].items():  # is not a leak)
+            if values["age_s"] >= args.warmup:
+                series.setdefault(name, []).append((s["t"], values))
     procs = []
     for name, pts in sorted(series.items()):
         lived = pts[-1][0] - pts[0][0]
@@ -307,7 +311,7 @@ def report(soak: Soak, args: argparse.Namespace) -> dict[str, Any]:
             row[f"{key}_per_h"] = (
                 slope_per_hour([(t, v[key]) for t, v in pts]) if len(pts) > 2 else math.nan
             )
-        row["judged"] = lived >= 0.5 * span and len(pts) > 2
+        row["judged"] = lived >= args.judge_min and len(pts) > 2
         procs.append(row)
     rates = [
         s["run"]["learner/updates_per_s"] for s in after if s["run"].get("learner/updates_per_s")
@@ -379,6 +383,12 @@ def main() -> int:
     ap.add_argument("--fault-every", type=float, default=180.0, help="seconds between faults")
     ap.add_argument("--sample-every", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=300.0, help="seconds before slopes count")
+    ap.add_argument(
+        "--judge-min",
+        type=float,
+        default=600.0,
+        help="a process's slopes are judged if it lived this long past its own warm-up",
+    )
     ap.add_argument("--workers", type=int, default=3, help="Dask worker processes")
     ap.add_argument("--env-workers", type=int, default=2)
     ap.add_argument("--checkpoint-every", type=float, default=30.0)
