@@ -93,7 +93,15 @@ class PlacementWatcher:
                 )
 
 
-ROUTED = ("distributed", "tornado", "bokeh", "py.warnings", "asyncio", "apex_dask.checkpoints")
+ROUTED = (
+    "distributed",
+    "tornado",
+    "bokeh",
+    "py.warnings",
+    "asyncio",
+    "apex_dask.checkpoints",
+    "apex_dask.supervision",
+)
 """Loggers (with their children) whose records go to the run's log, not the console (the
 CLI prints ``apex_dask.checkpoints``' lines itself, as notes)."""
 
@@ -137,6 +145,14 @@ def route_logs(log_file: Path | None, *, debug: bool) -> None:
     threads = logging.getLogger("apex_dask.threads")
     threads.addHandler(handler)
     threads.propagate = False
+    health = logging.getLogger("apex_dask.health")  # a broken law, a failed task: one line
+    console = logging.StreamHandler()
+    console.setFormatter(logging.Formatter(f"{PREFIX} warning: %(message)s"))
+    for h in list(health.handlers):  # a second run in this process: its own handlers
+        health.removeHandler(h)
+    for h in (console, handler):
+        health.addHandler(h)
+    health.propagate = False
 
     def excepthook(hook: threading.ExceptHookArgs) -> None:
         if hook.exc_type is SystemExit:

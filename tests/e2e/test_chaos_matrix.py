@@ -58,7 +58,7 @@ from chaos import (
 )
 
 from apex_dask.runtime.actors.failpoints import clear_failpoints, set_failpoint
-from apex_dask.runtime.errors import InvariantViolated
+from apex_dask.runtime.errors import BackgroundTaskFailed, InvariantViolated
 from apex_dask.runtime.orchestration.driver import ApexDriver
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos-matrix")]
@@ -371,3 +371,74 @@ def test_a_weights_version_rolled_back_on_an_env_worker_ends_a_strict_run(all_wo
                 if time.monotonic() - t0 > 5 and r["learner/version"] > 100:
                     cc.client.run(set_failpoint, "weights_version_back", 50, workers=where)
     assert err.value.law == "versions" and "went back" in str(err.value)
+
+
+# ------------------------------------------- supervised tasks on a real cluster
+WORKER_RESTART_TASKS = [
+    "learner.prefetch",
+    "learner.priority_sender",
+    "learner.orphan_watch",
+    "evaluator.animation",
+    "env.orphan_watch",
+]
+
+
+def test_tasks_in_worker_processes_fail_once_are_counted_and_restarted(all_workers, tmp_path):
+    cc = all_workers
+    cfg = config(**{"topology.elastic": True, "workers.per_process": 1})
+    with ApexDriver(cfg, cc.client, checkpoint_dir=tmp_path / "ckpt") as driver:
+        it, t0 = driver.iterate(), time.monotonic()
+        for _ in range(3):
+            next(it)
+        for name in WORKER_RESTART_TASKS:  # in every worker process: each fails once there
+            cc.client.run(set_failpoint, f"task:{name}")
+        first = None
+        for result in it:
+            assert time.monotonic() - t0 < 180, {
+                k: v for k, v in result.items() if k.startswith("health/task_failures/") and v
+            }
+            counted = all(result[f"health/task_failures/{n}"] >= 1 for n in WORKER_RESTART_TASKS)
+            if counted and first is None:
+                first = result
+            elif first is not None and result["iteration"] >= first["iteration"] + 4:
+                break
+        # then the elastic job fails: an end task ends the run with its line and a checkpoint
+        set_failpoint("task:driver.elastic")
+        try:
+            with pytest.raises(BackgroundTaskFailed) as err:
+                for _ in it:
+                    pass
+        finally:
+            clear_failpoints()
+    for name in WORKER_RESTART_TASKS:
+        assert result[f"health/task_failures/{name}"] >= 1, name
+    for k in range(2):  # the learner's tasks went on: sampled and updated after they failed
+        for n in ("batches_sampled", "priority_updates_applied"):
+            assert result[f"replay/{k}/{n}"] > first[f"replay/{k}/{n}"], (k, n)
+    assert result["health/invariant_violations"] == 0
+    assert err.value.task == "driver.elastic" and "checkpoint" in str(err.value)
+    assert "written" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["learner.thread", "driver.recovery"])
+def test_an_end_task_on_a_real_cluster_ends_the_run_with_its_line(all_workers, tmp_path, name):
+    cc = all_workers
+    with ApexDriver(config(), cc.client, checkpoint_dir=tmp_path / "ckpt") as driver:
+        it, t0 = driver.iterate(), time.monotonic()
+        for _ in it:
+            if driver.last_checkpoint is not None and time.monotonic() - t0 > 3:
+                break
+        if name.startswith("learner."):
+            where = [driver.placement["learner"]["address"]]
+            cc.client.run(set_failpoint, f"task:{name}", workers=where)
+        else:
+            set_failpoint(f"task:{name}")
+        try:
+            with pytest.raises(BackgroundTaskFailed) as err:
+                for _ in it:
+                    pass
+        finally:
+            clear_failpoints()
+    line = str(err.value)
+    assert err.value.task == name and name in line and "\n" not in line
+    assert "checkpoint" in line and "written" in line, line

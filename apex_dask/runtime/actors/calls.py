@@ -170,13 +170,17 @@ class PeerCalls:
         return len(calls)
 
 
-async def until_released(obj: Any, worker: Any, every_s: float = 2.0) -> None:
+async def until_released(
+    obj: Any, worker: Any, every_s: float = 2.0, tick: Callable[[], None] = lambda: None
+) -> None:
     """Return once ``obj``, an actor that was registered on Dask ``worker``, is no longer
     one of its actors: Dask deleted it because its driver released it or died (a
     SIGKILLed driver's client is dropped by the scheduler). The actor's own threads and
-    tasks would otherwise run on, orphaned, until the worker process ends."""
+    tasks would otherwise run on, orphaned, until the worker process ends. ``tick()`` runs
+    at each look (a supervised task's failpoint)."""
     seen = False
     while True:
+        tick()
         here = any(a is obj for a in worker.state.actors.values())
         if seen and not here:
             return

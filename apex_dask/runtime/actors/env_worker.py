@@ -155,7 +155,9 @@ class EnvWorkerActor:
     async def _close_when_released(self) -> None:
         """An env worker Dask deleted (its driver released it, or died) closes its envs
         and their threads."""
-        await until_released(self, self._dask_worker)
+        await until_released(
+            self, self._dask_worker, tick=lambda: self.failures.check("env.orphan_watch")
+        )
         await self.close()
 
     async def sample_into(self, shard_ids: int | Sequence[int]) -> RolloutSummary:
@@ -348,7 +350,7 @@ class EnvWorkerActor:
                 "eval/weights_version": float(self._worker.weights_version),
                 **self.failures.metrics(),
             }
-        return env_metrics(
+        return self.failures.metrics() | env_metrics(
             i,
             epsilon=self.epsilon,
             steps_sampled=self.steps_sampled,

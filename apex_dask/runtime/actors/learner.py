@@ -181,7 +181,9 @@ class LearnerActor:
     async def _stop_when_released(self) -> None:
         """A learner Dask deleted (its driver released it, or died) stops its thread,
         prefetcher and sender: nothing trains on, orphaned, on the worker."""
-        await until_released(self, self._worker)
+        await until_released(
+            self, self._worker, tick=lambda: self.failures.check("learner.orphan_watch")
+        )
         await self.close(5.0)  # its peers may be gone with it: no waiting on them
 
     async def set_shard(self, shard_id: int, handle: Any, lost: bool = False) -> None:

@@ -74,6 +74,7 @@ class TaskHealth:
         self.failures = failures
         self.note = note
         self._seen: dict[tuple[Any, str], float] = {}
+        self._told: set[str] = set()  # the driver's own tasks already told
 
     def see(self, source: Any, who: str, stats: Mapping[str, Any]) -> None:
         prefix = TASK_FAILURES + "/"
@@ -84,19 +85,26 @@ class TaskHealth:
             before = self._seen.get((source, task), 0.0)
             self._seen[(source, task)] = max(before, float(value))
             if before == 0 and value > 0:
-                then = "restarted" if TASKS.get(task) == "restart" else "ending the run"
-                line = f"background task {task} failed on {who} ({then}; its log has the traceback)"
-                logging.getLogger("apex_dask.supervision").warning(line)
-                if self.note is not None:
-                    self.note(line)
+                self._tell(task, who)
+
+    def _tell(self, task: str, who: str) -> None:
+        """One warning line (``apex_dask.health``) and a note: task ``task`` failed."""
+        then = "restarted" if TASKS.get(task) == "restart" else "ending the run"
+        line = f"background task {task} failed on {who} ({then}; its log has the traceback)"
+        logging.getLogger("apex_dask.health").warning(line)
+        if self.note is not None:
+            self.note(line)
 
     def metrics(self) -> dict[str, float]:
         """``health/task_failures`` and ``health/task_failures/<task>`` for every task."""
         per = dict.fromkeys(TASKS, 0.0)
         for (_, task), n in self._seen.items():
             per[task] = per.get(task, 0.0) + n
-        for task, n in self.failures.counts.items():
+        for task, n in list(self.failures.counts.items()):
             per[task] = per.get(task, 0.0) + n
+            if task not in self._told:
+                self._told.add(task)
+                self._tell(task, "the driver")
         out = {f"{TASK_FAILURES}/{task}": n for task, n in per.items()}
         out[TASK_FAILURES] = float(sum(per.values()))
         return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from apex_dask.config.tree import ReportConfig
@@ -156,12 +156,12 @@ class Report(Job):
         s.last_shards = [new or (last[k] if k < len(last) else {}) for k, new in enumerate(shards)]
         if observed.probe:  # the laws only; the finished evaluation stays for the next result
             out = self.result(window, learner, shards, envs, None)
-            self._check(out, learner, observed, self.evaluation.finished)
+            self._check(out, learner, observed, self.evaluation.finished, envs)
             return
         evaluated = self.evaluation.take()
         out = self.result(window, learner, shards, envs, evaluated)
         s.rate_base = learner
-        self._check(out, learner, observed, evaluated)
+        self._check(out, learner, observed, evaluated, envs)
         try:
             msg = make_message(self.run_id, "driver", out)
             sent = self.client.scheduler.log_event(topic=TOPIC, msg=msg)
@@ -176,11 +176,14 @@ class Report(Job):
         learner: dict[str, Any],
         observed: Observed,
         evaluated: dict[str, Any] | None,
+        envs: Sequence[dict] = (),
     ) -> None:
         """The health of this result: task failures added up, the laws checked (a
         checker that fails is counted and restarted; ``strict`` ends the run)."""
         s = self.state
         self.health.see(observed.learner_key, "the learner", learner)
+        for (i, key), stats in zip(observed.env_keys.items(), envs, strict=False):
+            self.health.see(key, f"env worker {i}", stats)
         if s.evaluator is not None:
             who = actor_key(s.evaluator.handle)
             self.health.see(who, "the evaluator", self.evaluation.task_failures)
