@@ -230,6 +230,14 @@ def healthy_and_balanced(final: dict[str, float]) -> None:
         assert final.get(f"replay/{k}/audit_mismatches", 0) == 0
 
 
+def shard_off_the_learner(placement: dict[str, Any]) -> tuple[int, str]:
+    """``(shard id, address)`` of the first shard not on the learner's worker."""
+    learner = placement["learner"]["address"]
+    return next(
+        (k, w["address"]) for k, w in enumerate(placement["shards"]) if w["address"] != learner
+    )
+
+
 def on(placement: dict[str, Any], address: str) -> dict[str, int]:
     """What lives on ``address``: shards, the learner, env workers (the evaluator aside)."""
     return {

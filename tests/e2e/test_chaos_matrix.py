@@ -54,6 +54,7 @@ from chaos import (
     healthy_and_balanced,
     on,
     run_row,
+    shard_off_the_learner,
     shards_sampled_and_updated_again,
 )
 
@@ -94,12 +95,14 @@ def test_row1_a_shard_killed_beside_a_living_learner_is_sampled_and_updated_agai
 
     def kill_a_shard(driver):
         p = driver.placement
-        learner = p["learner"]["address"]
-        k, target = next(
-            (k, w["address"]) for k, w in enumerate(p["shards"]) if w["address"] != learner
-        )
+        k, target = shard_off_the_learner(p)
         cc.kill(target)
-        return {"shard": k, "address": target, "learner": learner, "on": on(p, target)}
+        return {
+            "shard": k,
+            "address": target,
+            "learner": p["learner"]["address"],
+            "on": on(p, target),
+        }
 
     with ApexDriver(config(), cc.client, checkpoint_dir=tmp_path / "ckpt") as driver:
         row = run_row(driver, kill_a_shard, handled)
@@ -325,11 +328,7 @@ def test_row7_a_shards_worker_retired_while_it_is_sampled(all_workers, tmp_path)
     handled = counts("shards_restored", 0)
 
     def retire_a_shard(driver):
-        p = driver.placement
-        learner = p["learner"]["address"]
-        k, target = next(
-            (k, w["address"]) for k, w in enumerate(p["shards"]) if w["address"] != learner
-        )
+        k, target = shard_off_the_learner(driver.placement)
         # returns once the run moved its actors off (the shard, while it is sampled)
         cc.client.retire_workers(workers=[target], close_workers=True)
         return {"shard": k, "address": target}

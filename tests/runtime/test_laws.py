@@ -15,8 +15,8 @@ import asyncio
 import queue
 
 import pytest
-from test_plan_in_process import build, small_config
-from test_supervision import results_until
+from test_plan_in_process import small_config
+from test_supervision import plan_for, results_until
 
 from apex_dask.runtime.actors.failpoints import clear_failpoints
 from apex_dask.runtime.errors import InvariantViolated
@@ -44,18 +44,8 @@ def no_failpoints_left():
 
 
 def strict_plan(results: queue.Queue) -> ExecutionPlan:
-    cfg = small_config().override(
-        {"report.strict_invariants": True, "replay.audit_priorities": True}
-    )
-    plan = ExecutionPlan(
-        config=cfg,
-        client=None,
-        run_id="laws",
-        state=build(cfg),
-        actors=None,
-        results=results,
-        min_replay_ratio=cfg.learner.min_replay_ratio,
-    )
+    overrides = {"report.strict_invariants": True, "replay.audit_priorities": True}
+    plan = plan_for(None, results, **overrides)
     assert plan.report.invariants is not None and plan.report.invariants.strict
     plan.report.invariants.stall_s = 3.0
     return plan

@@ -104,8 +104,8 @@ def test_every_task_has_a_policy_and_a_row_in_the_architecture_docs():
 
 
 # ---------------------------------------------------- the plan, in this process
-def plan_for(tmp_path, results: queue.Queue) -> ExecutionPlan:
-    cfg = small_config()
+def plan_for(tmp_path, results: queue.Queue, **overrides) -> ExecutionPlan:
+    cfg = small_config().override(overrides) if overrides else small_config()
     return ExecutionPlan(
         config=cfg,
         client=None,
@@ -114,7 +114,7 @@ def plan_for(tmp_path, results: queue.Queue) -> ExecutionPlan:
         actors=None,
         results=results,
         min_replay_ratio=cfg.learner.min_replay_ratio,
-        checkpoint_root=tmp_path / "checkpoints",
+        checkpoint_root=None if tmp_path is None else tmp_path / "checkpoints",
     )
 
 
