@@ -301,3 +301,26 @@ def test_prefetcher_reads_a_remote_shards_batches_from_shared_memory():
     assert {b.shard_id for b in taken} == {0, 1}
     assert sum(s["written"] for s in stats) == pf.shared_batches
     assert not pf.errors
+
+
+def test_calls_waiting_on_a_replaced_peer_end_at_once_and_read_as_a_lost_peer():
+    from apex_dask.runtime.actors.calls import PeerCalls, PeerReplaced, peer_lost
+
+    async def scenario() -> tuple[BaseException, float, int]:
+        calls = PeerCalls()
+        never = asyncio.get_running_loop().create_future()  # a dead actor never answers
+        waiting = asyncio.ensure_future(calls.call(("shard", 0), never, timeout_s=60.0))
+        other = asyncio.ensure_future(calls.call(("shard", 1), asyncio.sleep(0.2, 7), 60.0))
+        await asyncio.sleep(0.05)
+        assert calls.in_flight(("shard", 0)) == 1
+        t0 = time.monotonic()
+        ended = calls.replaced(("shard", 0))
+        try:
+            await waiting
+        except BaseException as exc:  # noqa: BLE001
+            return exc, time.monotonic() - t0, ended + await other
+        raise AssertionError("the call did not end")
+
+    exc, took, both = asyncio.run(scenario())
+    assert isinstance(exc, PeerReplaced) and peer_lost(exc)
+    assert took < 1.0 and both == 1 + 7  # one call ended; the other peer's call unaffected
