@@ -109,19 +109,9 @@ def parse_adapt(text: str) -> tuple[int, int]:
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
-    import yaml
+    from apex_dask.config.reader import read_document
 
-    try:
-        text = Path(path).expanduser().read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read config file {path!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"config file {path!r} is not a UTF-8 text (YAML) file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise UsageError(f"config file {path!r} is not valid YAML: {first}") from None
+    data = read_document(path, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):

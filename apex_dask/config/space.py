@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apex_dask.config.plumbing import ConfigError, is_section, unknown_key
+from apex_dask.config.reader import shown
 
 __all__ = [
     "KINDS",
@@ -92,7 +93,9 @@ class Choice:
         for raw in self.values:
             if _encode(raw) == value:
                 return raw
-        raise SpaceError(f"{self.key}: {value!r} is not one of its values {list(self.values)}")
+        raise SpaceError(
+            f"{self.key}: {shown(value)} is not one of its values {shown(list(self.values))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ def _flatten(root: Any, data: Mapping[str, Any], prefix: str, where: str) -> dic
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
-            raise SpaceError(f"{where}: key {key!r} must be a config key such as 'learner.lr'")
+            raise SpaceError(f"{where}: key {shown(key)} must be a config key such as 'learner.lr'")
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and is_section(root, name):
             flat.update(_flatten(root, value, name + ".", where))
@@ -244,16 +247,18 @@ def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Para
         raise SpaceError(f"{at} is a section; give one of its fields, e.g. {key}.<field>")
     kinds = [k for k in KINDS if isinstance(spec, Mapping) and k in spec]
     if len(kinds) != 1:
-        shown = "a fixed value" if not isinstance(spec, Mapping) else f"{dict(spec)!r}"
+        what = "a fixed value" if not isinstance(spec, Mapping) else shown(dict(spec))
         raise SpaceError(
-            f"{at}: {shown} is not a distribution; give exactly one of "
+            f"{at}: {what} is not a distribution; give exactly one of "
             f"{', '.join(KINDS)}, {_EXAMPLE} (fixed values go under base: set:)"
         )
     kind = kinds[0]
     allowed = {kind, "step", "log"} if kind in ("int", "uniform") else {kind}
     extra = sorted(set(spec) - allowed)
     if extra:
-        raise SpaceError(f"{at}: {kind} takes no option {extra[0]!r} (allowed: {sorted(allowed)})")
+        raise SpaceError(
+            f"{at}: {kind} takes no option {shown(extra[0])} (allowed: {sorted(allowed)})"
+        )
     base_tp = _base_kind(tp)
     if kind in ("grid", "choice"):
         return _choice(at, key, kind, spec[kind], base)
@@ -266,7 +271,7 @@ def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Para
     if kind == "int":
         step, log = spec.get("step", 1), spec.get("log", False)
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise SpaceError(f"{at}: int step {step!r} must be an integer >= 1")
+            raise SpaceError(f"{at}: int step {shown(step)} must be an integer >= 1")
         if not isinstance(log, bool) or (log and step != 1) or (log and low < 1):
             raise SpaceError(f"{at}: int log must be true or false, with lo >= 1 and no step")
         param: Param = IntRange(key, int(low), int(high), int(step), log)
@@ -275,7 +280,7 @@ def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Para
         if step is not None and (
             isinstance(step, bool) or not isinstance(step, int | float) or not 0 < step
         ):
-            raise SpaceError(f"{at}: uniform step {step!r} must be a number > 0")
+            raise SpaceError(f"{at}: uniform step {shown(step)} must be a number > 0")
         param = FloatRange(key, float(low), float(high), kind == "loguniform", step)
     for end in (param.low, param.high):
         _check_value(at, key, end, base, "range end")
@@ -306,10 +311,10 @@ def _bounds(at: str, kind: str, value: Any) -> tuple[float, float]:
         ok = all(float(v).is_integer() for v in value)
     if not ok:
         what = "two integers" if kind == "int" else "two numbers"
-        raise SpaceError(f"{at}: {kind} needs [lo, hi], {what}, got {value!r}")
+        raise SpaceError(f"{at}: {kind} needs [lo, hi], {what}, got {shown(value)}")
     low, high = value
     if not (math.isfinite(low) and math.isfinite(high)):
-        raise SpaceError(f"{at}: {kind} bounds must be finite, got {value!r}")
+        raise SpaceError(f"{at}: {kind} bounds must be finite, got {shown(value)}")
     if not low < high:
         raise SpaceError(
             f"{at}: {kind} range [{low:g}, {high:g}] is empty (lo must be below hi); "
@@ -322,11 +327,11 @@ def _bounds(at: str, kind: str, value: Any) -> tuple[float, float]:
 
 def _choice(at: str, key: str, kind: str, values: Any, base: Any) -> Choice:
     if not isinstance(values, list | tuple) or not values:
-        raise SpaceError(f"{at}: {kind} needs a non-empty list of values, got {values!r}")
+        raise SpaceError(f"{at}: {kind} needs a non-empty list of values, got {shown(values)}")
     seen = []
     for v in values:
         if _encode(v) in seen:
-            raise SpaceError(f"{at}: {kind} lists {v!r} twice; give each value once")
+            raise SpaceError(f"{at}: {kind} lists {shown(v)} twice; give each value once")
         seen.append(_encode(v))
         _check_value(at, key, v, base, f"{kind} value")
     return Choice(key, tuple(values), grid=kind == "grid")
@@ -338,4 +343,4 @@ def _check_value(at: str, key: str, value: Any, base: Any, what: str) -> None:
         base.override({key: value})
     except ConfigError as exc:
         msg = " ".join(str(exc).split())
-        raise SpaceError(f"{at}: {what} {value!r} is not allowed: {msg}") from None
+        raise SpaceError(f"{at}: {what} {shown(value)} is not allowed: {msg}") from None

@@ -16,6 +16,7 @@ from typing import Any
 
 from apex_dask.algo.agents.registry import AGENTS, UnknownAgentError, agent
 from apex_dask.config.plumbing import ConfigError
+from apex_dask.config.reader import shown
 
 __all__ = ["check_types", "validate"]
 
@@ -54,7 +55,9 @@ def _type_error(name: str, value: Any, tp: Any) -> str | None:
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
             return "must be a mapping"
-        return next((f"key {k!r} must be a string" for k in value if not isinstance(k, str)), None)
+        return next(
+            (f"key {shown(k)} must be a string" for k in value if not isinstance(k, str)), None
+        )
     return None
 
 
@@ -66,12 +69,12 @@ def check_types(node: Any, prefix: str = "") -> None:
         name, tp, value = f"{prefix}{f.name}", hints[f.name], getattr(node, f.name)
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, tp):
-                raise ConfigError(f"{name} must be a {tp.__name__} section, got {value!r}")
+                raise ConfigError(f"{name} must be a {tp.__name__} section, got {shown(value)}")
             check_types(value, name + ".")
             continue
         why = _type_error(name, value, tp)
         if why is not None:
-            raise ConfigError(f"{name}={value!r} is invalid: {why}")
+            raise ConfigError(f"{name}={shown(value)} is invalid: {why}")
 
 
 def validate(cfg: Any) -> None:
@@ -80,7 +83,7 @@ def validate(cfg: Any) -> None:
     r, lr, w = cfg.replay, cfg.learner, cfg.workers
 
     def bad(name: str, value: Any, allowed: str) -> ConfigError:
-        return ConfigError(f"{name}={value!r} is invalid: {allowed}")
+        return ConfigError(f"{name}={shown(value)} is invalid: {allowed}")
 
     def positive(name: str, value: Any) -> None:
         if value is None or not value > 0:

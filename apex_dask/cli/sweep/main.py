@@ -180,9 +180,9 @@ def run(args: argparse.Namespace) -> int:
                 say(
                     "cut a torn last record from the study journal (the sweep was killed mid-write)"
                 )
-            import yaml
+            from apex_dask.config.reader import read_document
 
-            stored = yaml.safe_load((folder / "sweep.yaml").read_text()) or {}
+            stored = read_document(folder / "sweep.yaml", "sweep file", json_text=False) or {}
             trials = args.trials or stored.get("trials") or DEFAULT_TRIALS
             study = open_study(folder, spec, trials, create=False)
             trials = max(trials, int(study.user_attrs.get("trials", trials)))

@@ -21,8 +21,6 @@ Every problem is one :class:`RLlibError` line naming the file and the fix.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,25 +59,15 @@ class Experiment:
 
 
 def _load(path: Path) -> Any:
-    import yaml
+    """The file's document (JSON for ``.json`` names and text that opens with ``{``: a
+    params.json's ``NaN`` and ``-Infinity`` are the floats JSON names), read within the
+    bounds of :mod:`apex_dask.config.reader`."""
+    from apex_dask.config.reader import read_document
 
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RLlibError(f"cannot read RLlib file {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise RLlibError(f"RLlib file {str(path)!r} is not a text (YAML or JSON) file") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        try:  # params.json may hold NaN / Infinity, which YAML does not read as numbers
-            return json.loads(text, parse_constant=lambda c: {"NaN": math.nan}.get(c, math.inf))
-        except json.JSONDecodeError:
-            if path.suffix.lower() == ".json":
-                raise RLlibError(f"RLlib file {str(path)!r} is not valid JSON") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise RLlibError(f"RLlib file {str(path)!r} is not valid YAML: {first}") from None
+        return read_document(path, "RLlib file")
+    except ConfigError as exc:
+        raise RLlibError(str(exc)) from None
 
 
 def _is_experiment(value: Any) -> bool:
