@@ -160,10 +160,14 @@ def stop_flags(args: argparse.Namespace) -> dict[str, Any]:
     pairs = (
         ("stop_timesteps", "stop.timesteps"),
         ("stop_reward", "stop.reward"),
+        ("stop_train_return", "stop.train_return"),
+        ("stop_eval_return", "stop.eval_return"),
         ("stop_time", "stop.time_s"),
         ("stop_iterations", "stop.iterations"),
     )
-    return {key: getattr(args, flag) for flag, key in pairs if getattr(args, flag) is not None}
+    return {
+        key: getattr(args, flag) for flag, key in pairs if getattr(args, flag, None) is not None
+    }
 
 
 # ---------------------------------------------------------------------------

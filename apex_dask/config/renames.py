@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["RENAMED_ENV_IDS", "RETIRED", "renamed"]
+__all__ = ["RENAMED_ENV_IDS", "RETIRED", "renamed", "reward_stop"]
 
 
 RETIRED = {
@@ -43,4 +43,23 @@ def renamed(key: Any, value: Any) -> tuple[Any, Any]:
         if isinstance(value, str):
             value = value.strip().lower() in ("true", "yes", "on", "1")
         return "replay.placement", "learner_process" if value else "spread"
+    return key, value
+
+
+def reward_stop(value: Any, eval_on: bool) -> tuple[str, Any] | None:
+    """``stop.reward`` (one key that meant two things) as the key it now means: the greedy
+    evaluation's ``stop.eval_return`` when evaluation is on, else the training episodes'
+    ``stop.train_return``; one ``FutureWarning`` line says which. None: unset (null)."""
+    if value is None:
+        return None
+    if eval_on:
+        key, what = "stop.eval_return", "the greedy evaluation's mean return, as eval.episodes > 0"
+    else:
+        key, what = "stop.train_return", "the training episodes' mean return, as evaluation is off"
+    warnings.warn(
+        f"stop.reward is deprecated and now means {key} ({what}); set {key} instead "
+        "(stop.train_return: training episodes, stop.eval_return: greedy evaluation)",
+        FutureWarning,
+        stacklevel=4,
+    )
     return key, value

@@ -88,8 +88,14 @@ class StopConfig:
 
     timesteps: int | None = None
     """Stop after this many env steps sampled."""
-    reward: float | None = None
-    """Stop when the greedy eval return (or, without eval, the episode return) reaches this."""
+    train_return: float | None = None
+    """Stop when an iteration's training episodes reach this mean return
+    (``env/episode_return_mean``: the episodes the least-exploring third of the env workers
+    finished; RLlib's ``episode_reward_mean``)."""
+    eval_return: float | None = None
+    """Stop when the greedy evaluation's mean return (``eval/return_mean``) reaches this;
+    needs ``eval.episodes`` > 0 (RLlib's ``evaluation/episode_reward_mean``). Replaces
+    ``stop.reward``, which meant this with evaluation on and ``train_return`` without."""
     time_s: float | None = None
     """Stop after this many seconds of wall time."""
     iterations: int | None = None

@@ -204,6 +204,13 @@ def validate(cfg: Any) -> None:
         value = getattr(cfg.stop, name)
         if value is not None:
             positive(f"stop.{name}", value)
+    if cfg.stop.eval_return is not None and cfg.eval.episodes <= 0:
+        raise bad(
+            "stop.eval_return",
+            cfg.stop.eval_return,
+            "needs the greedy evaluation (eval.episodes > 0); set eval.episodes or stop on "
+            "the training episodes with stop.train_return",
+        )
     nonneg("seed", cfg.seed)
     try:
         builder = agent(cfg.algo)

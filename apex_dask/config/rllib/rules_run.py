@@ -5,9 +5,10 @@ What RLlib counted: a timestep is one env step of one env (an agent step: 4
 Atari frames behind RLlib's deepmind wrappers, as apex_dask's pipeline), so
 ``timesteps_total`` is apex_dask's ``stop.timesteps`` (env steps sampled).
 ``episode_reward_mean`` was the mean return of the training episodes of the
-least-exploring third of the workers; apex_dask's ``stop.reward`` compares that
-same third's episodes of each iteration (``env/episode_return_mean``) when
-evaluation is off, and the greedy evaluation when it is on.
+least-exploring third of the workers: apex_dask's ``stop.train_return`` compares
+that same third's episodes of each iteration (``env/episode_return_mean``),
+with evaluation on or off. ``evaluation/episode_reward_mean`` is the greedy
+evaluation's mean return: ``stop.eval_return``.
 """
 
 from __future__ import annotations
@@ -57,29 +58,29 @@ def eval_on(ctx: Ctx) -> bool:
 
 def _reward(value: Any, ctx: Ctx) -> Outcome:
     if not number(value):
-        return Refused("give a number")
-    if eval_on(ctx):
-        return Refused(
-            "with evaluation on, apex_dask's reward stop compares the greedy evaluation's "
-            "return: stop on evaluation/episode_reward_mean, or drop evaluation_interval",
-            fallback=Mapped({"stop.reward": float(value)}, "compared with the greedy evaluation"),
-        )
+        return Refused(f"give a number, not {_shown(value)}")
     return Mapped(
-        {"stop.reward": float(value)},
-        "compared with each iteration's env/episode_return_mean: the episodes the "
+        {"stop.train_return": float(value)},
+        "compared with each iteration's env/episode_return_mean: the training episodes the "
         "least-exploring third of workers finished (RLlib averaged their last 100)",
     )
 
 
 def _eval_reward(value: Any, ctx: Ctx) -> Outcome:
     if not number(value):
-        return Refused("give a number")
+        return Refused(f"give a number, not {_shown(value)}")
     if not eval_on(ctx):
         return Refused(
             "evaluation is off (no evaluation_interval), so RLlib never reported it; "
             "set evaluation_interval or stop on episode_reward_mean"
         )
-    return Mapped({"stop.reward": float(value)}, "the greedy evaluation's mean return")
+    return Mapped({"stop.eval_return": float(value)}, "the greedy evaluation's mean return")
+
+
+def _shown(value: Any) -> str:
+    from apex_dask.config.reader import shown
+
+    return shown(value)
 
 
 def _count(key: str, note: str = ""):
@@ -179,12 +180,16 @@ RUN_RULES = [
     rule(
         _TRAIN_REWARD,
         _reward,
-        "stop.reward",
-        "compared with each iteration's "
-        "env/episode_return_mean (the least-exploring third's episodes) when evaluation is "
-        "off; with evaluation on refused (lenient: compares the greedy evaluation)",
+        "stop.train_return",
+        "compared with each iteration's env/episode_return_mean (the least-exploring third's "
+        "training episodes), with evaluation on or off",
     ),
-    rule(_EVAL_REWARD, _eval_reward, "stop.reward", "the greedy evaluation's mean return"),
+    rule(
+        _EVAL_REWARD,
+        _eval_reward,
+        "stop.eval_return",
+        "the greedy evaluation's mean return (needs evaluation_interval)",
+    ),
     rule(
         _STEPS,
         _steps,
@@ -201,7 +206,8 @@ RUN_RULES = [
     rule(
         ("stop.*",),
         lambda v, ctx: Refused(
-            "apex_dask stops on a reward mean, env steps, wall time or iterations"
+            "apex_dask stops on the training or evaluation return mean, env steps, wall time "
+            "or iterations"
         ),
         "-",
         "other stop keys refused",
