@@ -71,9 +71,10 @@ class InputError(ConfigError):
 # ---------------------------------------------------------------------------
 
 
-def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+def shown(value: Any, limit: int = SHOWN_CHARS, *, json_style: bool = False) -> str:
     """``repr(value)`` when it is at most ``limit`` characters, else its start and
-    ``...``; only the part printed is ever turned into text."""
+    ``...``; only the part printed is ever turned into text. ``json_style``: as JSON
+    writes it (``true``, ``null``, ``"text"``, lists for tuples)."""
     parts: list[str] = []
     left = [limit + 1]
 
@@ -97,6 +98,8 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
             return emit("}")
         if isinstance(v, list | tuple | set | frozenset):
             opening, closing = {list: "[]", tuple: "()"}.get(type(v), "{}")
+            if json_style:
+                opening, closing = "[", "]"
             if isinstance(v, set | frozenset) and not v:
                 return emit(f"{type(v).__name__}()")
             if not emit(opening):
@@ -104,12 +107,23 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
             for i, x in enumerate(v):
                 if (i and not emit(", ")) or not walk(x, depth + 1):
                     return False
-            return emit(",)" if type(v) is tuple and len(v) == 1 else closing)
-        return emit(_scalar(v, left[0]))
+            one = type(v) is tuple and len(v) == 1 and not json_style
+            return emit(",)" if one else closing)
+        return emit(_json_scalar(v, left[0]) if json_style else _scalar(v, left[0]))
 
     walk(value, 0)
     text = "".join(parts)
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def _json_scalar(v: Any, room: int) -> str:
+    if isinstance(v, bool) or v is None:
+        return {True: "true", False: "false", None: "null"}[v]
+    if isinstance(v, float):
+        return json.dumps(v)
+    if isinstance(v, int):
+        return _scalar(v, room)
+    return json.dumps(v[: room + 2] if isinstance(v, str) else str(v)[: room + 2])
 
 
 def _scalar(v: Any, room: int) -> str:

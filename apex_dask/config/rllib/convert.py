@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from apex_dask.config.rllib.files import Experiment, RLlibError
+from apex_dask.config.rllib.files import TUNE_EXPERIMENT_KEYS, Experiment, RLlibError
 from apex_dask.config.rllib.registry import (
     RULES,
     SECTIONS,
@@ -41,28 +41,22 @@ from apex_dask.config.rllib.rules import (
     SampledDependency,
 )
 from apex_dask.config.rllib.rules_env import env_config_handler, env_image
-from apex_dask.config.rllib.samplers import Sampler, sampler_of
+from apex_dask.config.rllib.samplers import Sampler, expand_nested, nested, sampler_of
 
 __all__ = ["Conversion", "Row", "convert", "show"]
 
 
 def show(value: Any, limit: int = 70) -> str:
-    """A value as the table prints it (YAML-like, one line)."""
-    import json
+    """A value as the table prints it (YAML-like, one line, cut at ``limit`` characters
+    without turning the rest into text)."""
+    from apex_dask.config.reader import shown
 
-    if value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = value
-    elif isinstance(value, float):
-        text = f"{value:g}"
-    elif isinstance(value, list | tuple | dict):
-        text = json.dumps(value, default=str)
-    else:
-        text = str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if isinstance(value, str):
+        text = " ".join(value[: limit * 2].split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+    if isinstance(value, float):
+        return f"{value:g}"
+    return shown(value, limit, json_style=True)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -148,17 +142,69 @@ def _raw_entries(exp: Experiment) -> list[tuple[str, Any]]:
         out.append(("env", exp.env))
     for key, value in exp.config.items():
         key = str(key)
-        if key == "env" and exp.env is not None and _same(value, exp.env):
+        if key == "env" and exp.env is not None:
+            if not _same(value, exp.env):  # Tune moves the experiment's env into config
+                out.append((CONFIG_ENV, value))
             continue
         if key in SECTIONS and value is None:
             continue  # an empty section
         if key in SECTIONS and isinstance(value, Mapping) and sampler_of(value) is None:
-            out.extend((f"{key}.{k}", v) for k, v in value.items())
+            for k, v in value.items():
+                out.extend(_split(f"{key}.{k}", v) if key == "env_config" else [(f"{key}.{k}", v)])
         else:
             out.append((key, value))
     out.extend((f"stop.{k}", v) for k, v in exp.stop.items())
     out.extend((str(k), v) for k, v in exp.tune.items())
     return out
+
+
+CONFIG_ENV = "config.env"
+"""The row of a ``config.env`` that the experiment-level ``env`` overrides."""
+
+
+def _split(key: str, value: Any) -> list[tuple[str, Any]]:
+    """``env_config`` keys whose values hold Tune samplers deeper down, one entry per
+    nested key (``env_config.opts.a``: ``env.env_kwargs.opts.a``), so each sampler is
+    its own sweep dimension."""
+    if isinstance(value, Mapping) and sampler_of(value) is None and nested(value):
+        return [e for k, v in value.items() for e in _split(f"{key}.{k}", v)]
+    return [(key, value)]
+
+
+def _type_problem(targets: dict[str, Any]) -> str | None:
+    """Why a converted value does not fit its apex_dask key's type (a whole number for
+    an integer key, a number for a float key), named by the RLlib key's row."""
+    import types
+    import typing
+
+    from apex_dask.config.rllib.rules import integer, number
+    from apex_dask.config.space import field_type
+    from apex_dask.config.tree import ApexConfig
+
+    for key, value in targets.items():
+        tp = field_type(ApexConfig, key)
+        kind = tp
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            args = typing.get_args(tp)
+            if value is None and type(None) in args:
+                continue
+            kind = next(a for a in args if a is not type(None))
+        if kind is int and not integer(value):
+            return f"give a whole number, not {show(value)}"
+        if kind is float and not number(value):
+            return f"give a number, not {show(value)}"
+    return None
+
+
+def _call(entry: _Entry, value: Any, ctx: Ctx) -> Outcome:
+    """The entry's handler on ``value``; a value of a shape the handler cannot take (a
+    string for a number, ...) is refused in one line, never an exception."""
+    try:
+        return _handler(entry)(value, ctx)
+    except SampledDependency:
+        raise
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError, IndexError):
+        return Refused(f"{show(value)} is not a value RLlib's {entry.key} takes")
 
 
 def _handler(entry: _Entry):
@@ -173,9 +219,18 @@ class _Converter:
         self.exp, self.lenient = exp, lenient
         self.algo = exp.run
         entries = []
+        self.nested_why: dict[str, str] = {}
+        self.original: dict[str, Any] = {}
         for key, value in _entries(exp):
             rule = find_rule(key)
             concept = None if rule is None else rule.concept(key)
+            if sampler_of(value) is None and nested(value):
+                whole = expand_nested(value)
+                if isinstance(whole, str):
+                    self.nested_why[key] = whole
+                else:
+                    self.original[key] = value
+                    value = {whole.kind: whole.arg}
             entries.append(_Entry(key, value, rule, concept))
         self.entries = entries
         era, why = era_of({e.key for e in entries})
@@ -212,7 +267,7 @@ class _Converter:
 
     def _plain(self, entry: _Entry, value: Any, ctx: Ctx) -> Outcome:
         try:
-            return _handler(entry)(value, ctx)
+            return _call(entry, value, ctx)
         except SampledDependency as dep:
             return self._follows(entry, value, dep.concept)
 
@@ -225,8 +280,8 @@ class _Converter:
         for candidate in sampler.candidates():
             ctx = self._with(concept, candidate)
             try:
-                mine = _handler(entry)(value, ctx)
-                theirs = _handler(source)(candidate, ctx)
+                mine = _call(entry, value, ctx)
+                theirs = _call(source, candidate, ctx)
             except SampledDependency as dep:
                 return Refused(f"depends on {source.key} and {dep.concept}, both Tune samplers")
             if isinstance(mine, Ignored):
@@ -249,7 +304,7 @@ class _Converter:
         outs = []
         for candidate in candidates:
             try:
-                outs.append(_handler(entry)(candidate, self._with(entry.concept, candidate)))  # type: ignore[arg-type]
+                outs.append(_call(entry, candidate, self._with(entry.concept, candidate)))  # type: ignore[arg-type]
             except SampledDependency as dep:
                 return Refused(f"depends on {dep.concept}, also a Tune sampler"), {}
         for candidate, out in zip(candidates, outs, strict=True):
@@ -302,6 +357,11 @@ class _Converter:
 
     def _record(self, row: Row) -> None:
         out = row.outcome
+        if isinstance(out, Mapped) and not row.default:
+            problem = _type_problem(out.targets)
+            if problem:
+                row = replace(row, outcome=Refused(problem))
+                out = row.outcome
         where = f"{row.key}={show(row.value)}"
         if isinstance(out, Refused):
             if row.default:
@@ -329,7 +389,8 @@ class _Converter:
                 "e.g. env: CartPole-v0"
             )
         for entry in self.entries:
-            self._record(Row(entry.key, entry.value, self._outcome(entry)))
+            shown_value = self.original.get(entry.key, entry.value)
+            self._record(Row(entry.key, shown_value, self._outcome(entry)))
         for key, value in self.defaults.items():
             rule = find_rule(key)
             assert rule is not None, key
@@ -347,6 +408,26 @@ class _Converter:
 
     def _outcome(self, entry: _Entry) -> Outcome:
         e = entry
+        if e.key == CONFIG_ENV:
+            return Ignored(
+                f"the experiment-level env: {show(self.exp.env)} takes its place (Tune moves "
+                "the experiment's env into config)"
+            )
+        if e.key in self.exp.tune and e.key not in TUNE_EXPERIMENT_KEYS:
+            if e.rule is not None:
+                return Refused(
+                    "a config key next to run: at the experiment level, which Tune refuses "
+                    "(no such experiment setting); move it under config:"
+                )
+            return Refused(
+                "not a Tune experiment setting (Tune refuses it); the settings next to run: "
+                "are Tune's (num_samples, checkpoint_freq, stop, config, ...)"
+            )
+        if e.key in self.nested_why:
+            out = self._plain(e, e.value, self.ctx) if e.rule is not None else None
+            if isinstance(out, Ignored):
+                return out  # what the key holds does not matter
+            return Refused(self.nested_why[e.key])
         if e.key in SECTIONS:
             if sampler_of(e.value) is not None:
                 return Refused(f"a Tune sampler over the whole {e.key} section; sample its keys")

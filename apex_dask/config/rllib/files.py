@@ -28,12 +28,49 @@ from typing import Any
 
 from apex_dask.config.plumbing import ConfigError
 
-__all__ = ["RUNS", "Experiment", "RLlibError", "pick", "read_experiments"]
+__all__ = ["RUNS", "TUNE_EXPERIMENT_KEYS", "Experiment", "RLlibError", "pick", "read_experiments"]
 
 RUNS = ("APEX", "APEX_DDPG")
 """The RLlib algorithms (``run:`` names) that convert."""
 
 _EXPERIMENT_KEYS = {"run", "config", "stop", "env"}
+
+TUNE_EXPERIMENT_KEYS = frozenset(
+    {
+        *_EXPERIMENT_KEYS,
+        "name",
+        "num_samples",
+        "time_budget_s",
+        "local_dir",
+        "storage_path",
+        "upload_dir",
+        "sync_config",
+        "sync_to_driver",
+        "trial_name_creator",
+        "trial_dirname_creator",
+        "log_to_file",
+        "loggers",
+        "verbose",
+        "checkpoint_freq",
+        "checkpoint_at_end",
+        "keep_checkpoints_num",
+        "checkpoint_score_attr",
+        "checkpoint_config",
+        "export_formats",
+        "max_failures",
+        "restore",
+        "resources_per_trial",
+        "trial_resources",
+        "resources",
+        "reuse_actors",
+        "raise_on_failed_trial",
+        "fail_fast",
+        "queue_trials",
+        "progress_reporter",
+    }
+)
+"""What Tune's experiment takes next to ``run:`` across its versions (its keyword
+arguments); anything else there Tune refused, a config key included."""
 _DDPG_SIGNS = ("actor_hiddens", "critic_hiddens", "actor_lr", "critic_lr", "twin_q", "tau")
 
 

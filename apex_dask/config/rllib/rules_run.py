@@ -86,7 +86,7 @@ def _shown(value: Any) -> str:
 def _count(key: str, note: str = ""):
     def handle(value: Any, ctx: Ctx) -> Outcome:
         if not integer(value) or value < 1:
-            return Refused("give a whole number >= 1")
+            return Refused(f"give a whole number >= 1, not {_shown(value)}")
         return Mapped({key: int(value)}, note)
 
     return handle
@@ -168,6 +168,22 @@ def _checkpoint_freq(value: Any, ctx: Ctx) -> Outcome:
     )
 
 
+def _per_iteration(value: Any, ctx: Ctx) -> Outcome:
+    if not value:
+        return Mapped({"report.timesteps_per_iteration": 0})
+    if not integer(value) or value < 0:
+        return Refused(f"give a whole number of env steps, not {_shown(value)}")
+    return Mapped({"report.timesteps_per_iteration": int(value)})
+
+
+def _keep(value: Any, ctx: Ctx) -> Outcome:
+    if not value:
+        return Mapped({}, "apex_dask keeps checkpoint.keep")
+    if not integer(value) or value < 1:
+        return Refused(f"give a whole number of checkpoints, not {_shown(value)}")
+    return Mapped({"checkpoint.keep": int(value)})
+
+
 def _num_samples(value: Any, ctx: Ctx) -> Outcome:
     if not integer(value) or value < 1:
         return Refused("give a number of trials >= 1")
@@ -218,7 +234,7 @@ RUN_RULES = [
             "timesteps_per_iteration",
             "min_sample_timesteps_per_reporting",
         ),
-        lambda v, ctx: Mapped({"report.timesteps_per_iteration": int(v or 0)}),
+        _per_iteration,
         "report.timesteps_per_iteration",
         "env steps sampled per iteration, at least",
     ),
@@ -286,11 +302,7 @@ RUN_RULES = [
     ),
     rule(
         ("keep_checkpoints_num",),
-        lambda v, ctx: (
-            Mapped({"checkpoint.keep": int(v)})
-            if v
-            else Mapped({}, "apex_dask keeps checkpoint.keep")
-        ),
+        _keep,
         "checkpoint.keep",
         "",
     ),
