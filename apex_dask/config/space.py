@@ -21,7 +21,8 @@ Each key maps to exactly one distribution:
 ``{grid: [a, b, ...]}``  every value is run (with ``--trials`` a multiple of
                          the grid, each point as often)
 ``{choice: [a, ...]}``   one value, chosen by the sampler
-``{uniform: [lo, hi]}``  a float in [lo, hi] (``step: s`` optional)
+``{uniform: [lo, hi]}``  a float in [lo, hi] (``step: s``, or ``log: true``:
+                         the same as loguniform)
 ``{loguniform: [lo, hi]}`` a float in [lo, hi] on a log scale (lo > 0)
 ``{int: [lo, hi]}``      an integer in [lo, hi] (``step: k`` or ``log: true``)
 ======================  ==================================================
@@ -276,12 +277,18 @@ def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Para
             raise SpaceError(f"{at}: int log must be true or false, with lo >= 1 and no step")
         param: Param = IntRange(key, int(low), int(high), int(step), log)
     else:
-        step = spec.get("step")
+        step, log = spec.get("step"), spec.get("log", False)
         if step is not None and (
             isinstance(step, bool) or not isinstance(step, int | float) or not 0 < step
         ):
             raise SpaceError(f"{at}: uniform step {shown(step)} must be a number > 0")
-        param = FloatRange(key, float(low), float(high), kind == "loguniform", step)
+        if not isinstance(log, bool) or (log and step is not None) or (log and low <= 0):
+            raise SpaceError(
+                f"{at}: uniform log must be true or false, with lo > 0 and no step "
+                f"(got log {shown(log)}, [{low:g}, {high:g}])"
+            )
+        log = log or kind == "loguniform"
+        param = FloatRange(key, float(low), float(high), log, step)
     for end in (param.low, param.high):
         _check_value(at, key, end, base, "range end")
     return param

@@ -147,18 +147,15 @@ def _probe(spec: SweepSpec, embedded: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check everything, then sweep; the exit code."""
-    from apex_dask.cli.sweep.study import (
-        SweepLock,
-        counted,
-        import_optuna,
-        open_study,
-        repair_journal,
-        requeue_interrupted,
-    )
+    from apex_dask.cli.sweep.study import SweepLock, import_optuna
 
     folder, spec, resuming = _prepare(args)
     import_optuna()
+    trials = _trials(args, folder, spec, resuming)
     k = args.concurrent or spec.concurrent or 1
+    if k > trials:
+        say(f"concurrent {k} is more than the sweep's {trials} trials: {trials} at once")
+        k = trials
     if args.jobs is None:
         args.jobs = k  # --cluster: one env-worker job per trial ...
     if getattr(args, "cluster", None) and not any(
@@ -167,57 +164,74 @@ def run(args: argparse.Namespace) -> int:
         args.jobqueue_opt.append(f"learner_processes={k}")  # ... and a learner process each
     check_cluster_flags(args)
     embedded = is_embedded(args)
-    _probe(spec, embedded)
-    # the folder, the lock, the study
-    if not resuming:
-        make_out(folder)
-    lock = SweepLock(folder)
+    # signals: a stop during the checks raises; from the first journal write on, it only
+    # asks the sweep to stop (between writes), so the journal never holds half a step
+    signals = StopSignals.install(PREFIX)
+    signals.saving = {"SIGINT": "each running trial", "SIGTERM": "each running trial"}
     try:
-        if resuming:
-            from apex_dask.cli.sweep.study import JOURNAL
-
-            if repair_journal(folder / JOURNAL):
-                say(
-                    "cut a torn last record from the study journal (the sweep was killed mid-write)"
-                )
-            from apex_dask.config.reader import read_document
-
-            stored = read_document(folder / "sweep.yaml", "sweep file", json_text=False) or {}
-            trials = args.trials or stored.get("trials") or DEFAULT_TRIALS
-            study = open_study(folder, spec, trials, create=False)
-            trials = max(trials, int(study.user_attrs.get("trials", trials)))
-            done, running = counted(study)
-            again = requeue_interrupted(study, running)
-            say(
-                f"resuming {folder}: {done} of {trials} trials done"
-                + (
-                    f"; trial(s) {', '.join(map(str, again))} were interrupted: run again"
-                    if again
-                    else ""
-                )
-            )
-        else:
-            points = spec.space.grid_points()
-            trials = (
-                args.trials
-                or spec.trials
-                or (len(points) if spec.space.only_grid else DEFAULT_TRIALS)
-            )
-            import yaml
-
-            write_text(folder / "base.yaml", spec.base.to_yaml())
-            stored = {**spec.to_dict("base.yaml"), "trials": trials, "concurrent": k}
-            write_text(folder / "sweep.yaml", yaml.safe_dump(stored, sort_keys=False))
-            study = open_study(folder, spec, trials, create=True)
-            say(
-                f"{trials} trials, {k} at once, in {folder}; space: "
-                + "; ".join(spec.space.describe())
-            )
-        if study.user_attrs.get("trials") != trials:
-            study.set_user_attr("trials", trials)
-        return _sweep(args, folder, spec, study, trials, k, embedded)
+        _probe(spec, embedded)
+        signals.phase = "running"
+        if not resuming:
+            make_out(folder)
+        lock = SweepLock(folder)
+        try:
+            study = _study(folder, spec, trials, k, resuming)
+            return _sweep(args, folder, spec, study, trials, k, embedded, signals)
+        finally:
+            lock.release()
     finally:
-        lock.release()
+        signals.restore()  # kept after a stop: a second signal still exits at once
+
+
+def _trials(args: argparse.Namespace, folder: Path, spec: SweepSpec, resuming: bool) -> int:
+    """Trials in all: --trials, else the file's (a resumed sweep's as it last ran), else
+    the grid's size, else :data:`DEFAULT_TRIALS`; a resumed sweep never shrinks."""
+    if resuming:
+        from apex_dask.config.reader import read_document
+
+        stored = read_document(folder / "sweep.yaml", "sweep file", json_text=False) or {}
+        before = stored.get("trials") if isinstance(stored, dict) else None
+        before = before if isinstance(before, int) and before >= 1 else DEFAULT_TRIALS
+        return max(args.trials or before, before)
+    points = spec.space.grid_points()
+    return args.trials or spec.trials or (len(points) if spec.space.only_grid else DEFAULT_TRIALS)
+
+
+def _study(folder: Path, spec: SweepSpec, trials: int, k: int, resuming: bool) -> Any:
+    """The study, new or resumed (repaired: :func:`~.study.repair`), with ``sweep.yaml``
+    saying ``trials``."""
+    import yaml
+
+    from apex_dask.cli.sweep.study import JOURNAL, counted, open_study, repair, repair_journal
+
+    stored = {**spec.to_dict("base.yaml"), "trials": trials, "concurrent": k}
+    if not resuming:
+        write_text(folder / "base.yaml", spec.base.to_yaml())
+        write_text(folder / "sweep.yaml", yaml.safe_dump(stored, sort_keys=False))
+        study = open_study(folder, spec, trials, create=True)
+        say(
+            f"{trials} trials, {k} at once, in {folder}; space: " + "; ".join(spec.space.describe())
+        )
+        return study
+    if repair_journal(folder / JOURNAL):
+        say("cut a torn last record from the study journal (the sweep was killed mid-write)")
+    study = open_study(folder, spec, trials, create=False)
+    finished, again = repair(study, spec, folder, trials)
+    from apex_dask.config.reader import read_document
+
+    before = read_document(folder / "sweep.yaml", "sweep file", json_text=False) or {}
+    if isinstance(before, dict) and before.get("trials") != trials:
+        write_text(
+            folder / "sweep.yaml", yaml.safe_dump({**before, "trials": trials}, sort_keys=False)
+        )
+    done, _ = counted(study)
+    notes = []
+    if finished:
+        notes.append(f"trial(s) {', '.join(map(str, finished))} had written their results: counted")
+    if again:
+        notes.append(f"trial(s) {', '.join(map(str, again))} were interrupted: run again")
+    say(f"resuming {folder}: {done} of {trials} trials done" + "".join(f"; {n}" for n in notes))
+    return study
 
 
 def _sweep(
@@ -228,13 +242,12 @@ def _sweep(
     trials: int,
     k: int,
     embedded: bool,
+    signals: StopSignals,
 ) -> int:
     from apex_dask.cli.sweep.report import draw_plots, format_table, trial_rows, write_best
     from apex_dask.cli.sweep.study import counted
     from apex_dask.cli.watch import child_pids, quiet_teardown_logs, reap_children, route_logs
 
-    signals = StopSignals.install(PREFIX)
-    signals.saving = {"SIGINT": "each running trial", "SIGTERM": "each running trial"}
     before = child_pids()
     route_logs(folder / LOG_NAME, debug=args.debug)
     stop = threading.Event()
@@ -242,7 +255,8 @@ def _sweep(
     error: BaseException | None = None
     try:
         done, _ = counted(study)
-        if done < trials:
+        if done < trials and not signals.requested:
+            signals.phase = "startup"  # a stop while the cluster starts: release it
             client, cluster = _open(args, folder, spec, k, embedded)
             signals.phase = "running"
             runner = _runner(folder, spec, study, client, k, trials, stop, args)
@@ -271,9 +285,7 @@ def _sweep(
     )
     for note in draw_plots(folder, study):
         say(note)
-    code = _exit_code(folder, study, signals, runner, error, args)
-    signals.restore()  # kept after a stop: a second signal still exits at once
-    return code
+    return _exit_code(folder, study, signals, runner, error, args)
 
 
 def _open(

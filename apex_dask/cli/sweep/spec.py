@@ -286,8 +286,10 @@ def _sampler(sec: dict[str, Any], name: str) -> SamplerSpec:
             f"{name}: sampler {shown(s.name)} is unknown; choose {' or '.join(SAMPLERS)} "
             "(a grid: key runs every value with either)"
         )
-    if isinstance(s.seed, bool) or not isinstance(s.seed, int):
-        raise SweepError(f"{name}: sampler seed {shown(s.seed)} must be an integer")
+    if isinstance(s.seed, bool) or not isinstance(s.seed, int) or not 0 <= s.seed < 2**32:
+        raise SweepError(
+            f"{name}: sampler seed {shown(s.seed)} must be an integer in [0, 2**32 - 1]"
+        )
     return s
 
 
