@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "GRACE_MAX_S",
     "CheckpointConfig",
     "EvalConfig",
     "ReportConfig",
@@ -68,6 +69,12 @@ class TopologyConfig:
     counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
 
 
+GRACE_MAX_S = 7 * 24 * 3600.0
+"""The longest ``checkpoint.grace_s``: well within what a ``threading.Timer`` (the
+stop's watchdog) and the stop clock's timestamps hold (``threading.TIMEOUT_MAX`` is
+about 9.2e9 s on Linux; past it the timer raises ``OverflowError``)."""
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     """Checkpoints of a run with an output folder (``--out DIR``: ``DIR/checkpoints/``)."""
@@ -79,7 +86,8 @@ class CheckpointConfig:
     """Keep the newest this many complete checkpoints (>= 1)."""
     grace_s: float = 120.0
     """Seconds a preemption signal (SIGTERM/SIGUSR1) leaves to write the last checkpoint;
-    the SLURM script asks for the signal this long before the time limit."""
+    the SLURM script asks for the signal this long before the time limit. At most
+    604,800 (a week), which the stop's watchdog timer can hold."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from apex_dask.algo.agents.registry import AGENTS, UnknownAgentError, agent
 from apex_dask.config.plumbing import ConfigError
 from apex_dask.config.reader import shown
+from apex_dask.config.sections import GRACE_MAX_S
 
 __all__ = ["check_types", "validate"]
 
@@ -197,6 +198,13 @@ def validate(cfg: Any) -> None:
     nonneg("checkpoint.interval_s", cfg.checkpoint.interval_s)
     positive("checkpoint.keep", cfg.checkpoint.keep)
     positive("checkpoint.grace_s", cfg.checkpoint.grace_s)
+    if cfg.checkpoint.grace_s > GRACE_MAX_S:
+        raise bad(
+            "checkpoint.grace_s",
+            cfg.checkpoint.grace_s,
+            f"must be at most {GRACE_MAX_S:,.0f} s (a week), the longest the stop's "
+            "watchdog timer holds",
+        )
     if cfg.topology.local_workers is not None:
         positive("topology.local_workers", cfg.topology.local_workers)
     positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
