@@ -111,7 +111,9 @@ def test_the_longest_grace_is_one_the_watchdog_timer_holds():
     from apex_dask.config import ApexConfig, ConfigError
     from apex_dask.config.sections import GRACE_MAX_S
 
-    with pytest.raises(ConfigError, match=r"checkpoint.grace_s=10000000000.0 is invalid: must be at most 604,800 s"):
+    with pytest.raises(
+        ConfigError, match=r"checkpoint.grace_s=10000000000.0 is invalid: must be at most 604,800 s"
+    ):
         ApexConfig().override({"checkpoint.grace_s": 1e10})
     assert ApexConfig().override({"checkpoint.grace_s": GRACE_MAX_S}).checkpoint.grace_s == (
         GRACE_MAX_S

@@ -84,8 +84,8 @@ def scheduler_file(tmp_path_factory):
         deadline = time.monotonic() + 60
         while not sched.exists():
             assert time.monotonic() < deadline and procs[0].poll() is None, (
-                (where / "scheduler.log").read_text()
-            )
+                where / "scheduler.log"
+            ).read_text()
             time.sleep(0.2)
         procs.append(
             _spawn(
@@ -148,9 +148,8 @@ def check_each_point_once(folder: Path, log: str) -> None:
     assert written == sorted(t.number for t in finished), (written, states, log)
 
 
-def test_every_kill_point_then_resume_runs_each_grid_point_exactly_once(
-    tmp_path, scheduler_file
-):
+@pytest.mark.timeout(1500)
+def test_every_kill_point_then_resume_runs_each_grid_point_exactly_once(tmp_path, scheduler_file):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     cluster = ["--scheduler-file", str(scheduler_file), "--quiet"]

@@ -352,7 +352,7 @@ def _check_graph(root: Any, where: str) -> None:
             depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
             if size[key] > MAX_NODES:
                 raise InputError(_too_big(where))
-            if depth[key] > MAX_DEPTH + 1:  # + 1: the scalars under the deepest list
+            if depth[key] > MAX_DEPTH:  # mappings and lists, one level each
                 raise InputError(_too_deep(where))
             continue
         if key in size:
@@ -360,7 +360,7 @@ def _check_graph(root: Any, where: str) -> None:
         if key in on_path:
             raise InputError(f"{where}: an alias refers to a node that contains it")
         if isinstance(node, yaml.ScalarNode):
-            size[key], depth[key] = 1, 1
+            size[key], depth[key] = 1, 0
             continue
         on_path.add(key)
         stack.append((node, True))

@@ -210,9 +210,15 @@ def _flatten(root: Any, data: Mapping[str, Any], prefix: str, where: str) -> dic
             raise SpaceError(f"{where}: key {shown(key)} must be a config key such as 'learner.lr'")
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and is_section(root, name):
-            flat.update(_flatten(root, value, name + ".", where))
+            inner = _flatten(root, value, name + ".", where)
         else:
-            flat[name] = value
+            inner = {name: value}
+        for dotted, v in inner.items():
+            if dotted in flat:
+                raise SpaceError(
+                    f"{where}: {shown(dotted)} is given twice (nested and dotted); give it once"
+                )
+            flat[dotted] = v
     return flat
 
 
