@@ -89,7 +89,13 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> 
             from apex_dask.config.reader import parse_value
 
             value = parse_value(value, f"--set {key}")
-        _set_kwarg(tree["env"]["env_kwargs"], key[len("env.env_kwargs.") :], value)
+        kwargs = tree["env"]["env_kwargs"]
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"env.env_kwargs is {_shown(kwargs)}, not a mapping: {key} cannot be set "
+                "inside it"
+            )
+        _set_kwarg(kwargs, key[len("env.env_kwargs.") :], value)
         return
     parts = key.split(".")
     node: Any = tree

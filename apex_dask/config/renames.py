@@ -33,7 +33,7 @@ RENAMED_ENV_IDS = {
 def renamed(key: Any, value: Any) -> tuple[Any, Any]:
     """Keys (and env ids) that were renamed, as their new key and value (old config files
     keep working)."""
-    if key == "env.env_id" and value in RENAMED_ENV_IDS:
+    if key == "env.env_id" and isinstance(value, str) and value in RENAMED_ENV_IDS:
         new = RENAMED_ENV_IDS[value]
         warnings.warn(
             f"env.env_id {value} is now {new}; the old id still works", FutureWarning, stacklevel=3

@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cluster_flags(p, jobqueue=True)
     p.set_defaults(jobs=None)
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the sweep file, the flags and the space, print the plan and exit 0; "
+        "nothing is made or started (the env is made when the sweep runs)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-trial start lines")
     p.add_argument("--debug", action="store_true", help="tracebacks and Dask's log on the console")
     return p
@@ -164,6 +170,12 @@ def run(args: argparse.Namespace) -> int:
         args.jobqueue_opt.append(f"learner_processes={k}")  # ... and a learner process each
     check_cluster_flags(args)
     embedded = is_embedded(args)
+    if args.check:
+        say(
+            f"{'resuming ' if resuming else ''}{trials} trials, {k} at once, in {folder}; "
+            "space: " + "; ".join(spec.space.describe())
+        )
+        return EXIT_OK
     # signals: a stop during the checks raises; from the first journal write on, it only
     # asks the sweep to stop (between writes), so the journal never holds half a step
     signals = StopSignals.install(PREFIX)

@@ -79,7 +79,10 @@ class Sampler:
         return None
 
     def candidates(self) -> list[Any]:
-        """Values to convert: every value, or a range's ends and middle."""
+        """Values to convert: every value, or a range's ends and middle (none for a
+        sampler with a :meth:`problem`: its own row is refused)."""
+        if self.problem():
+            return []
         if self.discrete:
             return list(self.arg)
         lo, hi = self.arg[0], self.arg[1]
