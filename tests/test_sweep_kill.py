@@ -170,3 +170,21 @@ def test_every_kill_point_then_resume_runs_each_grid_point_exactly_once(tmp_path
         again = sweep(0, "--resume", str(folder), *cluster)
         assert again.returncode == 0 and "2 of 2 trials done" in again.stdout, again.stdout
         assert [(t.number, t.state.name) for t in _trials(folder)] == before, log
+
+
+def test_concurrent_above_trials_is_lowered_with_one_line(tmp_path, scheduler_file):
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    done = sweep(
+        0, str(space), "--out", str(tmp_path / "o"), "--concurrent", "4",
+        "--scheduler-file", str(scheduler_file),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    note = [line for line in lines if "concurrent " in line]
+    assert note == ["apex-dask-sweep: concurrent 4 is more than the sweep's 2 trials: 2 at once"]
+    assert "2 trials, 2 at once" in done.stdout
+    check_each_point_once(tmp_path / "o", done.stdout)
+    checked = sweep(0, str(space), "--out", str(tmp_path / "c"), "--concurrent", "4", "--check")
+    assert checked.returncode == 0 and "2 trials, 2 at once" in checked.stdout, checked.stderr
+    assert not (tmp_path / "c").exists()  # --check makes nothing

@@ -92,8 +92,7 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> 
         kwargs = tree["env"]["env_kwargs"]
         if not isinstance(kwargs, dict):
             raise ConfigError(
-                f"env.env_kwargs is {_shown(kwargs)}, not a mapping: {key} cannot be set "
-                "inside it"
+                f"env.env_kwargs is {_shown(kwargs)}, not a mapping: {key} cannot be set inside it"
             )
         _set_kwarg(kwargs, key[len("env.env_kwargs.") :], value)
         return
