@@ -111,7 +111,6 @@ def sweep(kill_after: int, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=240,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
