@@ -14,7 +14,6 @@ COMPLETE trial (none lost, none run twice), and a second ``--resume`` changes no
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+from dask_procs import spawn as _spawn
+from dask_procs import stop as _stop
 
 pytestmark = pytest.mark.slow
 
@@ -48,24 +49,6 @@ budget: {env_steps: 300}
 pruner: {name: none, reports: 1}
 """
 POINTS = [1, 2]
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
 
 
 @pytest.fixture(scope="module")

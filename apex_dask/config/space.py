@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apex_dask.config.plumbing import ConfigError, is_section, unknown_key
+from apex_dask.config.plumbing import ConfigError, flatten, unknown_key
 from apex_dask.config.reader import shown
 
 __all__ = [
@@ -204,22 +204,15 @@ def parse_space(space: Any, base: Any, *, where: str = "space") -> SearchSpace:
 
 
 def _flatten(root: Any, data: Mapping[str, Any], prefix: str, where: str) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if not isinstance(key, str):
-            raise SpaceError(f"{where}: key {shown(key)} must be a config key such as 'learner.lr'")
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and is_section(root, name):
-            inner = _flatten(root, value, name + ".", where)
-        else:
-            inner = {name: value}
-        for dotted, v in inner.items():
-            if dotted in flat:
-                raise SpaceError(
-                    f"{where}: {shown(dotted)} is given twice (nested and dotted); give it once"
-                )
-            flat[dotted] = v
-    return flat
+    """Nested sections to dotted keys, as a config file's (a key given twice refused)."""
+
+    def dicts(value: Any) -> Any:
+        return {k: dicts(v) for k, v in value.items()} if isinstance(value, Mapping) else value
+
+    try:
+        return flatten(root, dicts(data), prefix)
+    except ConfigError as exc:
+        raise SpaceError(f"{where}: {exc}") from None
 
 
 def field_type(root: Any, dotted: str) -> Any:
