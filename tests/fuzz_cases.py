@@ -288,6 +288,10 @@ class Case:
         prog = "apex-dask-sweep:" if self.target == "sweep" else "apex-dask-submit:"
         if any("Traceback" in line for line in self.err):
             return "a traceback"
+        if self.seconds > LIMIT_S:
+            return f"took {self.seconds:.2f} s"
+        if self.peak_mb > LIMIT_MB:
+            return f"allocated {self.peak_mb:.0f} MB"
         if self.code == 0:
             return None if not self.err else f"exit 0 with stderr {self.err[:2]}"
         if self.code != 2:
@@ -297,10 +301,6 @@ class Case:
         bad = [line for line in self.err if not line.startswith(f"{prog} error: ")]
         if bad:
             return f"a stderr line that is not one error line: {bad[0][:200]!r}"
-        if self.seconds > LIMIT_S:
-            return f"took {self.seconds:.2f} s"
-        if self.peak_mb > LIMIT_MB:
-            return f"allocated {self.peak_mb:.0f} MB"
         return None
 
 

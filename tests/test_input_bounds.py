@@ -109,6 +109,11 @@ def test_a_document_too_large_is_refused_before_it_is_parsed(tmp_path, capsys):
     one_line(*run_cli(submit, ["--config", str(config), "--print-config"], capsys), "KiB")
 
 
+def test_a_set_value_too_long_is_refused(capsys):
+    value = "a: " * 100_000  # a string key takes it as it is: bounded all the same
+    one_line(*run_cli(submit, ["--set", f"env.env_id={value}", "--print-config"], capsys), "KiB")
+
+
 def test_a_key_given_twice_is_refused(tmp_path, capsys):
     config = tmp_path / "config.yaml"
     config.write_text("seed: 1\nlearner: {lr: 0.001}\nseed: 2\n")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import ApexConfig
+from apex_dask.config.reader import MAX_BYTES
 
 __all__ = [
     "EnvSpaces",
@@ -148,6 +149,11 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 f"--set {item!r} must look like KEY=VALUE, e.g. --set replay.alpha=0.5"
             )
         key, value = item.split("=", 1)
+        if len(value) > MAX_BYTES:
+            raise UsageError(
+                f"--set {key.strip()[:60]}=...: the value is longer than {MAX_BYTES // 1024} KiB, "
+                "the most apex_dask reads"
+            )
         overrides[key.strip()] = value
     overrides.update(stop_flags(args))
     if getattr(args, "elastic", False) or getattr(args, "adapt", None):
