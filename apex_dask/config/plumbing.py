@@ -12,9 +12,9 @@ import math
 import typing
 from typing import Any
 
+from apex_dask.config.errors import ConfigError
 
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the field and the fix."""
+__all__ = ["ConfigError", "build", "coerce", "collect_docs", "flatten", "plain", "set_dotted"]
 
 
 def plain(obj: Any) -> Any:

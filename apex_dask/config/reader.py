@@ -38,7 +38,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from apex_dask.config.plumbing import ConfigError
+from apex_dask.config.errors import ConfigError
 
 __all__ = [
     "MAX_BYTES",

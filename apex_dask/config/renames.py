@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["RENAMED_ENV_IDS", "RETIRED", "renamed", "reward_stop"]
+__all__ = ["RENAMED_ENV_IDS", "RETIRED", "renamed", "reward_stop", "set_reward_stop"]
 
 
 RETIRED = {
@@ -63,3 +63,21 @@ def reward_stop(value: Any, eval_on: bool) -> tuple[str, Any] | None:
         stacklevel=4,
     )
     return key, value
+
+
+def set_reward_stop(tree: dict[str, Any], value: Any, given: set[str], names: list[str]) -> None:
+    """``stop.reward`` set in the nested ``tree`` as the key it now means
+    (:func:`reward_stop`, read against the tree's ``eval.episodes``); refused beside
+    that key."""
+    from apex_dask.config.plumbing import ConfigError, coerce, set_dotted
+
+    episodes = tree["eval"]["episodes"]
+    if isinstance(episodes, str):
+        episodes = coerce("eval.episodes", episodes, int)
+    mapped = reward_stop(value, eval_on=isinstance(episodes, int | float) and episodes > 0)
+    if mapped is None:
+        return
+    key, value = mapped
+    if key in given:
+        raise ConfigError(f"stop.reward and {key} are both given; give only {key}")
+    set_dotted(tree, key, value, names)

@@ -31,7 +31,6 @@ from apex_dask.config.dpg import DPGConfig
 from apex_dask.config.plumbing import (
     ConfigError,
     build,
-    coerce,
     collect_docs,
     flatten,
     plain,
@@ -40,7 +39,7 @@ from apex_dask.config.plumbing import (
 from apex_dask.config.presets import PRESETS
 from apex_dask.config.r2d2 import R2D2Config
 from apex_dask.config.reader import read_document, shown
-from apex_dask.config.renames import RETIRED, renamed, reward_stop
+from apex_dask.config.renames import RETIRED, renamed, set_reward_stop
 from apex_dask.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -369,7 +368,7 @@ class ApexConfig:
             key, value = renamed(key, value)
             set_dotted(tree, key, value, list(_FIELD_DOCS))
         if reward:
-            _set_reward_stop(tree, reward[0], {k for k in overrides if isinstance(k, str)})
+            set_reward_stop(tree, reward[0], set(map(str, overrides)), list(_FIELD_DOCS))
         return build(ApexConfig, tree, "", list(_FIELD_DOCS))
 
     def to_dict(self) -> dict[str, Any]:
@@ -386,20 +385,6 @@ class ApexConfig:
     def field_docs() -> dict[str, str]:
         """Dotted field name -> its docstring (for ``--help`` and docs)."""
         return dict(_FIELD_DOCS)
-
-
-def _set_reward_stop(tree: dict[str, Any], value: Any, given: set[str]) -> None:
-    """``stop.reward`` into the key it now means (:func:`~.renames.reward_stop`)."""
-    episodes = tree["eval"]["episodes"]
-    if isinstance(episodes, str):
-        episodes = coerce("eval.episodes", episodes, int)
-    mapped = reward_stop(value, eval_on=isinstance(episodes, int | float) and episodes > 0)
-    if mapped is None:
-        return
-    key, value = mapped
-    if key in given:
-        raise ConfigError(f"stop.reward and {key} are both given; give only {key}")
-    set_dotted(tree, key, value, list(_FIELD_DOCS))
 
 
 _FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig", sections, _dpg, _r2d2)

@@ -32,15 +32,15 @@ from apex_dask.cli.exitcodes import (
     EXIT_USAGE,
     classify,
 )
-from apex_dask.cli.outdir import check_out, make_out, write_text
+from apex_dask.cli.outdir import check_out, make_out
 from apex_dask.cli.signals import StopSignals, exit_now_if_signalled
 from apex_dask.cli.sweep.spec import SweepError, SweepSpec, load_sweep
+from apex_dask.cli.sweep.start import DEFAULT_TRIALS, open_sweep, plan_trials
 
 __all__ = ["build_parser", "main", "run"]
 
 PREFIX = "apex-dask-sweep:"
 LOG_NAME = "apex-dask-sweep.log"
-DEFAULT_TRIALS = 10
 
 
 def say(line: str) -> None:
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
     folder, spec, resuming = _prepare(args)
     import_optuna()
-    trials = _trials(args, folder, spec, resuming)
+    trials = plan_trials(args.trials, folder, spec, resuming)
     k = args.concurrent or spec.concurrent or 1
     if k > trials:
         say(f"concurrent {k} is more than the sweep's {trials} trials: {trials} at once")
@@ -187,63 +187,12 @@ def run(args: argparse.Namespace) -> int:
             make_out(folder)
         lock = SweepLock(folder)
         try:
-            study = _study(folder, spec, trials, k, resuming)
+            study = open_sweep(folder, spec, trials, k, resuming, say)
             return _sweep(args, folder, spec, study, trials, k, embedded, signals)
         finally:
             lock.release()
     finally:
         signals.restore()  # kept after a stop: a second signal still exits at once
-
-
-def _trials(args: argparse.Namespace, folder: Path, spec: SweepSpec, resuming: bool) -> int:
-    """Trials in all: --trials, else the file's (a resumed sweep's as it last ran), else
-    the grid's size, else :data:`DEFAULT_TRIALS`; a resumed sweep never shrinks."""
-    if resuming:
-        from apex_dask.config.reader import read_document
-
-        stored = read_document(folder / "sweep.yaml", "sweep file", json_text=False) or {}
-        before = stored.get("trials") if isinstance(stored, dict) else None
-        before = before if isinstance(before, int) and before >= 1 else DEFAULT_TRIALS
-        return max(args.trials or before, before)
-    points = spec.space.grid_points()
-    return args.trials or spec.trials or (len(points) if spec.space.only_grid else DEFAULT_TRIALS)
-
-
-def _study(folder: Path, spec: SweepSpec, trials: int, k: int, resuming: bool) -> Any:
-    """The study, new or resumed (repaired: :func:`~.study.repair`), with ``sweep.yaml``
-    saying ``trials``."""
-    import yaml
-
-    from apex_dask.cli.sweep.study import JOURNAL, counted, open_study, repair, repair_journal
-
-    stored = {**spec.to_dict("base.yaml"), "trials": trials, "concurrent": k}
-    if not resuming:
-        write_text(folder / "base.yaml", spec.base.to_yaml())
-        write_text(folder / "sweep.yaml", yaml.safe_dump(stored, sort_keys=False))
-        study = open_study(folder, spec, trials, create=True)
-        say(
-            f"{trials} trials, {k} at once, in {folder}; space: " + "; ".join(spec.space.describe())
-        )
-        return study
-    if repair_journal(folder / JOURNAL):
-        say("cut a torn last record from the study journal (the sweep was killed mid-write)")
-    study = open_study(folder, spec, trials, create=False)
-    finished, again = repair(study, spec, folder, trials)
-    from apex_dask.config.reader import read_document
-
-    before = read_document(folder / "sweep.yaml", "sweep file", json_text=False) or {}
-    if isinstance(before, dict) and before.get("trials") != trials:
-        write_text(
-            folder / "sweep.yaml", yaml.safe_dump({**before, "trials": trials}, sort_keys=False)
-        )
-    done, _ = counted(study)
-    notes = []
-    if finished:
-        notes.append(f"trial(s) {', '.join(map(str, finished))} had written their results: counted")
-    if again:
-        notes.append(f"trial(s) {', '.join(map(str, again))} were interrupted: run again")
-    say(f"resuming {folder}: {done} of {trials} trials done" + "".join(f"; {n}" for n in notes))
-    return study
 
 
 def _sweep(

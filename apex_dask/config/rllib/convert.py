@@ -16,12 +16,16 @@ an RLlib default apex_dask does not reproduce is listed in ``not_reproduced``.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from apex_dask.config.rllib.entries import (
+    CONFIG_ENV,
+    file_entries,
+    same,
+    show,
+    type_problem,
+)
 from apex_dask.config.rllib.files import TUNE_EXPERIMENT_KEYS, Experiment, RLlibError
 from apex_dask.config.rllib.registry import (
     RULES,
@@ -44,29 +48,6 @@ from apex_dask.config.rllib.rules_env import env_config_handler, env_image
 from apex_dask.config.rllib.samplers import Sampler, expand_nested, nested, sampler_of
 
 __all__ = ["Conversion", "Row", "convert", "show"]
-
-
-def show(value: Any, limit: int = 70) -> str:
-    """A value as the table prints it (YAML-like, one line, cut at ``limit`` characters
-    without turning the rest into text)."""
-    from apex_dask.config.reader import shown
-
-    if isinstance(value, str):
-        text = " ".join(value[: limit * 2].split())
-        return text if len(text) <= limit else text[: limit - 3] + "..."
-    if isinstance(value, float):
-        return f"{value:g}"
-    return shown(value, limit, json_style=True)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
-        return a is b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 @dataclass(frozen=True)
@@ -120,82 +101,6 @@ class _Entry:
     concept: str | None
 
 
-_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def _number(value: Any) -> Any:
-    """``1e-4`` as YAML 1.1 reads it (a string) -> the number it means; lists alike."""
-    if isinstance(value, str) and _EXPONENT.match(value):
-        return float(value)
-    if isinstance(value, list):
-        return [_number(v) for v in value]
-    return value
-
-
-def _entries(exp: Experiment) -> list[tuple[str, Any]]:
-    return [(k, _number(v)) for k, v in _raw_entries(exp)]
-
-
-def _raw_entries(exp: Experiment) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    if exp.env is not None:
-        out.append(("env", exp.env))
-    for key, value in exp.config.items():
-        key = str(key)
-        if key == "env" and exp.env is not None:
-            if not _same(value, exp.env):  # Tune moves the experiment's env into config
-                out.append((CONFIG_ENV, value))
-            continue
-        if key in SECTIONS and value is None:
-            continue  # an empty section
-        if key in SECTIONS and isinstance(value, Mapping) and sampler_of(value) is None:
-            for k, v in value.items():
-                out.extend(_split(f"{key}.{k}", v) if key == "env_config" else [(f"{key}.{k}", v)])
-        else:
-            out.append((key, value))
-    out.extend((f"stop.{k}", v) for k, v in exp.stop.items())
-    out.extend((str(k), v) for k, v in exp.tune.items())
-    return out
-
-
-CONFIG_ENV = "config.env"
-"""The row of a ``config.env`` that the experiment-level ``env`` overrides."""
-
-
-def _split(key: str, value: Any) -> list[tuple[str, Any]]:
-    """``env_config`` keys whose values hold Tune samplers deeper down, one entry per
-    nested key (``env_config.opts.a``: ``env.env_kwargs.opts.a``), so each sampler is
-    its own sweep dimension."""
-    if isinstance(value, Mapping) and sampler_of(value) is None and nested(value):
-        return [e for k, v in value.items() for e in _split(f"{key}.{k}", v)]
-    return [(key, value)]
-
-
-def _type_problem(targets: dict[str, Any]) -> str | None:
-    """Why a converted value does not fit its apex_dask key's type (a whole number for
-    an integer key, a number for a float key), named by the RLlib key's row."""
-    import types
-    import typing
-
-    from apex_dask.config.rllib.rules import integer, number
-    from apex_dask.config.space import field_type
-    from apex_dask.config.tree import ApexConfig
-
-    for key, value in targets.items():
-        tp = field_type(ApexConfig, key)
-        kind = tp
-        if typing.get_origin(tp) in (typing.Union, types.UnionType):
-            args = typing.get_args(tp)
-            if value is None and type(None) in args:
-                continue
-            kind = next(a for a in args if a is not type(None))
-        if kind is int and not integer(value):
-            return f"give a whole number, not {show(value)}"
-        if kind is float and not number(value):
-            return f"give a number, not {show(value)}"
-    return None
-
-
 def _call(entry: _Entry, value: Any, ctx: Ctx) -> Outcome:
     """The entry's handler on ``value``; a value of a shape the handler cannot take (a
     string for a number, ...) is refused in one line, never an exception."""
@@ -221,7 +126,7 @@ class _Converter:
         entries = []
         self.nested_why: dict[str, str] = {}
         self.original: dict[str, Any] = {}
-        for key, value in _entries(exp):
+        for key, value in file_entries(exp):
             rule = find_rule(key)
             concept = None if rule is None else rule.concept(key)
             if sampler_of(value) is None and nested(value):
@@ -243,7 +148,7 @@ class _Converter:
             first = self.given.get(e.concept)
             if first is None:
                 self.given[e.concept] = e
-            elif not _same(first.value, e.value):
+            elif not same(first.value, e.value):
                 self.clash[e.key] = (
                     f"{first.key} = {show(first.value)} is the same key, another era's spelling"
                 )
@@ -288,7 +193,7 @@ class _Converter:
                 return mine
             ok = isinstance(mine, Mapped) and isinstance(theirs, Mapped)
             if not ok or any(
-                k not in theirs.targets or not _same(v, theirs.targets[k])  # type: ignore[union-attr]
+                k not in theirs.targets or not same(v, theirs.targets[k])  # type: ignore[union-attr]
                 for k, v in mine.targets.items()  # type: ignore[union-attr]
             ):
                 return Refused(
@@ -320,7 +225,7 @@ class _Converter:
         constant = {
             k: first[k]
             for k in keys
-            if all(k in o.targets and _same(o.targets[k], first.get(k)) for o in mapped)
+            if all(k in o.targets and same(o.targets[k], first.get(k)) for o in mapped)
         }
         varying = [k for k in keys if k not in constant]
         if len(varying) > 1:
@@ -333,7 +238,7 @@ class _Converter:
         key = varying[0]
         values = [o.targets.get(key) for o in mapped]
         if not sampler.discrete and not all(
-            _same(v, c) for v, c in zip(values, candidates, strict=True)
+            same(v, c) for v, c in zip(values, candidates, strict=True)
         ):
             return Refused(
                 f"a Tune {sampler.kind} over a key that is converted ({key}); "
@@ -345,7 +250,7 @@ class _Converter:
     # -- collecting ------------------------------------------------------
     def _merge(self, row: Row, targets: dict[str, Any]) -> None:
         for key, value in targets.items():
-            if key in self.merged and not _same(self.merged[key][0], value):
+            if key in self.merged and not same(self.merged[key][0], value):
                 other_value, other = self.merged[key]
                 line = (
                     f"{row.key}={show(row.value)} sets {key} = {show(value)}, but {other} set it "
@@ -358,7 +263,7 @@ class _Converter:
     def _record(self, row: Row) -> None:
         out = row.outcome
         if isinstance(out, Mapped) and not row.default:
-            problem = _type_problem(out.targets)
+            problem = type_problem(out.targets)
             if problem:
                 row = replace(row, outcome=Refused(problem))
                 out = row.outcome
