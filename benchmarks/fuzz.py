@@ -57,7 +57,7 @@ def fuzz_target(target: str, seconds: float, seed: int) -> dict:
         if problem is not None:
             stats["problems"].append(
                 {"problem": problem, "argv": case.argv, "stderr": case.err[:3],
-                 "input": str(doc)[:2000]}
+                 "input": str(doc)[:100_000]}
             )  # fmt: skip
 
     try:
