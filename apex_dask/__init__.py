@@ -5,7 +5,7 @@
     from apex_dask import ApexConfig, ApexDriver, train
 
     cfg = ApexConfig.preset("cartpole")
-    results = train(cfg, stop={"reward": 475})          # embedded LocalCluster
+    results = train(cfg, stop={"eval_return": 475})          # embedded LocalCluster
     with ApexDriver(cfg, client) as driver:             # your own cluster
         for result in driver.iterate():
             ...

@@ -164,7 +164,7 @@ def run_apex_dask(seed: int, budget_s: float, eval_interval_s: float) -> Record:
             "--quiet",
             "--out",
             str(out),
-            "--stop-reward",
+            "--stop-eval-return",
             str(SOLVED_AT),
             "--stop-time",
             str(budget_s),

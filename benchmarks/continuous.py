@@ -76,7 +76,7 @@ def run_dask(task: str, seed: int, budget_s: float, eval_s: float) -> Record:
         cmd += ["--stop-time", str(budget_s), "--set", f"seed={seed}"]
         cmd += ["--set", f"eval.episodes={spec['episodes']}", "--set", f"eval.interval_s={eval_s}"]
         if spec["target"] is not None:
-            cmd += ["--stop-reward", str(spec["target"])]
+            cmd += ["--stop-eval-return", str(spec["target"])]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seen = 0

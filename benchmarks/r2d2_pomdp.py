@@ -53,7 +53,7 @@ def run_one(method: str, seed: int, budget_s: float, workdir: Path) -> dict[str,
         "--set", "eval.animation=false",
         "--set", "checkpoint.interval_s=0",
         "--stop-time", str(budget_s),
-        "--stop-reward", str(SOLVED_AT),
+        "--stop-eval-return", str(SOLVED_AT),
         "--out", str(out),
         "--quiet",
     ]  # fmt: skip

@@ -5,7 +5,7 @@ it, once with the default (TLS with credentials made for the cluster) and once w
 ``--no-tls`` (plain TCP), the two modes taken in turn, the first mode swapped every
 repetition, with the same seed in both modes of a repetition:
 
-* ``cartpole``: ``--preset cartpole --stop-reward 475``: the wall time from launching
+* ``cartpole``: ``--preset cartpole --stop-eval-return 475``: the wall time from launching
   the command to the first greedy evaluation (10 episodes) with mean return >= 475
   (interpreter and cluster start included), and the time to its first result;
 * ``minatar``: ``--preset minatar --stop-time S`` (Breakout): the learner's updates/s
@@ -63,7 +63,7 @@ def follow(proc: subprocess.Popen, t0: float, results: Path) -> list[tuple[float
 
 def cartpole(mode: str, seed: int, budget_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["--preset", "cartpole", "--stop-reward", str(SOLVED_AT), "--stop-time",
+        args = ["--preset", "cartpole", "--stop-eval-return", str(SOLVED_AT), "--stop-time",
                 str(budget_s), "--set", f"seed={seed}", "--set", "eval.episodes=10"]  # fmt: skip
         proc, t0 = submit(mode, args, Path(tmp) / "run")
         seen = follow(proc, t0, Path(tmp) / "run" / "results.jsonl")

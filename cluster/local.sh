@@ -8,7 +8,7 @@
 #
 #   cluster/local.sh [--workers N] [--workdir DIR] [--serve] [--no-tls] [--] [apex-dask-submit args...]
 #
-#   cluster/local.sh --workers 3 -- --preset cartpole --stop-reward 475 --out runs/cp
+#   cluster/local.sh --workers 3 -- --preset cartpole --stop-eval-return 475 --out runs/cp
 #   cluster/local.sh --serve        # start the cluster only; connect a notebook to it
 #
 # Options

@@ -11,7 +11,7 @@
 #
 #   cluster/netns.sh [options] [--] [apex-dask-submit args...]
 #
-#   cluster/netns.sh -- --preset cartpole --stop-reward 475 --out runs/cp
+#   cluster/netns.sh -- --preset cartpole --stop-eval-return 475 --out runs/cp
 #   cluster/netns.sh --tls-generate --interface ib0 -- --preset minatar --stop-time 90
 #   cluster/netns.sh --serve            # build the site; `ip netns exec <prefix>-driver ...`
 #

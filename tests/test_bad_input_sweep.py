@@ -111,7 +111,8 @@ FAST = [
     *(Row(f"nan-{k}", ["--set", f"{k}=.nan"], [k, "finite"]) for k in NAN_KEYS),
     Row("inf-lr", ["--set", "learner.lr=.inf"], ["learner.lr", "finite"]),
     Row("stop-time-nan", ["--stop-time", "nan"], ["stop.time_s", "finite"]),
-    Row("stop-reward-inf", ["--stop-reward", "inf"], ["stop.reward", "finite"]),
+    Row("stop-reward-inf", ["--stop-reward", "inf"], ["stop.eval_return", "finite"]),
+    Row("stop-train-return-inf", ["--stop-train-return", "inf"], ["stop.train_return", "finite"]),
     Row(
         "connect-timeout-nan",
         ["--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "nan"],

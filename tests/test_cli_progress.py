@@ -55,7 +55,7 @@ def test_iterations_target_uses_the_iteration_rate():
 
 
 def test_no_fraction_without_a_stop_condition_or_with_a_reward_target_only():
-    for stop in (StopConfig(), StopConfig(reward=475.0)):
+    for stop in (StopConfig(), StopConfig(eval_return=475.0)):
         p = StopProgress(stop)
         assert not p.active
         assert p.observe(result(1, 1.0, 100)) == (None, None)

@@ -80,14 +80,14 @@ def test_dotted_overrides_parse_strings_like_the_cli():
             "replay.alpha": "0.5",
             "learner.hiddens": "[64, 64]",
             "learner.double_q": "false",
-            "stop.reward": "475",
+            "stop.eval_return": "475",
             "learner.max_replay_ratio": "null",
         }
     )
     assert cfg.replay.alpha == 0.5
     assert cfg.learner.hiddens == (64, 64)
     assert cfg.learner.double_q is False
-    assert cfg.stop.reward == 475.0
+    assert cfg.stop.eval_return == 475.0
     assert cfg.learner.max_replay_ratio is None
 
 

@@ -1,11 +1,12 @@
 """The in-process runner: its bookkeeping, stop conditions, and that it learns."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
-from apex_dask.config import ApexConfig
+from apex_dask.config import ApexConfig, ConfigError
 from apex_dask.experiment.stop import resolve_stop
 from apex_dask.local import LocalApex, run_local
 
@@ -123,13 +124,40 @@ def test_stop_on_timesteps_and_iterations():
     assert len(list(run_local(cfg))) == 3
 
 
-def test_stop_on_reward_uses_eval_when_enabled_else_episode_return():
-    with_eval = list(run_local(tiny(), stop={"reward": 1.0}))
-    assert len(with_eval) == 1 and with_eval[0]["eval/return_mean"] >= 1.0
+def test_two_return_stops_each_read_one_result_key():
+    evaluated = list(run_local(tiny(), stop={"eval_return": 1.0}))
+    assert len(evaluated) == 1 and evaluated[0]["eval/return_mean"] >= 1.0
+    trained = list(run_local(tiny(), stop={"train_return": 1.0, "iterations": 5}))
+    assert len(trained) == 1 and trained[0]["env/episode_return_mean"] >= 1.0
+    # no evaluation: the training episodes' stop still works; an evaluation stop is refused
     no_eval = tiny(**{"eval.episodes": 0})
-    results = list(run_local(no_eval, stop={"reward": 1.0, "iterations": 5}))
+    results = list(run_local(no_eval, stop={"train_return": 1.0, "iterations": 5}))
     assert len(results) == 1 and results[0]["env/episode_return_mean"] >= 1.0
     assert "eval/return_mean" not in results[0]
+    with pytest.raises(ConfigError, match="stop.eval_return.*needs the greedy evaluation"):
+        no_eval.override({"stop.eval_return": 1.0})
+
+
+def test_retired_reward_stop_keeps_working_with_one_warning_naming_its_key():
+    with pytest.warns(FutureWarning, match=r"now means stop\.eval_return") as caught:
+        evaluated = list(run_local(tiny(), stop={"reward": 1.0}))
+    assert len(caught) == 1
+    assert len(evaluated) == 1 and evaluated[0]["eval/return_mean"] >= 1.0
+    with pytest.warns(FutureWarning, match=r"now means stop\.train_return"):
+        cfg = tiny(**{"eval.episodes": 0, "stop.reward": 3.0})
+    assert (cfg.stop.train_return, cfg.stop.eval_return) == (3.0, None)
+    with pytest.warns(FutureWarning, match=r"now means stop\.eval_return"):
+        cfg = tiny(**{"stop.reward": "5"})
+    assert (cfg.stop.train_return, cfg.stop.eval_return) == (None, 5.0)
+    with pytest.raises(ConfigError, match="stop.reward and stop.eval_return are both given"):
+        with pytest.warns(FutureWarning):
+            tiny(**{"stop.reward": 5, "stop.eval_return": 6})
+    # an old config file's `stop: {reward: null}` loads without a word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ApexConfig.from_dict({"preset": "cartpole", "stop": {"reward": None}}) == (
+            ApexConfig.preset("cartpole")
+        )
 
 
 def test_resolve_stop_overrides_field_by_field_and_rejects_unknown():

@@ -51,7 +51,7 @@ def test_2018_multi_experiment_yaml_needs_a_name_and_converts_each(tmp_path):
             "learner.target_update_freq": 50_000,
             "learner.device": "cuda",
             "eval.episodes": 0,
-            "stop.reward": 20.0,
+            "stop.train_return": 20.0,
             "stop.timesteps": 10_000_000,
             "checkpoint.interval_s": 300.0,  # checkpoint_freq 10 x min_iter_time_s 30
         }
@@ -125,7 +125,7 @@ def test_2022_cartpole_file_converts_to_the_expected_config():
             "report.timesteps_per_iteration": 1000,
             "report.min_iter_time_s": 1.0,
             "eval.episodes": 0,
-            "stop.reward": 150.0,
+            "stop.train_return": 150.0,
             "stop.timesteps": 200_000,
         }
     )
@@ -187,7 +187,7 @@ def test_apex_ddpg_pendulum_file_converts_units_and_targets():
     assert (cfg.dpg.target_noise, cfg.dpg.target_noise_clip) == (0.2, 0.5)  # / half range 2
     assert (cfg.dpg.tau, cfg.dpg.policy_delay, cfg.dpg.twin_q) == (0.005, 2, True)
     assert cfg.dpg.actor_hiddens == (64, 64) and cfg.dpg.critic_hiddens == (64, 64)
-    assert (cfg.eval.episodes, cfg.eval.interval_s, cfg.stop.reward) == (10, 0.0, -250.0)
+    assert (cfg.eval.episodes, cfg.eval.interval_s, cfg.stop.eval_return) == (10, 0.0, -250.0)
     assert cfg.learner.grad_clip >= 1e9  # RLlib's DDPG default: no clipping
     # without the action bounds the units cannot be converted: refused, not guessed
     blind = _conv(rf.PENDULUM_DDPG, action_half_range=None)

@@ -107,14 +107,7 @@ CASES = [
         {},
         {"stop": {"episode_reward_max": 200}},
         "stop.episode_reward_max=200",
-        "reward mean, env steps, wall time or iterations",
-    ),
-    (
-        CARTPOLE,
-        {"evaluation_interval": 1},
-        {"stop": {"episode_reward_mean": 150}},
-        "stop.episode_reward_mean=150",
-        "compares the greedy evaluation",
+        "return mean, env steps, wall time or iterations",
     ),
     (
         CARTPOLE,
@@ -224,13 +217,15 @@ def test_refused_in_one_line_and_lenient_warns_and_goes_on(
     lenient.config()  # the rest converts to a valid config
 
 
-def test_lenient_training_reward_stop_with_evaluation_stops_on_the_evaluation(tmp_path):
+def test_training_reward_stop_with_evaluation_on_stops_on_the_training_episodes(tmp_path):
     exp = _experiment(
         tmp_path, CARTPOLE, {"evaluation_interval": 1}, {"stop": {"episode_reward_mean": 150}}
     )
-    cfg = convert(exp, lenient=True).config()
-    assert cfg.stop.reward == 150.0 and cfg.eval.episodes == 10
-    assert convert(exp).refusals  # strict: refused
+    conv = convert(exp)
+    assert conv.refusals == [] and conv.warnings == []
+    cfg = conv.config()
+    assert cfg.stop.train_return == 150.0 and cfg.stop.eval_return is None
+    assert cfg.eval.episodes == 10
 
 
 def test_rainbow_value_head_keys_become_the_dqn_agents_options(tmp_path):

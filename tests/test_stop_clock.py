@@ -102,3 +102,26 @@ def test_a_second_sigterm_later_still_exits_at_once():
     assert proc.returncode == 143, proc.stderr
     assert "SIGTERM again: exiting now, without saving more (exit 143)" in proc.stderr
     assert "still running" not in proc.stdout
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_the_longest_grace_is_one_the_watchdog_timer_holds():
+    """``checkpoint.grace_s`` past :data:`GRACE_MAX_S` is refused in one line; at the bound
+    the watchdog's timer runs (1e10 s overflows the timer's wait: no watchdog at all)."""
+    from apex_dask.config import ApexConfig, ConfigError
+    from apex_dask.config.sections import GRACE_MAX_S
+
+    with pytest.raises(
+        ConfigError, match=r"checkpoint.grace_s=10000000000.0 is invalid: must be at most 604,800 s"
+    ):
+        ApexConfig().override({"checkpoint.grace_s": 1e10})
+    assert ApexConfig().override({"checkpoint.grace_s": GRACE_MAX_S}).checkpoint.grace_s == (
+        GRACE_MAX_S
+    )
+    for grace, holds in ((GRACE_MAX_S, True), (1e10, False)):
+        clock = StopClock(grace)
+        clock.start_watchdog(lambda: None)
+        timer = clock._watchdog
+        timer.join(1.0)  # a timer that cannot hold its wait dies at once
+        assert timer.is_alive() is holds, grace
+        timer.cancel()

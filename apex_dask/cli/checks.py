@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import ApexConfig
+from apex_dask.config.reader import MAX_BYTES
 
 __all__ = [
     "EnvSpaces",
@@ -109,19 +110,9 @@ def parse_adapt(text: str) -> tuple[int, int]:
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
-    import yaml
+    from apex_dask.config.reader import read_document
 
-    try:
-        text = Path(path).expanduser().read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read config file {path!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"config file {path!r} is not a UTF-8 text (YAML) file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise UsageError(f"config file {path!r} is not valid YAML: {first}") from None
+    data = read_document(path, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -158,6 +149,11 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 f"--set {item!r} must look like KEY=VALUE, e.g. --set replay.alpha=0.5"
             )
         key, value = item.split("=", 1)
+        if len(value) > MAX_BYTES:
+            raise UsageError(
+                f"--set {key.strip()[:60]}=...: the value is longer than {MAX_BYTES // 1024} KiB, "
+                "the most apex_dask reads"
+            )
         overrides[key.strip()] = value
     overrides.update(stop_flags(args))
     if getattr(args, "elastic", False) or getattr(args, "adapt", None):
@@ -170,10 +166,14 @@ def stop_flags(args: argparse.Namespace) -> dict[str, Any]:
     pairs = (
         ("stop_timesteps", "stop.timesteps"),
         ("stop_reward", "stop.reward"),
+        ("stop_train_return", "stop.train_return"),
+        ("stop_eval_return", "stop.eval_return"),
         ("stop_time", "stop.time_s"),
         ("stop_iterations", "stop.iterations"),
     )
-    return {key: getattr(args, flag) for flag, key in pairs if getattr(args, flag) is not None}
+    return {
+        key: getattr(args, flag) for flag, key in pairs if getattr(args, flag, None) is not None
+    }
 
 
 # ---------------------------------------------------------------------------

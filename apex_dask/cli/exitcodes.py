@@ -65,6 +65,8 @@ _BAD_INPUT = {
     "JobqueueError",
     "CheckpointError",
     "DamagedCheckpoint",
+    "InputError",
+    "SpaceError",
 }
 
 
@@ -82,7 +84,7 @@ def classify(exc: BaseException, *, started: bool, log_hint: str) -> tuple[int, 
         when = "while training" if started else "before training started"
         return code, f"interrupted ({signame}) {when}"
     text = " ".join(str(exc).split())
-    if name in _BAD_INPUT:
+    if any(c.__name__ in _BAD_INPUT for c in type(exc).__mro__):
         return EXIT_USAGE, f"error: {text}"
     if name in ("ApexRuntimeError", "BackgroundTaskFailed", "InvariantViolated", "OutputError"):
         return (EXIT_FAULT if started else EXIT_USAGE), f"error: {text}"

@@ -2,7 +2,7 @@
 
 Examples::
 
-    apex-dask-submit --preset cartpole --stop-reward 475            # embedded LocalCluster
+    apex-dask-submit --preset cartpole --stop-eval-return 475           # embedded LocalCluster
     apex-dask-submit --scheduler tcp://10.0.0.5:8786 --preset cartpole
     apex-dask-submit --scheduler-file ~/sched.json --config run.yaml --set learner.lr=1e-3
     apex-dask-submit --cluster slurm --jobs 4 --preset atari
@@ -106,7 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     s = p.add_argument_group("stopping (first met wins)")
     s.add_argument("--stop-timesteps", type=int, metavar="N", help="env steps sampled")
     s.add_argument(
-        "--stop-reward", type=float, metavar="R", help="greedy eval return (else episode return)"
+        "--stop-train-return",
+        type=float,
+        metavar="R",
+        help="training episodes' mean return (env/episode_return_mean, the least-exploring "
+        "third of the env workers)",
+    )
+    s.add_argument(
+        "--stop-eval-return",
+        type=float,
+        metavar="R",
+        help="greedy evaluation's mean return (eval/return_mean; needs eval.episodes > 0)",
+    )
+    s.add_argument(
+        "--stop-reward",
+        type=float,
+        metavar="R",
+        help="deprecated: --stop-eval-return with evaluation on, else --stop-train-return",
     )
     s.add_argument("--stop-time", type=float, metavar="S", help="wall-clock seconds")
     s.add_argument("--stop-iterations", type=int, metavar="N", help="result dicts")

@@ -114,6 +114,14 @@ def conversion(args: argparse.Namespace, prog: str) -> Conversion:
     conv = convert(exp, lenient=lenient, action_half_range=half)
     hint = " (--rllib-lenient goes on without it, with a warning)"
     lines = [f"{exp.source}: {line}" for line in conv.refusals]
+    if len(lines) > 3:  # at most three lines: the first two, then how many more
+        more = len(lines) - 2
+        lines = [
+            *lines[:2],
+            f"{exp.source}: {more} more keys refused; --rllib-lenient --print-config lists "
+            "every key with what became of it",
+        ]
+        hint = ""
     for line in lines[:-1]:
         print(f"{prog}: error: {line}{hint}", file=sys.stderr, flush=True)
     if lines:

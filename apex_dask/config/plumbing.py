@@ -12,9 +12,9 @@ import math
 import typing
 from typing import Any
 
+from apex_dask.config.errors import ConfigError
 
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the field and the fix."""
+__all__ = ["ConfigError", "build", "coerce", "collect_docs", "flatten", "plain", "set_dotted"]
 
 
 def plain(obj: Any) -> Any:
@@ -26,17 +26,47 @@ def plain(obj: Any) -> Any:
 
 
 def flatten(root: Any, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested sections of ``root`` (a dataclass) -> dotted keys; other mappings stay values."""
+    """Nested sections of ``root`` (a dataclass) -> dotted keys; other mappings stay values.
+    A key given twice (``replay: {alpha: ..}`` and ``replay.alpha: ..``) is refused."""
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
-            raise ConfigError(f"config key {key!r} must be a string")
+            raise ConfigError(f"config key {_shown(key)} must be a string")
         name = f"{prefix}{key}"
         if isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
-            flat.update(flatten(root, value, name + "."))
+            inner = flatten(root, value, name + ".")
         else:
-            flat[name] = value
+            inner = {name: value}
+        for dotted, v in inner.items():
+            if dotted in flat:
+                raise ConfigError(
+                    f"config key {_shown(dotted)} is given twice (nested and dotted); give it once"
+                )
+            flat[dotted] = v
     return flat
+
+
+def _shown(value: Any) -> str:
+    from apex_dask.config.reader import shown
+
+    return shown(value)
+
+
+def _set_kwarg(kwargs: dict[str, Any], path: str, value: Any) -> None:
+    """``env.env_kwargs.a.b``: ``kwargs["a"]["b"] = value`` (mappings made as needed)."""
+    *heads, leaf = path.split(".")
+    node = kwargs
+    for i, head in enumerate(heads):
+        child = node.setdefault(head, {})
+        if not isinstance(child, dict):
+            inner = ".".join(heads[: i + 1])
+            raise ConfigError(
+                f"env.env_kwargs.{inner} is {_shown(child)}, not a mapping: "
+                f"env.env_kwargs.{path} cannot be set inside it"
+            )
+        node[head] = child = dict(child)
+        node = child
+    node[leaf] = value
 
 
 def is_section(root: Any, dotted: str) -> bool:
@@ -53,16 +83,18 @@ def is_section(root: Any, dotted: str) -> bool:
 def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> None:
     """Set ``key`` (dotted) in the nested ``tree``; unknown keys name a close match in ``names``."""
     if not isinstance(key, str):
-        raise ConfigError(f"config key {key!r} must be a string such as 'replay.alpha'")
+        raise ConfigError(f"config key {_shown(key)} must be a string such as 'replay.alpha'")
     if key.startswith("env.env_kwargs."):
         if isinstance(value, str):
-            import yaml
+            from apex_dask.config.reader import parse_value
 
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError:
-                pass
-        tree["env"]["env_kwargs"][key[len("env.env_kwargs.") :]] = value
+            value = parse_value(value, f"--set {key}")
+        kwargs = tree["env"]["env_kwargs"]
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"env.env_kwargs is {_shown(kwargs)}, not a mapping: {key} cannot be set inside it"
+            )
+        _set_kwarg(kwargs, key[len("env.env_kwargs.") :], value)
         return
     parts = key.split(".")
     node: Any = tree
@@ -84,9 +116,9 @@ def unknown_key(key: str, names: list[str]) -> str:
     """The one-line message for an unknown key, with the closest known one."""
     import difflib
 
-    close = difflib.get_close_matches(key, names, n=1)
+    close = difflib.get_close_matches(key, names, n=1) if len(key) <= 100 else []
     hint = f"; did you mean {close[0]!r}?" if close else "; see `apex-dask-submit --list-keys`"
-    return f"unknown config key {key!r}{hint}"
+    return f"unknown config key {_shown(key)}{hint}"
 
 
 def build(cls: Any, data: dict[str, Any], prefix: str, names: list[str]) -> Any:
@@ -101,7 +133,7 @@ def build(cls: Any, data: dict[str, Any], prefix: str, names: list[str]) -> Any:
         value = data[f.name]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                raise ConfigError(f"{name} must be a section (mapping), got {value!r}")
+                raise ConfigError(f"{name} must be a section (mapping), got {_shown(value)}")
             kwargs[f.name] = build(tp, value, name + ".", names)
         else:
             kwargs[f.name] = coerce(name, value, tp)
@@ -114,12 +146,9 @@ def build(cls: Any, data: dict[str, Any], prefix: str, names: list[str]) -> Any:
 def coerce(name: str, value: Any, tp: Any) -> Any:
     """Parse strings as YAML scalars, then check/convert against the annotation."""
     if isinstance(value, str) and tp is not str and tp != (str | None):
-        import yaml
+        from apex_dask.config.reader import parse_value
 
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError:
-            pass
+        value = parse_value(value, f"--set {name}")
     if isinstance(value, str) and tp in (int, float, int | None, float | None):
         try:  # YAML 1.1 reads 1e12 and nan as strings; numbers are meant
             value = float(value)
@@ -135,41 +164,41 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{name}={value!r} is invalid: must be true or false")
+        raise ConfigError(f"{name}={_shown(value)} is invalid: must be true or false")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+            raise ConfigError(f"{name}={_shown(value)} is invalid: must be an integer")
         if isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+            raise ConfigError(f"{name}={_shown(value)} is invalid: must be an integer")
         return int(value)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a number")
+            raise ConfigError(f"{name}={_shown(value)} is invalid: must be a number")
         try:
             number = float(value)
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a finite number")
+            raise ConfigError(f"{name}={_shown(value)} is invalid: must be a finite number")
         return number
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a string")
+            raise ConfigError(f"{name}={_shown(value)} is invalid: must be a string")
         return value
     if origin is tuple:
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, list | tuple):
             raise ConfigError(
-                f"{name}={value!r} is invalid: must be a list of integers, e.g. [256, 256]"
+                f"{name}={_shown(value)} is invalid: must be a list of integers, e.g. [256, 256]"
             )
         return tuple(coerce(name, v, args[0]) for v in value)
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{name}={value!r} is invalid: must be a mapping")
+            raise ConfigError(f"{name}={_shown(value)} is invalid: must be a mapping")
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
-            raise ConfigError(f"{name} key {bad[0]!r} is invalid: keys must be strings")
+            raise ConfigError(f"{name} key {_shown(bad[0])} is invalid: keys must be strings")
         return dict(value)
     return value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["RENAMED_ENV_IDS", "RETIRED", "renamed"]
+__all__ = ["RENAMED_ENV_IDS", "RETIRED", "renamed", "reward_stop", "set_reward_stop"]
 
 
 RETIRED = {
@@ -33,7 +33,7 @@ RENAMED_ENV_IDS = {
 def renamed(key: Any, value: Any) -> tuple[Any, Any]:
     """Keys (and env ids) that were renamed, as their new key and value (old config files
     keep working)."""
-    if key == "env.env_id" and value in RENAMED_ENV_IDS:
+    if key == "env.env_id" and isinstance(value, str) and value in RENAMED_ENV_IDS:
         new = RENAMED_ENV_IDS[value]
         warnings.warn(
             f"env.env_id {value} is now {new}; the old id still works", FutureWarning, stacklevel=3
@@ -44,3 +44,40 @@ def renamed(key: Any, value: Any) -> tuple[Any, Any]:
             value = value.strip().lower() in ("true", "yes", "on", "1")
         return "replay.placement", "learner_process" if value else "spread"
     return key, value
+
+
+def reward_stop(value: Any, eval_on: bool) -> tuple[str, Any] | None:
+    """``stop.reward`` (one key that meant two things) as the key it now means: the greedy
+    evaluation's ``stop.eval_return`` when evaluation is on, else the training episodes'
+    ``stop.train_return``; one ``FutureWarning`` line says which. None: unset (null)."""
+    if value is None:
+        return None
+    if eval_on:
+        key, what = "stop.eval_return", "the greedy evaluation's mean return, as eval.episodes > 0"
+    else:
+        key, what = "stop.train_return", "the training episodes' mean return, as evaluation is off"
+    warnings.warn(
+        f"stop.reward is deprecated and now means {key} ({what}); set {key} instead "
+        "(stop.train_return: training episodes, stop.eval_return: greedy evaluation)",
+        FutureWarning,
+        stacklevel=4,
+    )
+    return key, value
+
+
+def set_reward_stop(tree: dict[str, Any], value: Any, given: set[str], names: list[str]) -> None:
+    """``stop.reward`` set in the nested ``tree`` as the key it now means
+    (:func:`reward_stop`, read against the tree's ``eval.episodes``); refused beside
+    that key."""
+    from apex_dask.config.plumbing import ConfigError, coerce, set_dotted
+
+    episodes = tree["eval"]["episodes"]
+    if isinstance(episodes, str):
+        episodes = coerce("eval.episodes", episodes, int)
+    mapped = reward_stop(value, eval_on=isinstance(episodes, int | float) and episodes > 0)
+    if mapped is None:
+        return
+    key, value = mapped
+    if key in given:
+        raise ConfigError(f"stop.reward and {key} are both given; give only {key}")
+    set_dotted(tree, key, value, names)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "GRACE_MAX_S",
     "CheckpointConfig",
     "EvalConfig",
     "ReportConfig",
@@ -73,6 +74,12 @@ class TopologyConfig:
     counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
 
 
+GRACE_MAX_S = 7 * 24 * 3600.0
+"""The longest ``checkpoint.grace_s``: well within what a ``threading.Timer`` (the
+stop's watchdog) and the stop clock's timestamps hold (``threading.TIMEOUT_MAX`` is
+about 9.2e9 s on Linux; past it the timer raises ``OverflowError``)."""
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     """Checkpoints of a run with an output folder (``--out DIR``: ``DIR/checkpoints/``)."""
@@ -84,7 +91,8 @@ class CheckpointConfig:
     """Keep the newest this many complete checkpoints (>= 1)."""
     grace_s: float = 120.0
     """Seconds a preemption signal (SIGTERM/SIGUSR1) leaves to write the last checkpoint;
-    the SLURM script asks for the signal this long before the time limit."""
+    the SLURM script asks for the signal this long before the time limit. At most
+    604,800 (a week), which the stop's watchdog timer can hold."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,14 @@ class StopConfig:
 
     timesteps: int | None = None
     """Stop after this many env steps sampled."""
-    reward: float | None = None
-    """Stop when the greedy eval return (or, without eval, the episode return) reaches this."""
+    train_return: float | None = None
+    """Stop when an iteration's training episodes reach this mean return
+    (``env/episode_return_mean``: the episodes the least-exploring third of the env workers
+    finished; RLlib's ``episode_reward_mean``)."""
+    eval_return: float | None = None
+    """Stop when the greedy evaluation's mean return (``eval/return_mean``) reaches this;
+    needs ``eval.episodes`` > 0 (RLlib's ``evaluation/episode_reward_mean``). Replaces
+    ``stop.reward``, which meant this with evaluation on and ``train_return`` without."""
     time_s: float | None = None
     """Stop after this many seconds of wall time."""
     iterations: int | None = None

@@ -21,7 +21,8 @@ Each key maps to exactly one distribution:
 ``{grid: [a, b, ...]}``  every value is run (with ``--trials`` a multiple of
                          the grid, each point as often)
 ``{choice: [a, ...]}``   one value, chosen by the sampler
-``{uniform: [lo, hi]}``  a float in [lo, hi] (``step: s`` optional)
+``{uniform: [lo, hi]}``  a float in [lo, hi] (``step: s``, or ``log: true``:
+                         the same as loguniform)
 ``{loguniform: [lo, hi]}`` a float in [lo, hi] on a log scale (lo > 0)
 ``{int: [lo, hi]}``      an integer in [lo, hi] (``step: k`` or ``log: true``)
 ======================  ==================================================
@@ -47,7 +48,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apex_dask.config.plumbing import ConfigError, is_section, unknown_key
+from apex_dask.config.plumbing import ConfigError, flatten, unknown_key
+from apex_dask.config.reader import shown
 
 __all__ = [
     "KINDS",
@@ -92,7 +94,9 @@ class Choice:
         for raw in self.values:
             if _encode(raw) == value:
                 return raw
-        raise SpaceError(f"{self.key}: {value!r} is not one of its values {list(self.values)}")
+        raise SpaceError(
+            f"{self.key}: {shown(value)} is not one of its values {shown(list(self.values))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -200,16 +204,15 @@ def parse_space(space: Any, base: Any, *, where: str = "space") -> SearchSpace:
 
 
 def _flatten(root: Any, data: Mapping[str, Any], prefix: str, where: str) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if not isinstance(key, str):
-            raise SpaceError(f"{where}: key {key!r} must be a config key such as 'learner.lr'")
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and is_section(root, name):
-            flat.update(_flatten(root, value, name + ".", where))
-        else:
-            flat[name] = value
-    return flat
+    """Nested sections to dotted keys, as a config file's (a key given twice refused)."""
+
+    def dicts(value: Any) -> Any:
+        return {k: dicts(v) for k, v in value.items()} if isinstance(value, Mapping) else value
+
+    try:
+        return flatten(root, dicts(data), prefix)
+    except ConfigError as exc:
+        raise SpaceError(f"{where}: {exc}") from None
 
 
 def field_type(root: Any, dotted: str) -> Any:
@@ -244,16 +247,18 @@ def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Para
         raise SpaceError(f"{at} is a section; give one of its fields, e.g. {key}.<field>")
     kinds = [k for k in KINDS if isinstance(spec, Mapping) and k in spec]
     if len(kinds) != 1:
-        shown = "a fixed value" if not isinstance(spec, Mapping) else f"{dict(spec)!r}"
+        what = "a fixed value" if not isinstance(spec, Mapping) else shown(dict(spec))
         raise SpaceError(
-            f"{at}: {shown} is not a distribution; give exactly one of "
+            f"{at}: {what} is not a distribution; give exactly one of "
             f"{', '.join(KINDS)}, {_EXAMPLE} (fixed values go under base: set:)"
         )
     kind = kinds[0]
     allowed = {kind, "step", "log"} if kind in ("int", "uniform") else {kind}
     extra = sorted(set(spec) - allowed)
     if extra:
-        raise SpaceError(f"{at}: {kind} takes no option {extra[0]!r} (allowed: {sorted(allowed)})")
+        raise SpaceError(
+            f"{at}: {kind} takes no option {shown(extra[0])} (allowed: {sorted(allowed)})"
+        )
     base_tp = _base_kind(tp)
     if kind in ("grid", "choice"):
         return _choice(at, key, kind, spec[kind], base)
@@ -266,17 +271,23 @@ def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Para
     if kind == "int":
         step, log = spec.get("step", 1), spec.get("log", False)
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise SpaceError(f"{at}: int step {step!r} must be an integer >= 1")
+            raise SpaceError(f"{at}: int step {shown(step)} must be an integer >= 1")
         if not isinstance(log, bool) or (log and step != 1) or (log and low < 1):
             raise SpaceError(f"{at}: int log must be true or false, with lo >= 1 and no step")
         param: Param = IntRange(key, int(low), int(high), int(step), log)
     else:
-        step = spec.get("step")
+        step, log = spec.get("step"), spec.get("log", False)
         if step is not None and (
             isinstance(step, bool) or not isinstance(step, int | float) or not 0 < step
         ):
-            raise SpaceError(f"{at}: uniform step {step!r} must be a number > 0")
-        param = FloatRange(key, float(low), float(high), kind == "loguniform", step)
+            raise SpaceError(f"{at}: uniform step {shown(step)} must be a number > 0")
+        if not isinstance(log, bool) or (log and step is not None) or (log and low <= 0):
+            raise SpaceError(
+                f"{at}: uniform log must be true or false, with lo > 0 and no step "
+                f"(got log {shown(log)}, [{low:g}, {high:g}])"
+            )
+        log = log or kind == "loguniform"
+        param = FloatRange(key, float(low), float(high), log, step)
     for end in (param.low, param.high):
         _check_value(at, key, end, base, "range end")
     return param
@@ -306,10 +317,10 @@ def _bounds(at: str, kind: str, value: Any) -> tuple[float, float]:
         ok = all(float(v).is_integer() for v in value)
     if not ok:
         what = "two integers" if kind == "int" else "two numbers"
-        raise SpaceError(f"{at}: {kind} needs [lo, hi], {what}, got {value!r}")
+        raise SpaceError(f"{at}: {kind} needs [lo, hi], {what}, got {shown(value)}")
     low, high = value
     if not (math.isfinite(low) and math.isfinite(high)):
-        raise SpaceError(f"{at}: {kind} bounds must be finite, got {value!r}")
+        raise SpaceError(f"{at}: {kind} bounds must be finite, got {shown(value)}")
     if not low < high:
         raise SpaceError(
             f"{at}: {kind} range [{low:g}, {high:g}] is empty (lo must be below hi); "
@@ -322,11 +333,11 @@ def _bounds(at: str, kind: str, value: Any) -> tuple[float, float]:
 
 def _choice(at: str, key: str, kind: str, values: Any, base: Any) -> Choice:
     if not isinstance(values, list | tuple) or not values:
-        raise SpaceError(f"{at}: {kind} needs a non-empty list of values, got {values!r}")
+        raise SpaceError(f"{at}: {kind} needs a non-empty list of values, got {shown(values)}")
     seen = []
     for v in values:
         if _encode(v) in seen:
-            raise SpaceError(f"{at}: {kind} lists {v!r} twice; give each value once")
+            raise SpaceError(f"{at}: {kind} lists {shown(v)} twice; give each value once")
         seen.append(_encode(v))
         _check_value(at, key, v, base, f"{kind} value")
     return Choice(key, tuple(values), grid=kind == "grid")
@@ -338,4 +349,4 @@ def _check_value(at: str, key: str, value: Any, base: Any, what: str) -> None:
         base.override({key: value})
     except ConfigError as exc:
         msg = " ".join(str(exc).split())
-        raise SpaceError(f"{at}: {what} {value!r} is not allowed: {msg}") from None
+        raise SpaceError(f"{at}: {what} {shown(value)} is not allowed: {msg}") from None

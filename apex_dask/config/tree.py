@@ -38,7 +38,8 @@ from apex_dask.config.plumbing import (
 )
 from apex_dask.config.presets import PRESETS
 from apex_dask.config.r2d2 import R2D2Config
-from apex_dask.config.renames import RETIRED, renamed
+from apex_dask.config.reader import read_document, shown
+from apex_dask.config.renames import RETIRED, renamed, set_reward_stop
 from apex_dask.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -321,7 +322,7 @@ class ApexConfig:
         """A named preset: one of :data:`PRESETS`."""
         if not isinstance(name, str) or name not in PRESETS:
             raise ConfigError(
-                f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}"
+                f"unknown preset {shown(name)}; choose one of: {', '.join(sorted(PRESETS))}"
             )
         return cls.from_dict(PRESETS[name])
 
@@ -341,23 +342,9 @@ class ApexConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> ApexConfig:
         """Load a YAML file (nested sections, dotted keys, optional ``preset``)."""
-        import yaml
-
         if not isinstance(path, str | os.PathLike):
-            raise ConfigError(f"config file must be a path, got {path!r}")
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"config file {str(path)!r} is not a UTF-8 text file") from None
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first}") from None
-        return cls.from_dict(data)
+            raise ConfigError(f"config file must be a path, got {shown(path)}")
+        return cls.from_dict(read_document(Path(path), "config file") or {})
 
     def override(self, overrides: dict[str, Any]) -> ApexConfig:
         """A copy with dotted-key overrides applied, e.g. ``{"replay.alpha": 0.5}``.
@@ -367,15 +354,21 @@ class ApexConfig:
         """
         if not isinstance(overrides, Mapping):
             raise ConfigError(
-                f"overrides must be a mapping of dotted keys to values, got {overrides!r}"
+                f"overrides must be a mapping of dotted keys to values, got {shown(overrides)}"
             )
         tree = self.to_dict()
+        reward: list[Any] = []
         for key, value in overrides.items():
             if key in RETIRED:  # accepted and ignored, with one line saying what replaced it
                 warnings.warn(RETIRED[key], FutureWarning, stacklevel=2)
                 continue
+            if key == "stop.reward":  # its meaning depends on eval.episodes: set last
+                reward.append(value)
+                continue
             key, value = renamed(key, value)
             set_dotted(tree, key, value, list(_FIELD_DOCS))
+        if reward:
+            set_reward_stop(tree, reward[0], set(map(str, overrides)), list(_FIELD_DOCS))
         return build(ApexConfig, tree, "", list(_FIELD_DOCS))
 
     def to_dict(self) -> dict[str, Any]:

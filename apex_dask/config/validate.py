@@ -16,6 +16,8 @@ from typing import Any
 
 from apex_dask.algo.agents.registry import AGENTS, UnknownAgentError, agent
 from apex_dask.config.plumbing import ConfigError
+from apex_dask.config.reader import shown
+from apex_dask.config.sections import GRACE_MAX_S
 
 __all__ = ["check_types", "validate"]
 
@@ -54,7 +56,9 @@ def _type_error(name: str, value: Any, tp: Any) -> str | None:
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
             return "must be a mapping"
-        return next((f"key {k!r} must be a string" for k in value if not isinstance(k, str)), None)
+        return next(
+            (f"key {shown(k)} must be a string" for k in value if not isinstance(k, str)), None
+        )
     return None
 
 
@@ -66,12 +70,12 @@ def check_types(node: Any, prefix: str = "") -> None:
         name, tp, value = f"{prefix}{f.name}", hints[f.name], getattr(node, f.name)
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, tp):
-                raise ConfigError(f"{name} must be a {tp.__name__} section, got {value!r}")
+                raise ConfigError(f"{name} must be a {tp.__name__} section, got {shown(value)}")
             check_types(value, name + ".")
             continue
         why = _type_error(name, value, tp)
         if why is not None:
-            raise ConfigError(f"{name}={value!r} is invalid: {why}")
+            raise ConfigError(f"{name}={shown(value)} is invalid: {why}")
 
 
 def validate(cfg: Any) -> None:
@@ -80,7 +84,7 @@ def validate(cfg: Any) -> None:
     r, lr, w = cfg.replay, cfg.learner, cfg.workers
 
     def bad(name: str, value: Any, allowed: str) -> ConfigError:
-        return ConfigError(f"{name}={value!r} is invalid: {allowed}")
+        return ConfigError(f"{name}={shown(value)} is invalid: {allowed}")
 
     def positive(name: str, value: Any) -> None:
         if value is None or not value > 0:
@@ -194,6 +198,13 @@ def validate(cfg: Any) -> None:
     nonneg("checkpoint.interval_s", cfg.checkpoint.interval_s)
     positive("checkpoint.keep", cfg.checkpoint.keep)
     positive("checkpoint.grace_s", cfg.checkpoint.grace_s)
+    if cfg.checkpoint.grace_s > GRACE_MAX_S:
+        raise bad(
+            "checkpoint.grace_s",
+            cfg.checkpoint.grace_s,
+            f"must be at most {GRACE_MAX_S:,.0f} s (a week), the longest the stop's "
+            "watchdog timer holds",
+        )
     if cfg.topology.local_workers is not None:
         positive("topology.local_workers", cfg.topology.local_workers)
     positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
@@ -201,6 +212,13 @@ def validate(cfg: Any) -> None:
         value = getattr(cfg.stop, name)
         if value is not None:
             positive(f"stop.{name}", value)
+    if cfg.stop.eval_return is not None and cfg.eval.episodes <= 0:
+        raise bad(
+            "stop.eval_return",
+            cfg.stop.eval_return,
+            "needs the greedy evaluation (eval.episodes > 0); set eval.episodes or stop on "
+            "the training episodes with stop.train_return",
+        )
     nonneg("seed", cfg.seed)
     try:
         builder = agent(cfg.algo)

@@ -2,13 +2,17 @@
 
 ::
 
-    rule = StopRule.resolve(cfg.stop, {"reward": 475}, use_eval=cfg.eval.episodes > 0)
-    reason = rule.reason(timesteps=..., time_s=..., iterations=..., reward_value=...)
+    rule = StopRule.resolve(cfg.stop, {"train_return": 475}, use_eval=cfg.eval.episodes > 0)
+    reason = rule.reason(timesteps=..., time_s=..., iterations=..., train_return=...,
+                         eval_return=...)
 
-The first condition met wins. The reward condition reads the newest greedy
-evaluation's mean return when evaluation is on (``eval.episodes > 0``), else
-the iteration's ``env/episode_return_mean``; :meth:`StopRule.reward_key` names
-which.
+The first condition met wins. Two return conditions, one meaning each:
+``train_return`` reads an iteration's ``env/episode_return_mean`` (the training
+episodes of the least-exploring third of the env workers), ``eval_return`` the
+newest greedy evaluation's ``eval/return_mean``. The retired ``reward`` (a
+``stop`` mapping's key, as ``train(cfg, stop={"reward": 475})`` wrote it) still
+works: it is ``eval_return`` when evaluation is on, else ``train_return``, with one
+``FutureWarning`` line saying which.
 """
 
 from __future__ import annotations
@@ -21,19 +25,31 @@ from typing import Any
 
 from apex_dask.config import StopConfig
 
-__all__ = ["StopRule", "resolve_stop"]
+__all__ = ["EVAL_KEY", "TRAIN_KEY", "StopRule", "resolve_stop"]
+
+TRAIN_KEY = "env/episode_return_mean"
+"""The result key ``stop.train_return`` reads."""
+EVAL_KEY = "eval/return_mean"
+"""The result key ``stop.eval_return`` reads."""
 
 
-def resolve_stop(base: StopConfig, stop: Any = None) -> StopConfig:
-    """``base`` with the non-None fields of ``stop`` (a dict, StopConfig or object) on top."""
+def resolve_stop(base: StopConfig, stop: Any = None, *, use_eval: bool = False) -> StopConfig:
+    """``base`` with the non-None fields of ``stop`` (a dict, StopConfig or object) on top
+    (``use_eval``: what a retired ``reward`` key means, see the module docstring)."""
     if stop is None:
         return base
     names = [f.name for f in dataclasses.fields(StopConfig)]
     if isinstance(stop, Mapping):
-        unknown = set(stop) - set(names)
+        values = dict(stop)
+        if "reward" in values:
+            from apex_dask.config.renames import reward_stop
+
+            mapped = reward_stop(values.pop("reward"), eval_on=use_eval)
+            if mapped is not None:
+                values.setdefault(mapped[0].split(".", 1)[1], mapped[1])
+        unknown = set(values) - set(names)
         if unknown:
             raise ValueError(f"unknown stop condition(s) {sorted(unknown)}; use {names}")
-        values = dict(stop)
     else:
         values = {n: getattr(stop, n, None) for n in names}
     return dataclasses.replace(base, **{k: v for k, v in values.items() if v is not None})
@@ -49,12 +65,7 @@ class StopRule:
     @classmethod
     def resolve(cls, base: StopConfig, stop: Any = None, *, use_eval: bool) -> StopRule:
         """The rule for ``base`` overridden by ``stop`` (see :func:`resolve_stop`)."""
-        return cls(resolve_stop(base, stop), bool(use_eval))
-
-    @property
-    def reward_key(self) -> str:
-        """The result key the reward condition reads."""
-        return "eval/return_mean" if self.use_eval else "env/episode_return_mean"
+        return cls(resolve_stop(base, stop, use_eval=use_eval), bool(use_eval))
 
     def reason(
         self,
@@ -62,12 +73,13 @@ class StopRule:
         timesteps: float,
         time_s: float,
         iterations: float,
-        reward_value: float | None,
+        train_return: float | None = None,
+        eval_return: float | None = None,
     ) -> str | None:
         """Why training should stop now (a short phrase), or None to go on.
 
-        ``reward_value`` is the newest value of :attr:`reward_key` (None or NaN:
-        not known yet).
+        ``train_return``: the iteration's ``env/episode_return_mean``; ``eval_return``:
+        the newest ``eval/return_mean`` (None or NaN: not known yet).
         """
         s = self.stop
         if s.timesteps is not None and timesteps >= s.timesteps:
@@ -76,9 +88,13 @@ class StopRule:
             return f"time_s >= {s.time_s:g}"
         if s.iterations is not None and iterations >= s.iterations:
             return f"iteration >= {s.iterations}"
-        if s.reward is not None and reward_value is not None and not math.isnan(reward_value):
-            if reward_value >= s.reward:
-                return f"{self.reward_key} >= {s.reward:g}"
+        for target, value, key in (
+            (s.train_return, train_return, TRAIN_KEY),
+            (s.eval_return, eval_return, EVAL_KEY),
+        ):
+            if target is not None and value is not None and not math.isnan(value):
+                if value >= target:
+                    return f"{key} >= {target:g}"
         return None
 
     def after_result(self, result: Mapping[str, float]) -> str | None:
@@ -87,5 +103,6 @@ class StopRule:
             timesteps=result["timesteps_total"],
             time_s=result["time_s"],
             iterations=result["iteration"],
-            reward_value=result.get(self.reward_key),
+            train_return=result.get(TRAIN_KEY),
+            eval_return=result.get(EVAL_KEY),
         )

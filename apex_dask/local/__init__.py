@@ -6,7 +6,7 @@ in ``docs/metrics.md``)::
     from apex_dask.config import ApexConfig
     from apex_dask.local import run_local
 
-    for result in run_local(ApexConfig.preset("cartpole"), stop={"reward": 475}):
+    for result in run_local(ApexConfig.preset("cartpole"), stop={"eval_return": 475}):
         print(result["iteration"], result["eval/return_mean"])
 
 The three concurrent operations of Ape-X run here as one round-robin

@@ -313,26 +313,22 @@ class LocalApex:
     def iterate(self, stop: Any = None) -> Iterator[dict[str, float]]:
         """Run rounds; yield a result dict per iteration until a stop condition holds.
 
-        ``stop`` (dict or object with ``timesteps``, ``reward``, ``time_s``,
-        ``iterations``) overrides the config's ``stop`` section field by field
-        (:class:`~apex_dask.experiment.stop.StopRule`). ``reward`` is compared
-        with the newest greedy evaluation's mean return (checked after every
-        round) when evaluation is enabled (``eval.episodes > 0``), else with the
-        iteration's ``env/episode_return_mean``. With no stop condition it runs
-        forever.
+        ``stop`` (dict or object with ``timesteps``, ``train_return``,
+        ``eval_return``, ``time_s``, ``iterations``) overrides the config's ``stop``
+        section field by field (:class:`~apex_dask.experiment.stop.StopRule`).
+        ``eval_return`` is compared with the newest greedy evaluation's mean return
+        (checked after every round), ``train_return`` with the iteration's
+        ``env/episode_return_mean``. With no stop condition it runs forever.
         """
         rule = StopRule.resolve(self.config.stop, stop, use_eval=self.evaluator is not None)
 
         def reason(result: dict[str, float] | None) -> str | None:
-            if rule.use_eval:
-                value = self._eval_return()
-            else:
-                value = None if result is None else result["env/episode_return_mean"]
             return rule.reason(
                 timesteps=self.steps_sampled,
                 time_s=self.elapsed(),
                 iterations=self.iteration,
-                reward_value=value,
+                train_return=None if result is None else result["env/episode_return_mean"],
+                eval_return=self._eval_return(),
             )
 
         while True:

@@ -131,7 +131,7 @@ def test_tls_off_warns_and_cartpole_trains_to_475_across_hosts_with_each_actor_o
     out = tmp_path / "cartpole"
     run = netns_run(
         ["--env-hosts", "2", "--interface", "eth0"],
-        ["--preset", "cartpole", "--stop-reward", "475", "--stop-time", "240",
+        ["--preset", "cartpole", "--stop-eval-return", "475", "--stop-time", "240",
          "--out", str(out), "--quiet", "--no-tensorboard"],
         APEX_TLS="off",
     )  # fmt: skip

@@ -176,7 +176,7 @@ def test_hetjob_is_preempted_twice_survives_scancel_and_resumes_to_475_on_its_no
         # The same run folder, resubmitted with a longer limit: it resumes and trains to 475.
         again = scaled_copy(tmp_path / "apex-longer.sbatch", "00:10:00")
         proc = subprocess.run(
-            ["sbatch", "--parsable", "--wait", str(again), *args, "--stop-reward", "475"], cwd=tmp_path,
+            ["sbatch", "--parsable", "--wait", str(again), *args, "--stop-eval-return", "475"], cwd=tmp_path,
             env=dict(env, APEX_RUN_DIR=str(run)), capture_output=True, text=True, timeout=400,
         )  # fmt: skip
         second = tmp_path / f"apex-{proc.stdout.split()[0].split(';')[0]}.out"
@@ -348,7 +348,7 @@ def blocker(site) -> str:
 def test_cli_waits_behind_a_queued_job_trains_to_475_and_leaves_no_job(site, tmp_path):
     marker = uuid.uuid4().hex
     held = blocker(site)
-    proc = cli(site, tmp_path, marker, extra=("--stop-reward", "475", "--stop-time", "200"))
+    proc = cli(site, tmp_path, marker, extra=("--stop-eval-return", "475", "--stop-time", "200"))
     try:
         text = lambda: (tmp_path / "cli.log").read_text()  # noqa: E731
         poll(lambda: "PENDING (Resources)" in text() or proc.poll() is not None, 60, 0.5)

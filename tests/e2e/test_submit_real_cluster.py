@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,28 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dask_procs import spawn as _spawn
+from dask_procs import stop as _kill
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-def _kill(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
 
 
 @pytest.fixture

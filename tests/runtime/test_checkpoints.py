@@ -37,7 +37,7 @@ def trained(client, tmp_path_factory):
     """A CartPole run trained to a good greedy return, stopped (final checkpoint written)."""
     root = tmp_path_factory.mktemp("run") / "checkpoints"
     with ApexDriver(config(), client, checkpoint_dir=root) as driver:
-        results = driver.run(stop={"reward": 450, "time_s": 240})
+        results = driver.run(stop={"eval_return": 450, "time_s": 240})
         # a few more iterations, so the last evaluation is not the one the stop rule picked
         results += driver.run(stop={"iterations": results[-1]["iteration"] + 3})
         state = driver.learner_state()

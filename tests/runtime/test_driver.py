@@ -168,7 +168,7 @@ def test_every_actor_and_the_driver_publish_metrics_to_the_scheduler(scenario, g
 def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
     cfg = ApexConfig.preset("cartpole").override({"seed": 1, "eval.interval_s": 2.0})
     with ApexDriver(cfg, gpu_client) as driver:
-        results = driver.run(stop={"reward": 150, "timesteps": 80_000, "time_s": 90})
+        results = driver.run(stop={"eval_return": 150, "timesteps": 80_000, "time_s": 90})
     evals = [r["eval/return_mean"] for r in results if "eval/return_mean" in r]
     # a uniformly random policy averages about 22 on CartPole-v1
     assert max(evals) >= 100, evals
@@ -178,7 +178,7 @@ def test_pendulum_preset_dpg_learns_above_random_within_its_budget(gpu_client):
     """Ape-X DPG on the same plan: float actions through shards, prefetcher and priorities."""
     cfg = ApexConfig.preset("pendulum").override({"seed": 1})
     with ApexDriver(cfg, gpu_client) as driver:
-        results = driver.run(stop={"reward": -600, "time_s": 75})
+        results = driver.run(stop={"eval_return": -600, "time_s": 75})
         final = driver.halt()
     evals = [r["eval/return_mean"] for r in results if "eval/return_mean" in r]
     # a uniformly random policy averages about -1200 on Pendulum-v1

@@ -32,15 +32,15 @@ from apex_dask.cli.exitcodes import (
     EXIT_USAGE,
     classify,
 )
-from apex_dask.cli.outdir import check_out, make_out, write_text
+from apex_dask.cli.outdir import check_out, make_out
 from apex_dask.cli.signals import StopSignals, exit_now_if_signalled
 from apex_dask.cli.sweep.spec import SweepError, SweepSpec, load_sweep
+from apex_dask.cli.sweep.start import DEFAULT_TRIALS, open_sweep, plan_trials
 
 __all__ = ["build_parser", "main", "run"]
 
 PREFIX = "apex-dask-sweep:"
 LOG_NAME = "apex-dask-sweep.log"
-DEFAULT_TRIALS = 10
 
 
 def say(line: str) -> None:
@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cluster_flags(p, jobqueue=True)
     p.set_defaults(jobs=None)
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the sweep file, the flags and the space, print the plan and exit 0; "
+        "nothing is made or started (the env is made when the sweep runs)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-trial start lines")
     p.add_argument("--debug", action="store_true", help="tracebacks and Dask's log on the console")
     return p
@@ -147,18 +153,15 @@ def _probe(spec: SweepSpec, embedded: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check everything, then sweep; the exit code."""
-    from apex_dask.cli.sweep.study import (
-        SweepLock,
-        counted,
-        import_optuna,
-        open_study,
-        repair_journal,
-        requeue_interrupted,
-    )
+    from apex_dask.cli.sweep.study import SweepLock, import_optuna
 
     folder, spec, resuming = _prepare(args)
     import_optuna()
+    trials = plan_trials(args.trials, folder, spec, resuming)
     k = args.concurrent or spec.concurrent or 1
+    if k > trials:
+        say(f"concurrent {k} is more than the sweep's {trials} trials: {trials} at once")
+        k = trials
     if args.jobs is None:
         args.jobs = k  # --cluster: one env-worker job per trial ...
     if getattr(args, "cluster", None) and not any(
@@ -167,57 +170,29 @@ def run(args: argparse.Namespace) -> int:
         args.jobqueue_opt.append(f"learner_processes={k}")  # ... and a learner process each
     check_cluster_flags(args)
     embedded = is_embedded(args)
-    _probe(spec, embedded)
-    # the folder, the lock, the study
-    if not resuming:
-        make_out(folder)
-    lock = SweepLock(folder)
+    if args.check:
+        say(
+            f"{'resuming ' if resuming else ''}{trials} trials, {k} at once, in {folder}; "
+            "space: " + "; ".join(spec.space.describe())
+        )
+        return EXIT_OK
+    # signals: a stop during the checks raises; from the first journal write on, it only
+    # asks the sweep to stop (between writes), so the journal never holds half a step
+    signals = StopSignals.install(PREFIX)
+    signals.saving = {"SIGINT": "each running trial", "SIGTERM": "each running trial"}
     try:
-        if resuming:
-            from apex_dask.cli.sweep.study import JOURNAL
-
-            if repair_journal(folder / JOURNAL):
-                say(
-                    "cut a torn last record from the study journal (the sweep was killed mid-write)"
-                )
-            import yaml
-
-            stored = yaml.safe_load((folder / "sweep.yaml").read_text()) or {}
-            trials = args.trials or stored.get("trials") or DEFAULT_TRIALS
-            study = open_study(folder, spec, trials, create=False)
-            trials = max(trials, int(study.user_attrs.get("trials", trials)))
-            done, running = counted(study)
-            again = requeue_interrupted(study, running)
-            say(
-                f"resuming {folder}: {done} of {trials} trials done"
-                + (
-                    f"; trial(s) {', '.join(map(str, again))} were interrupted: run again"
-                    if again
-                    else ""
-                )
-            )
-        else:
-            points = spec.space.grid_points()
-            trials = (
-                args.trials
-                or spec.trials
-                or (len(points) if spec.space.only_grid else DEFAULT_TRIALS)
-            )
-            import yaml
-
-            write_text(folder / "base.yaml", spec.base.to_yaml())
-            stored = {**spec.to_dict("base.yaml"), "trials": trials, "concurrent": k}
-            write_text(folder / "sweep.yaml", yaml.safe_dump(stored, sort_keys=False))
-            study = open_study(folder, spec, trials, create=True)
-            say(
-                f"{trials} trials, {k} at once, in {folder}; space: "
-                + "; ".join(spec.space.describe())
-            )
-        if study.user_attrs.get("trials") != trials:
-            study.set_user_attr("trials", trials)
-        return _sweep(args, folder, spec, study, trials, k, embedded)
+        _probe(spec, embedded)
+        signals.phase = "running"
+        if not resuming:
+            make_out(folder)
+        lock = SweepLock(folder)
+        try:
+            study = open_sweep(folder, spec, trials, k, resuming, say)
+            return _sweep(args, folder, spec, study, trials, k, embedded, signals)
+        finally:
+            lock.release()
     finally:
-        lock.release()
+        signals.restore()  # kept after a stop: a second signal still exits at once
 
 
 def _sweep(
@@ -228,13 +203,12 @@ def _sweep(
     trials: int,
     k: int,
     embedded: bool,
+    signals: StopSignals,
 ) -> int:
     from apex_dask.cli.sweep.report import draw_plots, format_table, trial_rows, write_best
     from apex_dask.cli.sweep.study import counted
     from apex_dask.cli.watch import child_pids, quiet_teardown_logs, reap_children, route_logs
 
-    signals = StopSignals.install(PREFIX)
-    signals.saving = {"SIGINT": "each running trial", "SIGTERM": "each running trial"}
     before = child_pids()
     route_logs(folder / LOG_NAME, debug=args.debug)
     stop = threading.Event()
@@ -242,7 +216,8 @@ def _sweep(
     error: BaseException | None = None
     try:
         done, _ = counted(study)
-        if done < trials:
+        if done < trials and not signals.requested:
+            signals.phase = "startup"  # a stop while the cluster starts: release it
             client, cluster = _open(args, folder, spec, k, embedded)
             signals.phase = "running"
             runner = _runner(folder, spec, study, client, k, trials, stop, args)
@@ -271,9 +246,7 @@ def _sweep(
     )
     for note in draw_plots(folder, study):
         say(note)
-    code = _exit_code(folder, study, signals, runner, error, args)
-    signals.restore()  # kept after a stop: a second signal still exits at once
-    return code
+    return _exit_code(folder, study, signals, runner, error, args)
 
 
 def _open(

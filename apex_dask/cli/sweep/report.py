@@ -23,11 +23,13 @@ def trial_rows(study: Any, spec: SweepSpec) -> list[dict[str, Any]]:
     """One row per trial that started: number, state, objective, steps, wall time, params."""
     from optuna.trial import TrialState  # extra: sweep
 
+    from apex_dask.cli.sweep.study import outcome_of
+
     rows = []
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.WAITING:
             continue
-        a = t.user_attrs
+        a = {**t.user_attrs, **outcome_of(t)}
         state = t.state.name.lower()
         if t.state == TrialState.FAIL and a.get("interrupted"):
             state = "interrupted"

@@ -10,8 +10,9 @@ other: ask the study, build the trial's config (a combination the config
 refuses is a failed trial, one line), run it (:class:`~.trial.TrialRun`),
 tell the study, print one progress line. The study is only touched under one
 lock. When ``stop`` is set (Ctrl-C, SIGTERM) every running trial halts and
-saves; it is marked FAIL with ``interrupted`` and its parameters are queued
-again, so ``--resume`` re-runs it. A lost scheduler stops the sweep.
+saves; its parameters are queued again and it is marked FAIL with
+``interrupted``, so ``--resume`` re-runs it (:mod:`.study`: each point exactly
+once). A lost scheduler stops the sweep.
 """
 
 from __future__ import annotations
@@ -141,27 +142,20 @@ class SweepRunner:
         self._tell(trial, params, outcome, folder)
 
     def _tell(self, trial: Any, params: dict[str, Any], o: TrialOutcome, folder: Path) -> None:
-        from optuna.trial import TrialState  # extra: sweep
+        from apex_dask.cli.sweep.study import enqueue, mark_interrupted, slot_of, tell_outcome
 
         with self.lock:
-            for key, value in (
-                ("folder", folder.name),
-                ("steps", o.steps),
-                ("wall_s", round(o.wall_s, 2)),
-                ("message", o.message),
-                ("pruned_at", o.pruned_at),
-            ):
-                trial.set_user_attr(key, value)
-            if o.state == "complete":
-                self.study.tell(trial, o.value)
-            elif o.state == "pruned":
-                self.study.tell(trial, state=TrialState.PRUNED)
+            if o.state == "interrupted":  # queued again first: a kill now loses nothing
+                enqueue(
+                    self.study,
+                    self.spec,
+                    dict(params),
+                    slot=slot_of(trial),
+                    requeued_from=trial.number,
+                )
+                mark_interrupted(self.study, trial.number)
             else:
-                if o.state == "interrupted":
-                    trial.set_user_attr("interrupted", True)
-                self.study.tell(trial, state=TrialState.FAIL)
-                if o.state == "interrupted":
-                    self.study.enqueue_trial(dict(params))  # --resume runs it again
+                tell_outcome(self.study, trial.number, o.as_dict())
             self.active -= 1
             self.outcomes.append(o)
             done, _ = counted(self.study)

@@ -28,6 +28,7 @@ from typing import Any
 
 from apex_dask.cli.checks import DEFAULT_PRESET, UsageError
 from apex_dask.config import ApexConfig, ConfigError
+from apex_dask.config.reader import read_document, shown
 from apex_dask.config.space import SearchSpace, SpaceError, parse_space
 
 __all__ = [
@@ -155,18 +156,11 @@ class SweepSpec:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and check the sweep file at ``path`` (relative ``config:`` paths from its folder)."""
-    import yaml
-
     p = Path(path).expanduser()
     try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise SweepError(f"cannot read sweep file {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SweepError(f"sweep file {str(path)!r} is not a UTF-8 text (YAML) file") from None
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise SweepError(f"sweep file {str(path)!r} is not valid YAML: {first}") from None
+        data = read_document(p, "sweep file", json_text=False)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     return spec_from_dict(data, p.parent, name=p.name)
 
 
@@ -176,7 +170,9 @@ def spec_from_dict(data: Any, folder: Path, name: str = "sweep file") -> SweepSp
         raise SweepError(f"{name} must be a mapping with a space: section, e.g. space: {{...}}")
     unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
-        raise SweepError(f"{name}: unknown section {unknown[0]!r}; allowed: {', '.join(TOP_KEYS)}")
+        raise SweepError(
+            f"{name}: unknown section {shown(unknown[0])}; allowed: {', '.join(TOP_KEYS)}"
+        )
     if "space" not in data:
         raise SweepError(f"{name} has no space: section (the config keys to search)")
     base = _base(data.get("base"), folder, name)
@@ -209,19 +205,17 @@ def data_for(space: Mapping[str, Any], key: str) -> Any:
 def _section(data: Mapping[str, Any], key: str, name: str) -> dict[str, Any]:
     value = data.get(key) or {}
     if not isinstance(value, Mapping):
-        raise SweepError(f"{name}: {key} must be a mapping, got {value!r}")
+        raise SweepError(f"{name}: {key} must be a mapping, got {shown(value)}")
     return dict(value)
 
 
 def _unknown(section: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
     extra = sorted(set(section) - set(allowed))
     if extra:
-        raise SweepError(f"{where}: unknown key {extra[0]!r}; allowed: {', '.join(allowed)}")
+        raise SweepError(f"{where}: unknown key {shown(extra[0])}; allowed: {', '.join(allowed)}")
 
 
 def _base(value: Any, folder: Path, name: str) -> ApexConfig:
-    import yaml
-
     value = value or {}
     if not isinstance(value, Mapping):
         raise SweepError(f"{name}: base must be a mapping such as {{preset: cartpole}}")
@@ -230,10 +224,9 @@ def _base(value: Any, folder: Path, name: str) -> ApexConfig:
     if value.get("config") is not None:
         path = folder / Path(str(value["config"])).expanduser()
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            why = getattr(exc, "strerror", None) or type(exc).__name__
-            raise SweepError(f"{name}: base config {str(path)!r} cannot be read ({why})") from None
+            data = read_document(path, f"{name}: base config", json_text=False) or {}
+        except ConfigError as exc:
+            raise SweepError(str(exc)) from None
         if not isinstance(data, dict):
             raise SweepError(f"{name}: base config {str(path)!r} must hold a mapping of sections")
     if value.get("preset") is not None or "preset" not in data:
@@ -254,9 +247,9 @@ def _objective(sec: dict[str, Any], base: ApexConfig, name: str) -> Objective:
     if not isinstance(o.metric, str) or not o.metric:
         raise SweepError(f"{where}: metric must be a result key such as eval/return_mean")
     if o.mode not in ("max", "min"):
-        raise SweepError(f"{where}: mode {o.mode!r} must be max or min")
+        raise SweepError(f"{where}: mode {shown(o.mode)} must be max or min")
     if o.use not in ("best", "final"):
-        raise SweepError(f"{where}: use {o.use!r} must be best or final")
+        raise SweepError(f"{where}: use {shown(o.use)} must be best or final")
     if o.metric.startswith("eval/") and base.eval.episodes <= 0:
         raise SweepError(
             f"{where}: {o.metric} needs the greedy evaluation, but base has eval.episodes=0; "
@@ -282,7 +275,7 @@ def _budget(sec: dict[str, Any], base: ApexConfig, name: str) -> Budget:
     if key == "env_steps" and number and float(value).is_integer() and value >= 1:
         return Budget(env_steps=int(value))
     what = "seconds > 0" if key == "time_s" else "an integer >= 1"
-    raise SweepError(f"{name}: budget {key} {value!r} must be {what}")
+    raise SweepError(f"{name}: budget {key} {shown(value)} must be {what}")
 
 
 def _sampler(sec: dict[str, Any], name: str) -> SamplerSpec:
@@ -290,11 +283,13 @@ def _sampler(sec: dict[str, Any], name: str) -> SamplerSpec:
     s = SamplerSpec(**sec)
     if s.name not in SAMPLERS:
         raise SweepError(
-            f"{name}: sampler {s.name!r} is unknown; choose {' or '.join(SAMPLERS)} "
+            f"{name}: sampler {shown(s.name)} is unknown; choose {' or '.join(SAMPLERS)} "
             "(a grid: key runs every value with either)"
         )
-    if isinstance(s.seed, bool) or not isinstance(s.seed, int):
-        raise SweepError(f"{name}: sampler seed {s.seed!r} must be an integer")
+    if isinstance(s.seed, bool) or not isinstance(s.seed, int) or not 0 <= s.seed < 2**32:
+        raise SweepError(
+            f"{name}: sampler seed {shown(s.seed)} must be an integer in [0, 2**32 - 1]"
+        )
     return s
 
 
@@ -303,14 +298,14 @@ def _pruner(sec: dict[str, Any], name: str) -> PrunerSpec:
     _unknown(sec, allowed, f"{name}: pruner")
     p = PrunerSpec(**sec)
     if p.name not in PRUNERS:
-        raise SweepError(f"{name}: pruner {p.name!r} is unknown; choose {', '.join(PRUNERS)}")
+        raise SweepError(f"{name}: pruner {shown(p.name)} is unknown; choose {', '.join(PRUNERS)}")
     for key, low in (("reports", 1), ("startup_trials", 0), ("warmup_reports", 0)):
         v = getattr(p, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise SweepError(f"{name}: pruner {key} {v!r} must be an integer >= {low}")
+            raise SweepError(f"{name}: pruner {key} {shown(v)} must be an integer >= {low}")
     r = p.reduction_factor
     if isinstance(r, bool) or not isinstance(r, int) or r < 2:
-        raise SweepError(f"{name}: pruner reduction_factor {r!r} must be an integer >= 2")
+        raise SweepError(f"{name}: pruner reduction_factor {shown(r)} must be an integer >= 2")
     return p
 
 
@@ -318,5 +313,5 @@ def _count(value: Any, key: str, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SweepError(f"{name}: {key} {value!r} must be an integer >= 1")
+        raise SweepError(f"{name}: {key} {shown(value)} must be an integer >= 1")
     return value

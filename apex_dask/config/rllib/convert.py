@@ -16,13 +16,17 @@ an RLlib default apex_dask does not reproduce is listed in ``not_reproduced``.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from apex_dask.config.rllib.files import Experiment, RLlibError
+from apex_dask.config.rllib.entries import (
+    CONFIG_ENV,
+    file_entries,
+    same,
+    show,
+    type_problem,
+)
+from apex_dask.config.rllib.files import TUNE_EXPERIMENT_KEYS, Experiment, RLlibError
 from apex_dask.config.rllib.registry import (
     RULES,
     SECTIONS,
@@ -41,38 +45,9 @@ from apex_dask.config.rllib.rules import (
     SampledDependency,
 )
 from apex_dask.config.rllib.rules_env import env_config_handler, env_image
-from apex_dask.config.rllib.samplers import Sampler, sampler_of
+from apex_dask.config.rllib.samplers import Sampler, expand_nested, nested, sampler_of
 
 __all__ = ["Conversion", "Row", "convert", "show"]
-
-
-def show(value: Any, limit: int = 70) -> str:
-    """A value as the table prints it (YAML-like, one line)."""
-    import json
-
-    if value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = value
-    elif isinstance(value, float):
-        text = f"{value:g}"
-    elif isinstance(value, list | tuple | dict):
-        text = json.dumps(value, default=str)
-    else:
-        text = str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
-        return a is b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 @dataclass(frozen=True)
@@ -126,39 +101,15 @@ class _Entry:
     concept: str | None
 
 
-_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def _number(value: Any) -> Any:
-    """``1e-4`` as YAML 1.1 reads it (a string) -> the number it means; lists alike."""
-    if isinstance(value, str) and _EXPONENT.match(value):
-        return float(value)
-    if isinstance(value, list):
-        return [_number(v) for v in value]
-    return value
-
-
-def _entries(exp: Experiment) -> list[tuple[str, Any]]:
-    return [(k, _number(v)) for k, v in _raw_entries(exp)]
-
-
-def _raw_entries(exp: Experiment) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    if exp.env is not None:
-        out.append(("env", exp.env))
-    for key, value in exp.config.items():
-        key = str(key)
-        if key == "env" and exp.env is not None and _same(value, exp.env):
-            continue
-        if key in SECTIONS and value is None:
-            continue  # an empty section
-        if key in SECTIONS and isinstance(value, Mapping) and sampler_of(value) is None:
-            out.extend((f"{key}.{k}", v) for k, v in value.items())
-        else:
-            out.append((key, value))
-    out.extend((f"stop.{k}", v) for k, v in exp.stop.items())
-    out.extend((str(k), v) for k, v in exp.tune.items())
-    return out
+def _call(entry: _Entry, value: Any, ctx: Ctx) -> Outcome:
+    """The entry's handler on ``value``; a value of a shape the handler cannot take (a
+    string for a number, ...) is refused in one line, never an exception."""
+    try:
+        return _handler(entry)(value, ctx)
+    except SampledDependency:
+        raise
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError, IndexError):
+        return Refused(f"{show(value)} is not a value RLlib's {entry.key} takes")
 
 
 def _handler(entry: _Entry):
@@ -173,9 +124,18 @@ class _Converter:
         self.exp, self.lenient = exp, lenient
         self.algo = exp.run
         entries = []
-        for key, value in _entries(exp):
+        self.nested_why: dict[str, str] = {}
+        self.original: dict[str, Any] = {}
+        for key, value in file_entries(exp):
             rule = find_rule(key)
             concept = None if rule is None else rule.concept(key)
+            if sampler_of(value) is None and nested(value):
+                whole = expand_nested(value)
+                if isinstance(whole, str):
+                    self.nested_why[key] = whole
+                else:
+                    self.original[key] = value
+                    value = {whole.kind: whole.arg}
             entries.append(_Entry(key, value, rule, concept))
         self.entries = entries
         era, why = era_of({e.key for e in entries})
@@ -188,7 +148,7 @@ class _Converter:
             first = self.given.get(e.concept)
             if first is None:
                 self.given[e.concept] = e
-            elif not _same(first.value, e.value):
+            elif not same(first.value, e.value):
                 self.clash[e.key] = (
                     f"{first.key} = {show(first.value)} is the same key, another era's spelling"
                 )
@@ -212,7 +172,7 @@ class _Converter:
 
     def _plain(self, entry: _Entry, value: Any, ctx: Ctx) -> Outcome:
         try:
-            return _handler(entry)(value, ctx)
+            return _call(entry, value, ctx)
         except SampledDependency as dep:
             return self._follows(entry, value, dep.concept)
 
@@ -225,15 +185,15 @@ class _Converter:
         for candidate in sampler.candidates():
             ctx = self._with(concept, candidate)
             try:
-                mine = _handler(entry)(value, ctx)
-                theirs = _handler(source)(candidate, ctx)
+                mine = _call(entry, value, ctx)
+                theirs = _call(source, candidate, ctx)
             except SampledDependency as dep:
                 return Refused(f"depends on {source.key} and {dep.concept}, both Tune samplers")
             if isinstance(mine, Ignored):
                 return mine
             ok = isinstance(mine, Mapped) and isinstance(theirs, Mapped)
             if not ok or any(
-                k not in theirs.targets or not _same(v, theirs.targets[k])  # type: ignore[union-attr]
+                k not in theirs.targets or not same(v, theirs.targets[k])  # type: ignore[union-attr]
                 for k, v in mine.targets.items()  # type: ignore[union-attr]
             ):
                 return Refused(
@@ -249,7 +209,7 @@ class _Converter:
         outs = []
         for candidate in candidates:
             try:
-                outs.append(_handler(entry)(candidate, self._with(entry.concept, candidate)))  # type: ignore[arg-type]
+                outs.append(_call(entry, candidate, self._with(entry.concept, candidate)))  # type: ignore[arg-type]
             except SampledDependency as dep:
                 return Refused(f"depends on {dep.concept}, also a Tune sampler"), {}
         for candidate, out in zip(candidates, outs, strict=True):
@@ -265,7 +225,7 @@ class _Converter:
         constant = {
             k: first[k]
             for k in keys
-            if all(k in o.targets and _same(o.targets[k], first.get(k)) for o in mapped)
+            if all(k in o.targets and same(o.targets[k], first.get(k)) for o in mapped)
         }
         varying = [k for k in keys if k not in constant]
         if len(varying) > 1:
@@ -278,7 +238,7 @@ class _Converter:
         key = varying[0]
         values = [o.targets.get(key) for o in mapped]
         if not sampler.discrete and not all(
-            _same(v, c) for v, c in zip(values, candidates, strict=True)
+            same(v, c) for v, c in zip(values, candidates, strict=True)
         ):
             return Refused(
                 f"a Tune {sampler.kind} over a key that is converted ({key}); "
@@ -290,7 +250,7 @@ class _Converter:
     # -- collecting ------------------------------------------------------
     def _merge(self, row: Row, targets: dict[str, Any]) -> None:
         for key, value in targets.items():
-            if key in self.merged and not _same(self.merged[key][0], value):
+            if key in self.merged and not same(self.merged[key][0], value):
                 other_value, other = self.merged[key]
                 line = (
                     f"{row.key}={show(row.value)} sets {key} = {show(value)}, but {other} set it "
@@ -302,6 +262,11 @@ class _Converter:
 
     def _record(self, row: Row) -> None:
         out = row.outcome
+        if isinstance(out, Mapped) and not row.default:
+            problem = type_problem(out.targets)
+            if problem:
+                row = replace(row, outcome=Refused(problem))
+                out = row.outcome
         where = f"{row.key}={show(row.value)}"
         if isinstance(out, Refused):
             if row.default:
@@ -329,7 +294,8 @@ class _Converter:
                 "e.g. env: CartPole-v0"
             )
         for entry in self.entries:
-            self._record(Row(entry.key, entry.value, self._outcome(entry)))
+            shown_value = self.original.get(entry.key, entry.value)
+            self._record(Row(entry.key, shown_value, self._outcome(entry)))
         for key, value in self.defaults.items():
             rule = find_rule(key)
             assert rule is not None, key
@@ -347,6 +313,26 @@ class _Converter:
 
     def _outcome(self, entry: _Entry) -> Outcome:
         e = entry
+        if e.key == CONFIG_ENV:
+            return Ignored(
+                f"the experiment-level env: {show(self.exp.env)} takes its place (Tune moves "
+                "the experiment's env into config)"
+            )
+        if e.key in self.exp.tune and e.key not in TUNE_EXPERIMENT_KEYS:
+            if e.rule is not None:
+                return Refused(
+                    "a config key next to run: at the experiment level, which Tune refuses "
+                    "(no such experiment setting); move it under config:"
+                )
+            return Refused(
+                "not a Tune experiment setting (Tune refuses it); the settings next to run: "
+                "are Tune's (num_samples, checkpoint_freq, stop, config, ...)"
+            )
+        if e.key in self.nested_why:
+            out = self._plain(e, e.value, self.ctx) if e.rule is not None else None
+            if isinstance(out, Ignored):
+                return out  # what the key holds does not matter
+            return Refused(self.nested_why[e.key])
         if e.key in SECTIONS:
             if sampler_of(e.value) is not None:
                 return Refused(f"a Tune sampler over the whole {e.key} section; sample its keys")

@@ -21,8 +21,6 @@ Every problem is one :class:`RLlibError` line naming the file and the fix.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +28,49 @@ from typing import Any
 
 from apex_dask.config.plumbing import ConfigError
 
-__all__ = ["RUNS", "Experiment", "RLlibError", "pick", "read_experiments"]
+__all__ = ["RUNS", "TUNE_EXPERIMENT_KEYS", "Experiment", "RLlibError", "pick", "read_experiments"]
 
 RUNS = ("APEX", "APEX_DDPG")
 """The RLlib algorithms (``run:`` names) that convert."""
 
 _EXPERIMENT_KEYS = {"run", "config", "stop", "env"}
+
+TUNE_EXPERIMENT_KEYS = frozenset(
+    {
+        *_EXPERIMENT_KEYS,
+        "name",
+        "num_samples",
+        "time_budget_s",
+        "local_dir",
+        "storage_path",
+        "upload_dir",
+        "sync_config",
+        "sync_to_driver",
+        "trial_name_creator",
+        "trial_dirname_creator",
+        "log_to_file",
+        "loggers",
+        "verbose",
+        "checkpoint_freq",
+        "checkpoint_at_end",
+        "keep_checkpoints_num",
+        "checkpoint_score_attr",
+        "checkpoint_config",
+        "export_formats",
+        "max_failures",
+        "restore",
+        "resources_per_trial",
+        "trial_resources",
+        "resources",
+        "reuse_actors",
+        "raise_on_failed_trial",
+        "fail_fast",
+        "queue_trials",
+        "progress_reporter",
+    }
+)
+"""What Tune's experiment takes next to ``run:`` across its versions (its keyword
+arguments); anything else there Tune refused, a config key included."""
 _DDPG_SIGNS = ("actor_hiddens", "critic_hiddens", "actor_lr", "critic_lr", "twin_q", "tau")
 
 
@@ -61,25 +96,15 @@ class Experiment:
 
 
 def _load(path: Path) -> Any:
-    import yaml
+    """The file's document (JSON for ``.json`` names and text that opens with ``{``: a
+    params.json's ``NaN`` and ``-Infinity`` are the floats JSON names), read within the
+    bounds of :mod:`apex_dask.config.reader`."""
+    from apex_dask.config.reader import read_document
 
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RLlibError(f"cannot read RLlib file {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise RLlibError(f"RLlib file {str(path)!r} is not a text (YAML or JSON) file") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        try:  # params.json may hold NaN / Infinity, which YAML does not read as numbers
-            return json.loads(text, parse_constant=lambda c: {"NaN": math.nan}.get(c, math.inf))
-        except json.JSONDecodeError:
-            if path.suffix.lower() == ".json":
-                raise RLlibError(f"RLlib file {str(path)!r} is not valid JSON") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise RLlibError(f"RLlib file {str(path)!r} is not valid YAML: {first}") from None
+        return read_document(path, "RLlib file")
+    except ConfigError as exc:
+        raise RLlibError(str(exc)) from None
 
 
 def _is_experiment(value: Any) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from apex_dask.config.reader import shown
 from apex_dask.config.rllib.rules import (
     Ctx,
     Ignored,
@@ -35,6 +36,7 @@ from apex_dask.config.rllib.rules import (
     Refused,
     group,
     ignore,
+    integer,
     noop,
     number,
     rule,
@@ -51,6 +53,7 @@ _OLD_KEYS = (
     "exploration_ou_theta",
     "exploration_gaussian_sigma",
     "per_worker_exploration",
+    "noise_scale",
 )
 _KINDS = {"PerWorkerOrnsteinUhlenbeckNoise": "ou", "PerWorkerGaussianNoise": "gaussian"}
 
@@ -76,7 +79,7 @@ def ddpg_noise(ctx: Ctx) -> Outcome:
             return Refused(
                 "Ape-X explores with constant per-worker noise; a schedule is not available"
             )
-        base_scale = ctx.value("exploration_ou_noise_scale", 0.1)
+        base_scale = ctx.value("exploration_ou_noise_scale", ctx.value("noise_scale", 0.1))
         sigma = ctx.value("exploration_ou_sigma", 0.2)
         theta = ctx.value("exploration_ou_theta", 0.15)
         stddev = ctx.value("exploration_gaussian_sigma", 0.1)
@@ -109,7 +112,10 @@ def ddpg_noise(ctx: Ctx) -> Outcome:
             )
         c = stddev / ctx.action_half_range
         unit = f"{stddev:g}/{ctx.action_half_range:g}"
-    n = int(ctx.value("num_workers", 32) or 1)
+    n = ctx.value("num_workers", 32) or 1
+    if not integer(n) or n < 1:
+        return Refused(f"num_workers must be a whole number >= 1, not {shown(n)}")
+    n = int(n)
     top = c * 0.4 ** (1.0 + 7.0 * offset / max(n - 1, 1))
     if not 0.0 < top < 1.0:
         return Refused(f"the noise of worker 0 would be {top:.3g} half ranges; it must be below 1")
@@ -136,6 +142,9 @@ def ddpg_targets(ctx: Ctx) -> Outcome:
     batch = ctx.value("train_batch_size", 512)
     if not number(tau) or not 0 < tau <= 1:
         return Refused("tau must be in (0, 1]")
+    for name, value in (("target_network_update_freq", freq), ("train_batch_size", batch)):
+        if not integer(value) or value < 0:
+            return Refused(f"{name} must be a whole number of transitions, not {shown(value)}")
     if tau == 1:
         period = int(freq) if freq else int(batch)
         return Mapped(
@@ -316,6 +325,13 @@ DDPG_RULES = [
         DDPG,
     ),
     rule(("exploration_ou_theta",), _theta, "dpg.ou_theta", "2018-2019 spelling", DDPG),
+    rule(
+        ("noise_scale",),
+        _noise,
+        "dpg.noise_base, dpg.noise_alpha",
+        "RLlib 0.5-0.6's spelling of exploration_ou_noise_scale, folded into the ladder",
+        DDPG,
+    ),
     rule(
         ("exploration_should_anneal",),
         noop((False,), "", "an annealed noise scale is not available"),

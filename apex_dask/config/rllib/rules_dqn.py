@@ -91,8 +91,10 @@ def _buffer_type(value: Any, ctx: Ctx) -> Outcome:
 
 
 def _learning_starts(value: Any, ctx: Ctx) -> Outcome:
-    total = ctx.value("num_steps_sampled_before_learning_starts", 0) or 0
     per_shard = ctx.value("replay_buffer_config.min_size_for_sampling") or 0
+    total = ctx.value("num_steps_sampled_before_learning_starts", 0) or 0
+    if per_shard and not ctx.has("num_steps_sampled_before_learning_starts"):
+        total = 0  # the RLlib versions that had min_size_for_sampling read it alone
     shards = ctx.value("optimizer.num_replay_buffer_shards", 4)
     if not integer(total) or not integer(per_shard) or not integer(shards):
         return Refused("give a number of transitions")

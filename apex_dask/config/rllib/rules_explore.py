@@ -126,6 +126,12 @@ def _gpus(value: Any, ctx: Ctx) -> Outcome:
         return Refused("give a number of GPUs")
     if n == 0:
         return Mapped({"learner.device": "cpu"}, "the learner on the CPU")
+    if ctx.value("_fake_gpus") is True:
+        return Mapped(
+            {"learner.device": "cpu"},
+            "_fake_gpus: RLlib's learner ran on the CPU, each batch split over simulated "
+            "towers (the same update)",
+        )
     if n > 1:
         return Refused("apex_dask's learner uses one GPU (as RLlib's Ape-X, which refused > 1)")
     return Mapped({"learner.device": "cuda"}, "--set learner.device=auto falls back to the CPU")

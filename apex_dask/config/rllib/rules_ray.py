@@ -159,6 +159,8 @@ _RAY_RESOURCES = (
     "extra_python_environs_for_driver",
     "extra_python_environs_for_worker",
     "resources_per_trial",
+    "trial_resources",
+    "resources",
 )
 
 

@@ -5,9 +5,10 @@ What RLlib counted: a timestep is one env step of one env (an agent step: 4
 Atari frames behind RLlib's deepmind wrappers, as apex_dask's pipeline), so
 ``timesteps_total`` is apex_dask's ``stop.timesteps`` (env steps sampled).
 ``episode_reward_mean`` was the mean return of the training episodes of the
-least-exploring third of the workers; apex_dask's ``stop.reward`` compares that
-same third's episodes of each iteration (``env/episode_return_mean``) when
-evaluation is off, and the greedy evaluation when it is on.
+least-exploring third of the workers: apex_dask's ``stop.train_return`` compares
+that same third's episodes of each iteration (``env/episode_return_mean``),
+with evaluation on or off. ``evaluation/episode_reward_mean`` is the greedy
+evaluation's mean return: ``stop.eval_return``.
 """
 
 from __future__ import annotations
@@ -57,35 +58,35 @@ def eval_on(ctx: Ctx) -> bool:
 
 def _reward(value: Any, ctx: Ctx) -> Outcome:
     if not number(value):
-        return Refused("give a number")
-    if eval_on(ctx):
-        return Refused(
-            "with evaluation on, apex_dask's reward stop compares the greedy evaluation's "
-            "return: stop on evaluation/episode_reward_mean, or drop evaluation_interval",
-            fallback=Mapped({"stop.reward": float(value)}, "compared with the greedy evaluation"),
-        )
+        return Refused(f"give a number, not {_shown(value)}")
     return Mapped(
-        {"stop.reward": float(value)},
-        "compared with each iteration's env/episode_return_mean: the episodes the "
+        {"stop.train_return": float(value)},
+        "compared with each iteration's env/episode_return_mean: the training episodes the "
         "least-exploring third of workers finished (RLlib averaged their last 100)",
     )
 
 
 def _eval_reward(value: Any, ctx: Ctx) -> Outcome:
     if not number(value):
-        return Refused("give a number")
+        return Refused(f"give a number, not {_shown(value)}")
     if not eval_on(ctx):
         return Refused(
             "evaluation is off (no evaluation_interval), so RLlib never reported it; "
             "set evaluation_interval or stop on episode_reward_mean"
         )
-    return Mapped({"stop.reward": float(value)}, "the greedy evaluation's mean return")
+    return Mapped({"stop.eval_return": float(value)}, "the greedy evaluation's mean return")
+
+
+def _shown(value: Any) -> str:
+    from apex_dask.config.reader import shown
+
+    return shown(value)
 
 
 def _count(key: str, note: str = ""):
     def handle(value: Any, ctx: Ctx) -> Outcome:
         if not integer(value) or value < 1:
-            return Refused("give a whole number >= 1")
+            return Refused(f"give a whole number >= 1, not {_shown(value)}")
         return Mapped({key: int(value)}, note)
 
     return handle
@@ -167,6 +168,22 @@ def _checkpoint_freq(value: Any, ctx: Ctx) -> Outcome:
     )
 
 
+def _per_iteration(value: Any, ctx: Ctx) -> Outcome:
+    if not value:
+        return Mapped({"report.timesteps_per_iteration": 0})
+    if not integer(value) or value < 0:
+        return Refused(f"give a whole number of env steps, not {_shown(value)}")
+    return Mapped({"report.timesteps_per_iteration": int(value)})
+
+
+def _keep(value: Any, ctx: Ctx) -> Outcome:
+    if not value:
+        return Mapped({}, "apex_dask keeps checkpoint.keep")
+    if not integer(value) or value < 1:
+        return Refused(f"give a whole number of checkpoints, not {_shown(value)}")
+    return Mapped({"checkpoint.keep": int(value)})
+
+
 def _num_samples(value: Any, ctx: Ctx) -> Outcome:
     if not integer(value) or value < 1:
         return Refused("give a number of trials >= 1")
@@ -179,12 +196,16 @@ RUN_RULES = [
     rule(
         _TRAIN_REWARD,
         _reward,
-        "stop.reward",
-        "compared with each iteration's "
-        "env/episode_return_mean (the least-exploring third's episodes) when evaluation is "
-        "off; with evaluation on refused (lenient: compares the greedy evaluation)",
+        "stop.train_return",
+        "compared with each iteration's env/episode_return_mean (the least-exploring third's "
+        "training episodes), with evaluation on or off",
     ),
-    rule(_EVAL_REWARD, _eval_reward, "stop.reward", "the greedy evaluation's mean return"),
+    rule(
+        _EVAL_REWARD,
+        _eval_reward,
+        "stop.eval_return",
+        "the greedy evaluation's mean return (needs evaluation_interval)",
+    ),
     rule(
         _STEPS,
         _steps,
@@ -201,7 +222,8 @@ RUN_RULES = [
     rule(
         ("stop.*",),
         lambda v, ctx: Refused(
-            "apex_dask stops on a reward mean, env steps, wall time or iterations"
+            "apex_dask stops on the training or evaluation return mean, env steps, wall time "
+            "or iterations"
         ),
         "-",
         "other stop keys refused",
@@ -212,7 +234,7 @@ RUN_RULES = [
             "timesteps_per_iteration",
             "min_sample_timesteps_per_reporting",
         ),
-        lambda v, ctx: Mapped({"report.timesteps_per_iteration": int(v or 0)}),
+        _per_iteration,
         "report.timesteps_per_iteration",
         "env steps sampled per iteration, at least",
     ),
@@ -280,11 +302,7 @@ RUN_RULES = [
     ),
     rule(
         ("keep_checkpoints_num",),
-        lambda v, ctx: (
-            Mapped({"checkpoint.keep": int(v)})
-            if v
-            else Mapped({}, "apex_dask keeps checkpoint.keep")
-        ),
+        _keep,
         "checkpoint.keep",
         "",
     ),

@@ -22,7 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TUNE_SAMPLERS", "Sampler", "sampler_of"]
+__all__ = ["MAX_COMBINATIONS", "TUNE_SAMPLERS", "Sampler", "expand_nested", "nested", "sampler_of"]
+
+MAX_COMBINATIONS = 1000
+"""Most whole values a value's nested grid_search / choice expand to."""
 
 TUNE_SAMPLERS = (
     "grid_search",
@@ -76,7 +79,10 @@ class Sampler:
         return None
 
     def candidates(self) -> list[Any]:
-        """Values to convert: every value, or a range's ends and middle."""
+        """Values to convert: every value, or a range's ends and middle (none for a
+        sampler with a :meth:`problem`: its own row is refused)."""
+        if self.problem():
+            return []
         if self.discrete:
             return list(self.arg)
         lo, hi = self.arg[0], self.arg[1]
@@ -112,3 +118,69 @@ def sampler_of(value: Any) -> Sampler | None:
         if kind in TUNE_SAMPLERS:
             return Sampler(str(kind), arg)
     return None
+
+
+def nested(value: Any) -> list[tuple[tuple[Any, ...], Sampler]]:
+    """The Tune samplers inside ``value`` (below it, at any depth), with their paths."""
+    found: list[tuple[tuple[Any, ...], Sampler]] = []
+    stack: list[tuple[tuple[Any, ...], Any]] = []
+    if isinstance(value, Mapping):
+        stack = [((k,), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        stack = [((i,), v) for i, v in enumerate(value)]
+    while stack:
+        path, v = stack.pop()
+        sampler = sampler_of(v)
+        if sampler is not None:
+            found.append((path, sampler))
+        elif isinstance(v, Mapping):
+            stack.extend(((*path, k), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend(((*path, i), x) for i, x in enumerate(v))
+    return sorted(found, key=lambda item: [str(p) for p in item[0]])
+
+
+def _put(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    """A copy of ``value`` with the item at ``path`` replaced by ``new``."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, Mapping):
+        return {k: (_put(v, rest, new) if k == head else v) for k, v in value.items()}
+    return [(_put(v, rest, new) if i == head else v) for i, v in enumerate(value)]
+
+
+def expand_nested(value: Any) -> Sampler | str:
+    """``value``, holding Tune samplers below its top, as one sampler over whole values:
+    nested ``grid_search`` es become one grid over every combination (the variants Tune
+    runs), nested ``choice`` s one choice over every combination (the same draws); or why
+    it cannot (a string)."""
+    import itertools
+
+    inner = nested(value)
+    kinds = {s.kind for _, s in inner}
+    where = ", ".join(".".join(map(str, path)) for path, _ in inner[:3])
+    if not kinds <= {"grid_search", "choice"}:
+        kind = sorted(kinds - {"grid_search", "choice"})[0]
+        return (
+            f"Tune's {kind} at {where} inside the value: apex-dask-sweep varies whole keys; "
+            "list that value's options as grid_search or choice"
+        )
+    if len(kinds) > 1:
+        return f"grid_search and choice mixed inside one value (at {where}); use one of them"
+    for _, sampler in inner:
+        problem = sampler.problem()
+        if problem:
+            return f"at {where}: {problem}"
+    count = 1
+    for _, sampler in inner:
+        count *= len(sampler.arg)
+    if count > MAX_COMBINATIONS:
+        return f"its nested {kinds.pop()} lists make {count:,} combinations (at most {MAX_COMBINATIONS:,})"
+    values = []
+    for combo in itertools.product(*(s.arg for _, s in inner)):
+        whole = value
+        for (path, _), pick in zip(inner, combo, strict=True):
+            whole = _put(whole, path, pick)
+        values.append(whole)
+    return Sampler(kinds.pop(), values)

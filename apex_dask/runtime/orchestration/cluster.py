@@ -24,7 +24,6 @@ decides how a run ends.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -82,8 +81,10 @@ def connect(
                 f"scheduler file {str(path)!r} does not exist; start the scheduler with "
                 f"`dask scheduler --scheduler-file {path}` or pass its address"
             )
+        from apex_dask.config.reader import read_document
+
         try:
-            address = str(json.loads(path.read_text())["address"])
+            address = str(read_document(path, "scheduler file", json_text=True)["address"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ApexRuntimeError(
                 f"scheduler file {str(path)!r} is not a Dask scheduler file ({describe(exc)})"
