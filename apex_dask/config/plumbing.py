@@ -25,14 +25,19 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def flatten(root: Any, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested sections of ``root`` (a dataclass) -> dotted keys; other mappings stay values."""
+def flatten(
+    root: Any, data: dict[str, Any], prefix: str = "", agent_sections: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Nested sections of ``root`` (a dataclass) and the top-level ``agent_sections``
+    (each agent's, named as the agent) -> dotted keys; other mappings stay values."""
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
             raise ConfigError(f"config key {key!r} must be a string")
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
+        if isinstance(value, dict) and not prefix and key in agent_sections:
+            flat.update({f"{key}.{k}": v for k, v in flatten(dict, value).items()})
+        elif isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
             flat.update(flatten(root, value, name + "."))
         else:
             flat[name] = value
@@ -43,6 +48,8 @@ def is_section(root: Any, dotted: str) -> bool:
     """Whether ``dotted`` names a nested dataclass section of ``root``."""
     cls: Any = root
     for part in dotted.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return False
         hints = typing.get_type_hints(cls)
         if part not in hints:
             return False

@@ -21,8 +21,8 @@
   scaled by :func:`input_scale` (read from the space's bounds), rank-2 frames given
   a channel axis, HWC permuted to CHW.
 
-The arithmetic of their sizes, without torch, is :mod:`apex_dask.algo.agents.torso_size`
-(the pre-start memory estimate; a test holds the two together).
+Their sizes, for the pre-start memory estimate, are counted on the modules themselves
+(built on torch's ``meta`` device: :meth:`~apex_dask.algo.agents.builder.AgentBuilder.network_size`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from apex_dask.algo.agents.config import ENCODERS
 from apex_dask.algo.agents.noisy import NoisyLinear
-from apex_dask.algo.agents.torso_size import ENCODERS, IMPALA_CHANNELS, image_chw
 
 __all__ = [
     "ENCODERS",
+    "IMPALA_CHANNELS",
     "ChannelNorm",
     "ImpalaStage",
     "ResidualBlock",
@@ -51,6 +52,25 @@ __all__ = [
     "linear_layer",
     "mlp_layers",
 ]
+
+
+IMPALA_CHANNELS = (16, 32, 32)
+"""Channels of the IMPALA encoder's three stages (times ``impala_scale``)."""
+
+
+def image_chw(
+    shape: Sequence[int], channels_last: bool | None = None
+) -> tuple[tuple[int, int, int], bool]:
+    """``((C, H, W), channels_last)`` of a frame shape: rank 2 is one channel; for rank 3
+    ``channels_last=None`` guesses HWC when the last axis is the smallest."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 2:
+        return (1, *shape), False
+    if channels_last is None:
+        channels_last = shape[2] <= min(shape[0], shape[1])
+    if channels_last:
+        return (shape[2], shape[0], shape[1]), True
+    return (shape[0], shape[1], shape[2]), False
 
 
 def linear_layer(in_features: int, out_features: int, noisy_sigma0: float | None) -> nn.Module:

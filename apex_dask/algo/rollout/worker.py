@@ -43,7 +43,8 @@ class ActingWorker:
 
     adder: Any
     frame_stack: int | None = None
-    epsilon: float = 0.0
+    exploration: float = 0.0
+    """The worker's exploration parameter (its agent's: an epsilon, DPG's noise scale)."""
 
     def __init__(
         self, env_factory: Callable[[], gym.Env], rollout: RolloutSpec, *, seed: int, where: str
@@ -184,7 +185,7 @@ class ActingWorker:
         if self.frame_stack is not None:
             batch = encode_batch(batch, self.frame_stack)
         return Rollout(
-            batch, priorities, steps, self.weights_version, self.epsilon, returns, lengths
+            batch, priorities, steps, self.weights_version, self.exploration, returns, lengths
         )
 
     def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:

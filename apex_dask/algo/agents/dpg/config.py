@@ -1,21 +1,36 @@
-"""The ``dpg`` section of :class:`~apex_dask.config.ApexConfig`: the Ape-X DPG agent's settings.
+"""The DPG agent's config (``dpg:`` in YAML, ``dpg.<key>`` with ``--set``): Ape-X DPG, DDPG
+with TD3's options, Gaussian or Ornstein-Uhlenbeck noise per env worker.
 
-Read only when ``algo: dpg``. The learner's shared keys still apply to it
-(``learner.batch_size``, ``gamma``, ``n_step``, ``grad_clip``, ``adam_eps``,
-``target_update_freq``, ``device``, ...); ``learner.lr``, ``hiddens``,
-``dueling`` and ``double_q`` are the DQN network's and are not used.
+It is the one object the agent's learner, env workers and policy read (beside the
+shared ``learner`` section: ``batch_size``, ``gamma``, ``n_step``, ``grad_clip``,
+``adam_eps``, ``target_update_freq``, ``device``, ...).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DPGConfig"]
+from apex_dask.algo.agents.config import (
+    AgentConfig,
+    Problem,
+    first,
+    layer_sizes,
+    nonneg,
+    positive,
+    unit,
+)
+
+__all__ = ["NOISES", "DPGConfig"]
+
+NOISES = ("gaussian", "ou")
+"""Exploration noises of the env workers."""
 
 
 @dataclass(frozen=True)
-class DPGConfig:
+class DPGConfig(AgentConfig):
     """Ape-X DPG: DDPG with TD3's options, Gaussian or Ornstein-Uhlenbeck noise per worker."""
+
+    network_keys = ("actor_hiddens", "critic_hiddens", "twin_q")
 
     actor_hiddens: tuple[int, ...] = (256, 256)
     """ReLU layer sizes of the actor mu(s) (then tanh, scaled to the action bounds)."""
@@ -50,3 +65,21 @@ class DPGConfig:
     """Noise ladder exponent spread (>= 0)."""
     ou_theta: float = 0.15
     """Mean reversion of the ``ou`` noise per step, in (0, 1]."""
+
+    def check(self) -> Problem | None:
+        return first(
+            layer_sizes("actor_hiddens", self.actor_hiddens),
+            layer_sizes("critic_hiddens", self.critic_hiddens),
+            positive("actor_lr", self.actor_lr),
+            positive("critic_lr", self.critic_lr),
+            positive("policy_delay", self.policy_delay),
+            nonneg("target_noise", self.target_noise),
+            nonneg("target_noise_clip", self.target_noise_clip),
+            unit("tau", self.tau, lo_open=True),
+            None
+            if self.noise in NOISES
+            else ("noise", self.noise, f"must be {' or '.join(NOISES)}"),
+            unit("noise_base", self.noise_base, lo_open=True),
+            nonneg("noise_alpha", self.noise_alpha),
+            unit("ou_theta", self.ou_theta, lo_open=True),
+        )
