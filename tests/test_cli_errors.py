@@ -47,12 +47,12 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         (["--preset", "cartpole", "--set", "algo=dpg"], ["Discrete(2)", "dpg", "algo=dqn"]),
         (["--preset", "pendulum", "--set", "algo=dqn"], ["Box(", "dqn", "algo=dpg"]),
         (
-            ["--set", "learner.num_atoms=51", "--set", "learner.loss=hl_gauss"],
-            ["learner.loss='hl_gauss'", "learner.num_atoms=51", "learner.loss=huber"],
+            ["--set", "dqn.num_atoms=51", "--set", "dqn.loss=hl_gauss"],
+            ["dqn.loss='hl_gauss'", "dqn.num_atoms=51", "dqn.loss=huber"],
         ),
         (
-            ["--preset", "cartpole", "--set", "learner.encoder=impala"],
-            ["learner.encoder=impala", "vectors", "learner.encoder=auto"],
+            ["--preset", "cartpole", "--set", "dqn.encoder=impala"],
+            ["dqn.encoder=impala", "vectors", "dqn.encoder=auto"],
         ),
     ],
 )
@@ -63,7 +63,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needles):
 def test_bad_yaml_types_name_the_field(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("preset: cartpole\nlearner:\n  lr: fast\n")
-    assert_one_line_error(submit("--config", str(cfg)), "learner.lr", "fast")
+    assert_one_line_error(submit("--config", str(cfg)), "dqn.lr", "fast")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; covered by the file case")

@@ -11,7 +11,7 @@ from apex_dask.local import LocalApex, run_local
 
 TINY = {
     "learner.batch_size": 32,
-    "learner.hiddens": [32],
+    "dqn.hiddens": [32],
     "learner.target_update_freq": 640,
     "replay.capacity": 4000,
     "replay.num_shards": 2,

@@ -26,7 +26,7 @@ Each key maps to exactly one distribution:
 ``{int: [lo, hi]}``      an integer in [lo, hi] (``step: k`` or ``log: true``)
 ======================  ==================================================
 
-Keys are dotted (``learner.lr``) or nested sections (``learner: {lr: ...}``).
+Keys are dotted (``dqn.lr``) or nested sections (``dqn: {lr: ...}``).
 Everything is checked against ``base`` before anything runs: an unknown key,
 a distribution that does not fit the key's type (``uniform`` on a string), an
 empty range, a choice outside the key's allowed values (each value and each
@@ -47,7 +47,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apex_dask.algo.agents.registry import agents
 from apex_dask.config.plumbing import ConfigError, is_section, unknown_key
+from apex_dask.config.renames import route
 
 __all__ = [
     "KINDS",
@@ -63,7 +65,7 @@ __all__ = [
 KINDS = ("grid", "choice", "uniform", "loguniform", "int")
 """The distributions a key may have."""
 
-_EXAMPLE = "e.g. learner.lr: {loguniform: [1.0e-4, 1.0e-2]}"
+_EXAMPLE = "e.g. dqn.lr: {loguniform: [1.0e-4, 1.0e-2]}"
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -193,36 +195,31 @@ def parse_space(space: Any, base: Any, *, where: str = "space") -> SearchSpace:
     ``where`` starts each error line (e.g. the file's name). Raises :class:`SpaceError`."""
     if not isinstance(space, Mapping) or not space:
         raise SpaceError(f"{where}: must map config keys to distributions, {_EXAMPLE}")
-    flat = _flatten(type(base), space, "", where)
+    flat = _flatten(type(base), space, "", where, tuple(agents()))
+    try:  # keys that moved to the agent's section; another agent's keys are refused
+        moved = dict(route({k: v for k, v in flat.items() if k != "algo"}, base.algo, saved=False))
+    except ConfigError as exc:
+        raise SpaceError(f"{where}: {exc}") from None
+    flat = {"algo": flat["algo"], **moved} if "algo" in flat else moved
     names = list(base.field_docs())
     params = tuple(_param(key, spec, base, names, where) for key, spec in flat.items())
     return SearchSpace(params)
 
 
-def _flatten(root: Any, data: Mapping[str, Any], prefix: str, where: str) -> dict[str, Any]:
+def _flatten(
+    root: Any, data: Mapping[str, Any], prefix: str, where: str, agent_sections: tuple[str, ...]
+) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
-            raise SpaceError(f"{where}: key {key!r} must be a config key such as 'learner.lr'")
+            raise SpaceError(f"{where}: key {key!r} must be a config key such as 'replay.alpha'")
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and is_section(root, name):
-            flat.update(_flatten(root, value, name + ".", where))
+        section = isinstance(value, Mapping) and is_section(root, name)
+        if section or (isinstance(value, Mapping) and not prefix and key in agent_sections):
+            flat.update(_flatten(root if section else dict, value, name + ".", where, ()))
         else:
             flat[name] = value
     return flat
-
-
-def field_type(root: Any, dotted: str) -> Any:
-    """The annotation of the field ``dotted`` of the dataclass ``root`` (None: no such field)."""
-    cls = root
-    for part in dotted.split("."):
-        if not dataclasses.is_dataclass(cls):
-            return None
-        hints = typing.get_type_hints(cls)
-        if part not in hints:
-            return None
-        cls = hints[part]
-    return cls
 
 
 def _base_kind(tp: Any) -> Any:
@@ -235,7 +232,7 @@ def _base_kind(tp: Any) -> Any:
 
 def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Param:
     at = f"{where}: {key}"
-    tp = field_type(type(base), key)
+    tp = base.key_type(key)
     if key.startswith("env.env_kwargs."):
         tp = Any
     elif tp is None:

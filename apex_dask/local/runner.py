@@ -59,14 +59,12 @@ class LocalApex:
     def __init__(self, config: ApexConfig, before_learn_on_batch: Hook | None = None) -> None:
         torch.set_num_threads(1)
         self.config = cfg = config
-        wc = cfg.workers
         self.hook = resolve_hook(cfg, before_learn_on_batch)
         self.hook_calls = 0
         self.env_factory = env_factory(cfg)
         obs_space, act_space = probe_spaces(self.env_factory, cfg.env.make_timeout_s)
         self.learner = make_learner(agent_spec(cfg), obs_space, act_space, seed=learner_seed(cfg))
         self.explorations = exploration_ladder(cfg)
-        self.exploration_name = agent_of(cfg).exploration
         spec = worker_spec(cfg)
         self.workers = [
             make_env_worker(
@@ -78,16 +76,15 @@ class LocalApex:
             )
             for i, eps in enumerate(self.explorations)
         ]
+        eval_seed = derive_seed(cfg.seed, "eval")
         self.evaluator = (
-            make_env_worker(
-                spec, self.env_factory, exploration=0.0, seed=derive_seed(cfg.seed, "eval")
-            )
+            make_env_worker(spec, self.env_factory, exploration=0.0, seed=eval_seed)
             if cfg.eval.episodes > 0
             else None
         )
         self.shards = build_shards(cfg)
         self.rng = np.random.default_rng(derive_seed(cfg.seed, "driver"))
-        self.selected_workers = lowest_epsilon_workers(wc.num_workers)
+        self.selected_workers = lowest_epsilon_workers(cfg.workers.num_workers)
 
         self.steps_sampled = 0
         self.weight_syncs = 0
@@ -285,7 +282,7 @@ class LocalApex:
             env_metrics(
                 i,
                 exploration=eps,
-                exploration_name=self.exploration_name,
+                exploration_name=agent_of(self.config).exploration,
                 steps_sampled=w.steps_sampled,
                 steps_per_s=(w.steps_sampled - self._iter_worker_steps0[i]) / wall,
                 rollouts_sent=self.worker_rollouts[i],

@@ -57,7 +57,7 @@ def test_a_run_folder_from_before_the_move_resumes_on_the_dask_runtime(run, tmp_
 def test_an_in_process_checkpoint_from_before_the_move_restores():
     apex = LocalApex.restore(DATA / "local")  # with the config it stored
     try:
-        assert apex.config.learner.hiddens == (32,) and apex.config.seed == 3
+        assert apex.config.agent.hiddens == (32,) and apex.config.seed == 3
         assert apex.steps_sampled == 3072 and apex.learner.steps_trained == 24576
         assert sum(len(s) for s in apex.shards) == 2000
         parts, _ = load_runner_checkpoint(DATA / "local")

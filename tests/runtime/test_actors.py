@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from polling import poll
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # every test uses the module's 2-process LocalClu
 
 OBS = 4
 AGENT = AgentSpec(
-    "dqn", DQNOptions(hiddens=(32,), target_update_freq=10_000, device="cpu", num_threads=1)
+    "dqn", DQNConfig(hiddens=(32,), target_update_freq=10_000, device="cpu", num_threads=1)
 )
 
 

@@ -35,7 +35,7 @@ def small_config() -> ApexConfig:
     return ApexConfig.preset("cartpole").override(
         {
             "replay.learning_starts": 200,
-            "learner.hiddens": (32,),
+            "dqn.hiddens": (32,),
             "report.min_iter_time_s": 0.2,
             "report.timesteps_per_iteration": 200,
             "eval.interval_s": 0.5,

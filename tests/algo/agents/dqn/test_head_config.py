@@ -15,47 +15,47 @@ from apex_dask.config import ApexConfig, ConfigError
 def test_the_keys_reach_the_agents_options():
     cfg = ApexConfig.preset("minatar").override(
         {
-            "learner.num_atoms": 51,
-            "learner.v_min": -20,
-            "learner.v_max": 20,
-            "learner.noisy": True,
-            "learner.sigma0": 0.4,
-            "learner.layer_norm": True,
-            "learner.encoder": "impala",
-            "learner.impala_scale": 2,
+            "dqn.num_atoms": 51,
+            "dqn.v_min": -20,
+            "dqn.v_max": 20,
+            "dqn.noisy": True,
+            "dqn.sigma0": 0.4,
+            "dqn.layer_norm": True,
+            "dqn.encoder": "impala",
+            "dqn.impala_scale": 2,
         }
     )
-    o = DQN.agent_spec(cfg).options
+    o = DQN.agent_spec(cfg).config
     assert (o.num_atoms, o.v_min, o.v_max, o.noisy, o.sigma0) == (51, -20.0, 20.0, True, 0.4)
     assert (o.layer_norm, o.encoder, o.impala_scale, o.head, o.num_outputs) == (
         True, "impala", 2, "c51", 51,
     )  # fmt: skip
-    hl = DQN.agent_spec(cfg.override({"learner.num_atoms": 1, "learner.loss": "hl_gauss"}))
-    assert hl.options.head == "hl_gauss" and hl.options.num_outputs == 51
-    assert "learner.num_atoms=51" in DQN.network_keys(cfg)
-    assert "learner.impala_scale=2" in DQN.network_keys(cfg)
+    hl = DQN.agent_spec(cfg.override({"dqn.num_atoms": 1, "dqn.loss": "hl_gauss"}))
+    assert hl.config.head == "hl_gauss" and hl.config.num_outputs == 51
+    assert "dqn.num_atoms=51" in DQN.network_keys(cfg)
+    assert "dqn.impala_scale=2" in DQN.network_keys(cfg)
     docs = ApexConfig.field_docs()
     for key in ("num_atoms", "v_min", "v_max", "noisy", "sigma0", "loss", "num_bins"):
-        assert docs[f"learner.{key}"], key
-    assert "RLlib" in docs["learner.num_atoms"] and docs["workers.epsilon_with_noisy"]
+        assert docs[f"dqn.{key}"], key
+    assert "RLlib" in docs["dqn.num_atoms"] and docs["workers.epsilon_with_noisy"]
 
 
 @pytest.mark.parametrize(
     ("overrides", "needles"),
     [
         (
-            {"learner.num_atoms": 51, "learner.loss": "hl_gauss"},
-            ["learner.loss='hl_gauss' is invalid", "learner.num_atoms=51", "learner.loss=huber"],
+            {"dqn.num_atoms": 51, "dqn.loss": "hl_gauss"},
+            ["dqn.loss='hl_gauss' is invalid", "dqn.num_atoms=51", "dqn.loss=huber"],
         ),
-        ({"learner.loss": "mse"}, ["learner.loss='mse'", "huber, hl_gauss"]),
-        ({"learner.num_atoms": 0}, ["learner.num_atoms=0", ">= 1"]),
-        ({"learner.num_atoms": 51, "learner.v_min": 3.0, "learner.v_max": 3.0}, ["v_max=3.0"]),
-        ({"learner.loss": "hl_gauss", "learner.v_min": 1.0, "learner.v_max": -1.0}, ["v_max"]),
-        ({"learner.loss": "hl_gauss", "learner.num_bins": 1}, ["learner.num_bins=1", ">= 2"]),
-        ({"learner.loss": "hl_gauss", "learner.hl_gauss_sigma_ratio": 0.0}, ["sigma_ratio"]),
-        ({"learner.noisy": True, "learner.sigma0": -0.1}, ["learner.sigma0=-0.1", "> 0"]),
-        ({"learner.encoder": "resnet"}, ["learner.encoder='resnet'", "auto, impala"]),
-        ({"learner.impala_scale": 0}, ["learner.impala_scale=0"]),
+        ({"dqn.loss": "mse"}, ["dqn.loss='mse'", "huber, hl_gauss"]),
+        ({"dqn.num_atoms": 0}, ["dqn.num_atoms=0", ">= 1"]),
+        ({"dqn.num_atoms": 51, "dqn.v_min": 3.0, "dqn.v_max": 3.0}, ["v_max=3.0"]),
+        ({"dqn.loss": "hl_gauss", "dqn.v_min": 1.0, "dqn.v_max": -1.0}, ["v_max"]),
+        ({"dqn.loss": "hl_gauss", "dqn.num_bins": 1}, ["dqn.num_bins=1", ">= 2"]),
+        ({"dqn.loss": "hl_gauss", "dqn.hl_gauss_sigma_ratio": 0.0}, ["sigma_ratio"]),
+        ({"dqn.noisy": True, "dqn.sigma0": -0.1}, ["dqn.sigma0=-0.1", "> 0"]),
+        ({"dqn.encoder": "resnet"}, ["dqn.encoder='resnet'", "auto, impala"]),
+        ({"dqn.impala_scale": 0}, ["dqn.impala_scale=0"]),
     ],
 )
 def test_combinations_that_make_no_sense_are_one_line(overrides, needles):
@@ -70,10 +70,10 @@ def test_combinations_that_make_no_sense_are_one_line(overrides, needles):
 def test_sensible_combinations_pass_and_unused_keys_are_harmless():
     base = ApexConfig.preset("cartpole")
     for overrides in (
-        {"learner.num_atoms": 51, "learner.noisy": True, "learner.dueling": False},
-        {"learner.loss": "hl_gauss", "learner.layer_norm": True, "learner.double_q": False},
-        {"learner.num_bins": 1},  # no HL-Gauss: not read
-        {"learner.v_min": 5.0, "learner.v_max": -5.0},  # no support: not read
+        {"dqn.num_atoms": 51, "dqn.noisy": True, "dqn.dueling": False},
+        {"dqn.loss": "hl_gauss", "dqn.layer_norm": True, "dqn.double_q": False},
+        {"dqn.num_bins": 1},  # no HL-Gauss: not read
+        {"dqn.v_min": 5.0, "dqn.v_max": -5.0},  # no support: not read
     ):
         base.override(overrides)
 
@@ -82,16 +82,16 @@ def test_noisy_nets_explore_with_their_noise_alone_unless_asked():
     cfg = ApexConfig.preset("minatar")
     ladder = DQN.exploration_ladder(cfg, 8)
     assert ladder[0] == pytest.approx(0.4) and np.all(ladder > 0)
-    noisy = cfg.override({"learner.noisy": True})
+    noisy = cfg.override({"dqn.noisy": True})
     np.testing.assert_array_equal(DQN.exploration_ladder(noisy, 8), np.zeros(8))
     both = noisy.override({"workers.epsilon_with_noisy": True})
     np.testing.assert_array_equal(DQN.exploration_ladder(both, 8), ladder)
 
 
 def test_the_impala_encoder_is_refused_for_vectors_and_taken_for_images():
-    impala = DQN.agent_spec(ApexConfig().override({"learner.encoder": "impala"})).options
+    impala = DQN.agent_spec(ApexConfig().override({"dqn.encoder": "impala"})).config
     vector, grid = spaces.Box(-1, 1, (4,), np.float32), spaces.Box(0, 1, (10, 10, 4), bool)
     problem = DQN.check_spaces(vector, spaces.Discrete(2), impala)
-    assert problem is not None and "learner.encoder=auto" in problem and "\n" not in problem
+    assert problem is not None and "dqn.encoder=auto" in problem and "\n" not in problem
     assert DQN.check_spaces(grid, spaces.Discrete(2), impala) is None
     assert DQN.check_spaces(vector, spaces.Discrete(2)) is None  # the spaces alone

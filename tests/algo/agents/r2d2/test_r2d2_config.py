@@ -14,10 +14,10 @@ from apex_dask.experiment.builder import agent_spec
 
 REFUSED = {
     "replay.frame_stack": (4, "replay.frame_stack"),
-    "learner.noisy": (True, "noisy nets"),
-    "learner.num_atoms": (51, "distributional"),
-    "learner.loss": ("hl_gauss", "squared loss"),
-    "learner.compile": (True, "torch.compile"),
+    "learner.noisy": (True, "dqn.noisy"),  # a moved key: now the dqn agent's
+    "learner.num_atoms": (51, "dqn.num_atoms"),
+    "dqn.loss": ("hl_gauss", "dqn agent"),  # another agent's key
+    "dqn.compile": (True, "algo=dqn"),
     "r2d2.period": (30, "r2d2.trace_length"),
     "r2d2.eta": (1.5, "r2d2.eta"),
     "r2d2.trace_length": (0, "r2d2.trace_length"),
@@ -35,17 +35,16 @@ def test_unsupported_settings_are_one_line_errors_naming_the_key(key):
 
 
 def test_the_same_setting_is_fine_for_dqn():
-    ApexConfig.preset("cartpole").override({"learner.noisy": True})
+    ApexConfig.preset("cartpole").override({"dqn.noisy": True})
 
 
-def test_the_preset_builds_the_r2d2_options_from_its_sections():
+def test_the_preset_builds_the_r2d2_spec_from_its_sections():
     cfg = ApexConfig.preset("cartpole_pomdp")
     spec = agent_spec(cfg)
-    o = spec.options
-    assert spec.algo == "r2d2"
+    o = spec.config
+    assert spec.algo == "r2d2" and o is cfg.agent and spec.learner is cfg.learner
     assert (o.burn_in, o.trace_length, o.period) == (10, 20, 10)
-    assert o.n_step == cfg.learner.n_step and o.gamma == cfg.learner.gamma
-    assert o.lstm_size == cfg.r2d2.lstm_size and o.hiddens == tuple(cfg.learner.hiddens)
+    assert (o.lstm_size, o.hiddens, o.lr) == (64, (64,), 1e-3)
 
 
 def test_a_box_action_env_is_refused_before_start(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import module_weights
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.worker import EnvWorker
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.replay.codec import decode_batch
@@ -148,14 +148,14 @@ def test_frame_stack_rollouts_of_several_envs_decode_to_the_full_stacks():
         epsilon=0.5,
         seed=2,
         rollout=RolloutSpec(fragment_length=30, num_envs=3),
-        options=DQNOptions(hiddens=(8,)),
+        config=DQNConfig(hiddens=(8,)),
     )
     compact = EnvWorker(
         stacked,
         epsilon=0.5,
         seed=2,
         rollout=RolloutSpec(fragment_length=30, num_envs=3, frame_stack=4),
-        options=DQNOptions(hiddens=(8,)),
+        config=DQNConfig(hiddens=(8,)),
     )
     for _ in range(2):
         want, got = full.sample(), compact.sample()
@@ -167,13 +167,13 @@ def test_frame_stack_rollouts_of_several_envs_decode_to_the_full_stacks():
 
 
 def test_evaluation_caps_each_episode_at_max_steps():
-    worker = EnvWorker(EndlessEnv, epsilon=0.1, seed=0, options=DQNOptions(hiddens=(8,)))
+    worker = EnvWorker(EndlessEnv, epsilon=0.1, seed=0, config=DQNConfig(hiddens=(8,)))
     out = worker.evaluate(2, seed=0, max_steps=300)
     assert out["lengths"] == [300, 300] and out["timed_out"] is False
 
 
 def test_evaluation_stops_at_its_timeout_and_says_so():
-    worker = EnvWorker(SlowEndlessEnv, epsilon=0.1, seed=0, options=DQNOptions(hiddens=(8,)))
+    worker = EnvWorker(SlowEndlessEnv, epsilon=0.1, seed=0, config=DQNConfig(hiddens=(8,)))
     t0 = time.monotonic()
     out = worker.evaluate(3, seed=0, timeout_s=0.3)
     took = time.monotonic() - t0

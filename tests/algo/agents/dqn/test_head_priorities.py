@@ -16,9 +16,10 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from agent_parts import CPU
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.dqn.worker import EnvWorker
 from apex_dask.algo.agents.noisy import noisy_layers
 from apex_dask.algo.envs.factory import make_env_factory
@@ -36,10 +37,10 @@ HEADS = {
 }
 
 
-def _check(factory, options: DQNOptions, rollout: RolloutSpec, fragments: int) -> list[int]:
+def _check(factory, options: DQNConfig, rollout: RolloutSpec, fragments: int) -> list[int]:
     obs_space, act_space = probe_spaces(factory)
-    learner = Learner(obs_space, act_space, options, seed=3)
-    worker = EnvWorker(factory, epsilon=0.5, seed=1, rollout=rollout, options=options)
+    learner = Learner(obs_space, act_space, options, CPU, seed=3)
+    worker = EnvWorker(factory, epsilon=0.5, seed=1, rollout=rollout, config=options)
     seen = [0, 0]
     for _ in range(fragments):
         with torch.no_grad():  # noise scales to 0 (updates move them)
@@ -62,7 +63,7 @@ def _check(factory, options: DQNOptions, rollout: RolloutSpec, fragments: int) -
 @pytest.mark.parametrize("head", list(HEADS))
 def test_cartpole_worker_priorities_equal_the_learners(head):
     factory = make_env_factory("CartPole-v1", {"max_episode_steps": 15})
-    options = DQNOptions(hiddens=(32,), device="cpu", **HEADS[head])
+    options = DQNConfig(hiddens=(32,), **HEADS[head])
     rollout = RolloutSpec(fragment_length=20, num_envs=3, n_step=3, gamma=0.99)
     assert min(_check(factory, options, rollout, 5)) > 0
 
@@ -71,7 +72,7 @@ def test_cartpole_worker_priorities_equal_the_learners(head):
 @pytest.mark.parametrize("head", ["c51", "hl_gauss", "c51_noisy_ln"])
 def test_minatar_worker_priorities_equal_the_learners(head):
     factory = make_env_factory("MinAtar/Breakout-v1", {"max_episode_steps": 5})
-    options = DQNOptions(hiddens=(32,), device="cpu", **HEADS[head])
+    options = DQNConfig(hiddens=(32,), **HEADS[head])
     rollout = RolloutSpec(fragment_length=16, num_envs=2, n_step=3, gamma=0.99)
     assert _check(factory, options, rollout, 3)[0] > 0  # (terminals: the CartPole test)
 
@@ -83,19 +84,19 @@ def test_minatar_worker_priorities_equal_the_learners(head):
 def test_atari_frame_stacks_with_c51_and_noisy_layers():
     """Frame dedup (rollouts sent in the compact form) with a C51 noisy head."""
     factory = make_env_factory("ALE/Breakout-v5", {"max_episode_steps": 200})
-    options = DQNOptions(hiddens=(32,), device="cpu", **HEADS["c51_noisy_ln"])
+    options = DQNConfig(hiddens=(32,), **HEADS["c51_noisy_ln"])
     rollout = RolloutSpec(fragment_length=30, num_envs=2, frame_stack=4)
     assert sum(_check(factory, options, rollout, 2)) > 0
 
 
 def test_noisy_workers_draw_new_noise_per_pass_and_evaluate_on_the_mean():
     factory = make_env_factory("CartPole-v1")
-    options = DQNOptions(hiddens=(16,), noisy=True, sigma0=2.0)
-    worker = EnvWorker(factory, epsilon=0.0, seed=4, options=options)
+    options = DQNConfig(hiddens=(16,), noisy=True, sigma0=2.0)
+    worker = EnvWorker(factory, epsilon=0.0, seed=4, config=options)
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     a, b = worker.values(obs, noise=True)[0], worker.values(obs, noise=True)[0]
     assert not np.allclose(a, b)  # a new draw for each acting pass
     mean = worker.q_values(obs)
     np.testing.assert_array_equal(mean, worker.q_values(obs))  # the mean weights, no noise
-    again = EnvWorker(factory, epsilon=0.0, seed=4, options=options)
+    again = EnvWorker(factory, epsilon=0.0, seed=4, config=options)
     np.testing.assert_array_equal(again.values(obs, noise=True)[0], a)  # seeded per worker

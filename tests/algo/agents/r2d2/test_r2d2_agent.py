@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.config import LearnerConfig
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.r2d2.learner import R2D2Learner
-from apex_dask.algo.agents.r2d2.options import R2D2Options
 from apex_dask.algo.agents.r2d2.worker import R2D2EnvWorker
 from apex_dask.algo.agents.registry import make_policy
 from apex_dask.algo.agents.spec import AgentSpec
@@ -25,19 +26,18 @@ from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
 
-OPTIONS = R2D2Options(
-    hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3, n_step=3, device="cpu"
-)
+OPTIONS = R2D2Config(hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3)
+LEARNER = LearnerConfig(device="cpu", n_step=3)
 
 
-def make_worker(epsilon=0.5, seed=3, num_envs=2, options=OPTIONS):
-    rollout = RolloutSpec(fragment_length=17, num_envs=num_envs)  # not a multiple of anything
+def make_worker(epsilon=0.5, seed=3, num_envs=2, config=OPTIONS):
+    rollout = RolloutSpec(n_step=3, fragment_length=17, num_envs=num_envs)  # no multiple
     return R2D2EnvWorker(
         make_env_factory(POMDP_CARTPOLE_ID),
         epsilon=epsilon,
         seed=seed,
         rollout=rollout,
-        options=options,
+        config=config,
     )
 
 
@@ -59,7 +59,7 @@ def trained_pair():
     """A worker and a learner that has trained a few updates on the worker's items."""
     torch.manual_seed(0)
     worker = make_worker()
-    learner = R2D2Learner(worker.observation_space, worker.action_space, OPTIONS, seed=1)
+    learner = R2D2Learner(worker.observation_space, worker.action_space, OPTIONS, LEARNER, seed=1)
     worker.set_weights(*learner.get_weights())
     shard = ReplayShard(500, alpha=0.9, seed=0)
     for _ in range(4):
@@ -80,7 +80,7 @@ def test_worker_priorities_equal_the_learners_on_the_same_data():
     got = learner.loss(rollout.batch, np.ones(len(rollout), np.float32)).priorities.numpy()
     np.testing.assert_allclose(rollout.priorities, got, rtol=1e-5, atol=1e-6)
     # the priorities depend on the weights: a learner with other weights disagrees
-    other = R2D2Learner(worker.observation_space, worker.action_space, OPTIONS, seed=9)
+    other = R2D2Learner(worker.observation_space, worker.action_space, OPTIONS, LEARNER, seed=9)
     far = other.loss(rollout.batch, np.ones(len(rollout), np.float32)).priorities.numpy()
     assert not np.allclose(rollout.priorities, far, rtol=1e-3)
 
@@ -125,6 +125,7 @@ def test_checkpoint_round_trip_gives_a_bit_identical_next_update(tmp_path):
         gym.make(POMDP_CARTPOLE_ID).observation_space,
         gym.spaces.Discrete(2),
         OPTIONS,
+        LEARNER,
         seed=77,
     )
     restored.load_state_dict(parts["learner"])
@@ -140,12 +141,12 @@ def test_checkpoint_round_trip_gives_a_bit_identical_next_update(tmp_path):
 
 def test_target_copies_follow_steps_trained():
     _, learner, shard = trained_pair()
-    learner.options = R2D2Options(**{**OPTIONS.__dict__, "target_update_freq": 1})
+    learner.target_update_freq = 1
     before = learner.num_target_updates
     s = shard.sample(4, 0.6)
     learner.update(s.data, s.weights)
     assert learner.num_target_updates == before + 1
-    assert learner.device_stats()["learner/state_staleness"] >= 0.0
+    assert learner.agent_stats()["learner/state_staleness"] >= 0.0
 
 
 def test_greedy_play_evaluation_and_export_agree_over_whole_episodes(tmp_path):
@@ -153,7 +154,7 @@ def test_greedy_play_evaluation_and_export_agree_over_whole_episodes(tmp_path):
     version, weights = learner.get_weights()
     worker.set_weights(version, weights)
     env = gym.make(POMDP_CARTPOLE_ID)
-    spec = AgentSpec("r2d2", OPTIONS)
+    spec = AgentSpec("r2d2", OPTIONS, LEARNER)
     policy = make_policy(spec, env.observation_space, env.action_space, weights)
     pt, meta = export_policy(
         tmp_path / "r2d2.pt",
@@ -186,7 +187,7 @@ def test_greedy_play_evaluation_and_export_agree_over_whole_episodes(tmp_path):
 def test_a_batch_of_three_through_the_program_matches_one_at_a_time(tmp_path):
     env = gym.make(POMDP_CARTPOLE_ID)
     _, learner, _ = trained_pair()
-    spec = AgentSpec("r2d2", OPTIONS)
+    spec = AgentSpec("r2d2", OPTIONS, LEARNER)
     pt, _ = export_policy(
         tmp_path / "p.pt",
         spec,
@@ -208,21 +209,21 @@ def test_a_batch_of_three_through_the_program_matches_one_at_a_time(tmp_path):
 def test_epsilon_sets_how_often_the_worker_explores(epsilon):
     worker = make_worker(epsilon=epsilon, num_envs=1)
     greedy_run = worker.sample()
-    assert greedy_run.epsilon == epsilon and greedy_run.steps == 17
+    assert greedy_run.exploration == epsilon and greedy_run.steps == 17
 
 
 def test_image_sequences_on_minatar_train_and_agree_with_the_worker():
     """The conv torso path: MinAtar frames (10 x 10 x C) through the LSTM agent."""
     pytest.importorskip("minatar")
-    options = R2D2Options(hiddens=(16,), lstm_size=8, burn_in=2, trace_length=4, period=2)
+    options = R2D2Config(hiddens=(16,), lstm_size=8, burn_in=2, trace_length=4, period=2)
     worker = R2D2EnvWorker(
         make_env_factory("MinAtar/Breakout-v1"),
         epsilon=0.5,
         seed=0,
         rollout=RolloutSpec(fragment_length=12),
-        options=options,
+        config=options,
     )
-    learner = R2D2Learner(worker.observation_space, worker.action_space, options, seed=0)
+    learner = R2D2Learner(worker.observation_space, worker.action_space, options, LEARNER, seed=0)
     worker.set_weights(*learner.get_weights())
     rollout = worker.sample()
     assert len(rollout) > 0 and rollout.batch["obs"].shape[1:] == (6, 10, 10, 4)
@@ -249,7 +250,7 @@ def test_the_memory_estimate_matches_a_shard_of_sequence_items(preset):
     cfg = ApexConfig.preset(preset).override(
         {"replay.capacity": 400, "replay.learning_starts": 100}
     )
-    worker = make_env_worker(worker_spec(cfg), env_factory(cfg), epsilon=0.5, seed=3)
+    worker = make_env_worker(worker_spec(cfg), env_factory(cfg), exploration=0.5, seed=3)
     spaces_ = SimpleNamespace(
         observation_space=worker.observation_space, action_space=worker.action_space
     )
@@ -258,7 +259,7 @@ def test_the_memory_estimate_matches_a_shard_of_sequence_items(preset):
     rollout = worker.sample()
     assert (
         len(rollout) > 0
-        and rollout.batch["obs"].shape[1] == cfg.r2d2.burn_in + cfg.r2d2.trace_length
+        and rollout.batch["obs"].shape[1] == cfg.agent.burn_in + cfg.agent.trace_length
     )
     shard.add(rollout.batch, rollout.priorities)  # allocates the whole ring
     measured = shard.stats()["bytes"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.heads import (
     bin_edges,
     c51_priorities_numpy,
@@ -19,7 +20,6 @@ from apex_dask.algo.agents.dqn.heads import (
     support,
 )
 from apex_dask.algo.agents.dqn.loss import c51_loss, hl_gauss_loss
-from apex_dask.algo.agents.dqn.options import DQNOptions
 
 ATOMS3 = np.array([-1.0, 0.0, 1.0], np.float32)
 
@@ -64,7 +64,7 @@ def test_projection_of_three_cases_computed_by_hand():
 
 def test_projection_matches_the_loops_and_keeps_mass_on_51_atoms():
     rng = np.random.default_rng(0)
-    atoms = support(DQNOptions(num_atoms=51))
+    atoms = support(DQNConfig(num_atoms=51))
     assert atoms.shape == (51,) and atoms[0] == -10 and atoms[-1] == 10
     probs = rng.dirichlet(np.ones(51), size=64).astype(np.float32)
     reward = rng.normal(0, 4, 64).astype(np.float32)
@@ -99,7 +99,7 @@ def _log_softmax(x):
 @pytest.mark.parametrize("double_q", [True, False])
 def test_c51_loss_and_priorities_equal_a_computation_in_plain_numpy(double_q):
     rng = np.random.default_rng(1)
-    atoms = support(DQNOptions(num_atoms=5, v_min=-2.0, v_max=2.0))
+    atoms = support(DQNConfig(num_atoms=5, v_min=-2.0, v_max=2.0))
     on_t, tg_t, online, target = _table_nets(rng, 6, 3, 5)
     b = 8
     batch = {
@@ -132,7 +132,7 @@ def test_c51_loss_and_priorities_equal_a_computation_in_plain_numpy(double_q):
 
 def test_c51_worker_priorities_equal_the_loss_with_one_set_of_weights():
     rng = np.random.default_rng(2)
-    atoms = support(DQNOptions(num_atoms=7, v_min=-3.0, v_max=3.0))
+    atoms = support(DQNConfig(num_atoms=7, v_min=-3.0, v_max=3.0))
     on_t, _, online, _ = _table_nets(rng, 5, 4, 7)
     b = 16
     batch = {
@@ -163,7 +163,7 @@ def hl_gauss_by_hand(y, edges, sigma):
 
 
 def test_hl_gauss_target_by_hand():
-    o = DQNOptions(loss="hl_gauss", num_bins=2, v_min=-1.0, v_max=1.0)
+    o = DQNConfig(loss="hl_gauss", num_bins=2, v_min=-1.0, v_max=1.0)
     edges = bin_edges(o)
     np.testing.assert_array_equal(edges, [-1.0, 0.0, 1.0])
     np.testing.assert_array_equal(support(o), [-0.5, 0.5])
@@ -177,7 +177,7 @@ def test_hl_gauss_target_by_hand():
 
 
 def test_hl_gauss_target_on_51_bins_centres_on_the_value():
-    o = DQNOptions(loss="hl_gauss", num_bins=51)
+    o = DQNConfig(loss="hl_gauss", num_bins=51)
     edges, centers = bin_edges(o), support(o)
     zeta = 20.0 / 51
     ys = np.array([-9.0, -2.5, 0.0, 0.3, 7.7], np.float32)
@@ -191,7 +191,7 @@ def test_hl_gauss_target_on_51_bins_centres_on_the_value():
 @pytest.mark.parametrize("double_q", [True, False])
 def test_hl_gauss_loss_and_priorities_equal_a_computation_in_plain_numpy(double_q):
     rng = np.random.default_rng(3)
-    o = DQNOptions(loss="hl_gauss", num_bins=9, v_min=-3.0, v_max=3.0)
+    o = DQNConfig(loss="hl_gauss", num_bins=9, v_min=-3.0, v_max=3.0)
     edges, centers = bin_edges(o), support(o)
     sigma = 0.75 * 6.0 / 9
     on_t, tg_t, online, target = _table_nets(rng, 6, 3, 9)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from agent_parts import configs
 from gymnasium import spaces
 
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
 
 VEC = spaces.Box(-5.0, 5.0, (4,), np.float32)
@@ -52,8 +52,8 @@ def batch(space: spaces.Box, rng: np.random.Generator, n: int = 16) -> dict[str,
 
 def learner(head: str, seed: int = 0, **kw) -> Learner:
     space, extra = HEADS[head]
-    options = DQNOptions(hiddens=(32,), lr=1e-2, device="cpu", target_update_freq=32, **extra, **kw)
-    return Learner(space, ACT, options, seed=seed)
+    keys = {"hiddens": (32,), "lr": 1e-2, "target_update_freq": 32, **extra, **kw}
+    return Learner(space, ACT, *configs("dqn", **keys), seed=seed)
 
 
 def weights(lr: Learner) -> dict[str, np.ndarray]:

@@ -14,9 +14,10 @@ import importlib.util
 
 import numpy as np
 import pytest
+from agent_parts import CPU
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.dqn.worker import EnvWorker
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
@@ -53,7 +54,7 @@ def _check_fragments(worker: EnvWorker, learner: Learner, fragments: int) -> dic
 
 def _learner(factory, hiddens=(32,)):
     obs_space, act_space = probe_spaces(factory)
-    return Learner(obs_space, act_space, DQNOptions(hiddens=hiddens, device="cpu"), seed=3)
+    return Learner(obs_space, act_space, DQNConfig(hiddens=hiddens), CPU, seed=3)
 
 
 @pytest.mark.parametrize("double_q", [True, False])
@@ -65,7 +66,7 @@ def test_cartpole_priorities_equal_the_recomputation(double_q):
         epsilon=0.5,
         seed=1,
         rollout=RolloutSpec(fragment_length=20, num_envs=3, n_step=N_STEP, gamma=GAMMA),
-        options=DQNOptions(hiddens=(32,), double_q=double_q),
+        config=DQNConfig(hiddens=(32,), double_q=double_q),
     )
     seen = _check_fragments(worker, learner, 8)
     assert seen["done"] > 0 and seen["cut_short"] > 0 and seen["bootstraps"] > 0
@@ -80,7 +81,7 @@ def test_minatar_priorities_equal_the_recomputation():
         epsilon=0.5,
         seed=2,
         rollout=RolloutSpec(fragment_length=30, num_envs=4),
-        options=DQNOptions(hiddens=(32,)),
+        config=DQNConfig(hiddens=(32,)),
     )
     seen = _check_fragments(worker, learner, 4)
     assert seen["cut_short"] > 0 and seen["bootstraps"] > 0 and seen["episodes"] > 0
@@ -98,7 +99,7 @@ def test_atari_priorities_equal_the_recomputation_with_life_losses_and_frame_sta
         epsilon=0.5,
         seed=3,
         rollout=RolloutSpec(fragment_length=40, num_envs=2, frame_stack=4),
-        options=DQNOptions(hiddens=(32,)),
+        config=DQNConfig(hiddens=(32,)),
     )
     seen = _check_fragments(worker, learner, 6)
     # a time limit of 400 frames is 100 agent steps; Breakout's lost lives are training terminals long before a game ends

@@ -3,10 +3,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from agent_parts import configs
 from gymnasium import spaces
 
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 
 OBS = spaces.Box(-5.0, 5.0, (4,), np.float32)
 ACT = spaces.Discrete(2)
@@ -25,8 +25,8 @@ def _batch(rng, n=32):
 
 def _learner(**kw):
     seed = kw.pop("seed", 0)
-    kw = {"hiddens": (32,), "lr": 1e-2, "device": "cpu", **kw}
-    return Learner(OBS, ACT, DQNOptions(**kw), seed=seed)
+    kw = {"hiddens": (32,), "lr": 1e-2, **kw}
+    return Learner(OBS, ACT, *configs("dqn", **kw), seed=seed)
 
 
 def test_learner_overfits_fixed_batch_so_td_errors_fall():
@@ -131,7 +131,7 @@ def test_grad_clip_bounds_the_gradient_norm():
 
 def test_learner_trains_on_uint8_frames():
     space = spaces.Box(0, 255, (10, 10, 3), np.uint8)
-    learner = Learner(space, spaces.Discrete(4), DQNOptions(hiddens=(32,), device="cpu"), seed=0)
+    learner = Learner(space, spaces.Discrete(4), *configs("dqn", hiddens=(32,)), seed=0)
     rng = np.random.default_rng(6)
     data = {
         "obs": rng.integers(0, 256, (8, 10, 10, 3), dtype=np.uint8),
@@ -147,7 +147,7 @@ def test_learner_trains_on_uint8_frames():
 def test_device_auto_resolves_and_num_threads_applies():
     before = torch.get_num_threads()
     try:
-        learner = Learner(OBS, ACT, DQNOptions(hiddens=(8,), device="auto", num_threads=1))
+        learner = Learner(OBS, ACT, *configs("dqn", hiddens=(8,), device="auto", num_threads=1))
         assert torch.get_num_threads() == 1
         assert learner.device == ("cuda" if torch.cuda.is_available() else "cpu")
     finally:

@@ -7,12 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from agent_parts import configs
 from gymnasium import spaces
 
+from apex_dask.algo.agents.dpg.config import DPGConfig
 from apex_dask.algo.agents.dpg.learner import DPGLearner
 from apex_dask.algo.agents.dpg.loss import actor_loss, critic_loss, dpg_targets, target_actions
 from apex_dask.algo.agents.dpg.noise import ActionNoise, noise_ladder
-from apex_dask.algo.agents.dpg.options import DPGOptions
 from apex_dask.algo.agents.dpg.worker import DPGEnvWorker
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.rollout.spec import RolloutSpec
@@ -24,8 +25,8 @@ ACT1 = spaces.Box(-2.0, 2.0, (1,), np.float32)  # center 0, half range 2
 
 def _linear_learner(twin_q: bool = True, **kw) -> DPGLearner:
     """No hidden layers: mu(s) = 2 tanh(0.5 s), Q1 = s + 2a + 0.5, Q2 = 2s + a."""
-    options = DPGOptions(actor_hiddens=(), critic_hiddens=(), twin_q=twin_q, device="cpu", **kw)
-    learner = DPGLearner(OBS1, ACT1, options)
+    keys = {"actor_hiddens": (), "critic_hiddens": (), "twin_q": twin_q, **kw}
+    learner = DPGLearner(OBS1, ACT1, *configs("dpg", **keys))
     with torch.no_grad():
         for model in (learner.online, learner.target):
             model.actor.net[0].weight.fill_(0.5)
@@ -150,14 +151,14 @@ def test_checkpoint_round_trip_restores_nets_optimizers_counters_and_noise(tmp_p
             "discount": np.full(16, 0.99, np.float32),
         }
 
-    options = DPGOptions(actor_hiddens=(16,), critic_hiddens=(16,), device="cpu")
-    a = DPGLearner(obs, act, options, seed=4)
+    options = configs("dpg", actor_hiddens=(16,), critic_hiddens=(16,))
+    a = DPGLearner(obs, act, *options, seed=4)
     w = np.ones(16, np.float32)
     for _ in range(5):
         a.update(batch(), w)
     save_checkpoint(tmp_path / "ckpt", {"learner": a.state_dict()})
     parts, _ = load_checkpoint(tmp_path / "ckpt")
-    b = DPGLearner(obs, act, options, seed=99)
+    b = DPGLearner(obs, act, *options, seed=99)
     b.load_state_dict(parts["learner"])
     assert b.counters() == a.counters()
     nxt = batch()
@@ -196,15 +197,15 @@ def pendulum():
 def test_worker_priorities_are_the_learners_td_errors_from_the_acting_passes(pendulum, noise):
     worker = DPGEnvWorker(
         pendulum,
-        sigma=0.5,
+        noise_scale=0.5,
         seed=3,
         rollout=RolloutSpec(num_envs=3, fragment_length=90),
-        options=DPGOptions(noise=noise),
+        config=DPGConfig(noise=noise),
     )
     learner = DPGLearner(
         worker.observation_space,
         worker.action_space,
-        DPGOptions(smooth_target_policy=False, device="cpu"),
+        *configs("dpg", smooth_target_policy=False),
     )
     worker.set_weights(*learner.get_weights())
     for k in range(4):  # 270 steps: time limits at 200 (final observations), carried steps
@@ -221,7 +222,7 @@ def test_worker_priorities_are_the_learners_td_errors_from_the_acting_passes(pen
 
 def test_worker_actions_are_clipped_to_the_bounds_and_greedy_has_no_noise(pendulum):
     worker = DPGEnvWorker(
-        pendulum, sigma=1.0, seed=0, rollout=RolloutSpec(num_envs=2, fragment_length=100)
+        pendulum, noise_scale=1.0, seed=0, rollout=RolloutSpec(num_envs=2, fragment_length=100)
     )
     batch = worker.sample().batch
     assert batch["action"].dtype == np.float32 and batch["action"].shape[1:] == (1,)
@@ -236,9 +237,9 @@ def test_worker_actions_are_clipped_to_the_bounds_and_greedy_has_no_noise(pendul
 def test_halfcheetah_rollouts_train_the_learner():
     pytest.importorskip("mujoco", reason="HalfCheetah-v5 needs apex_dask[mujoco]")
     worker = DPGEnvWorker(
-        make_env_factory("HalfCheetah-v5"), sigma=0.3, seed=0, rollout=RolloutSpec(num_envs=2)
+        make_env_factory("HalfCheetah-v5"), noise_scale=0.3, seed=0, rollout=RolloutSpec(num_envs=2)
     )
-    learner = DPGLearner(worker.observation_space, worker.action_space, DPGOptions(device="cpu"))
+    learner = DPGLearner(worker.observation_space, worker.action_space, *configs("dpg"))
     worker.set_weights(*learner.get_weights())
     out = worker.sample()
     batch = out.batch

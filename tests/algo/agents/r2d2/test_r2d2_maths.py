@@ -10,6 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.r2d2.loss import (
     nstep_returns,
     sequence_priorities,
@@ -18,7 +19,6 @@ from apex_dask.algo.agents.r2d2.loss import (
     value_rescale_inv,
 )
 from apex_dask.algo.agents.r2d2.networks import RecurrentQNetwork
-from apex_dask.algo.agents.r2d2.options import R2D2Options
 
 
 def h_by_hand(x: float, eps: float = 1e-3) -> float:
@@ -102,7 +102,7 @@ def test_sequence_priorities_against_hand_computation():
 
 def small_net(seed=0, obs_dim=3, actions=2):
     torch.manual_seed(seed)
-    o = R2D2Options(hiddens=(8,), lstm_size=6)
+    o = R2D2Config(hiddens=(8,), lstm_size=6)
     return RecurrentQNetwork(spaces.Box(-1, 1, (obs_dim,)), spaces.Discrete(actions), o)
 
 
@@ -159,7 +159,7 @@ def test_unroll_equals_stepping_and_puts_the_state_back_at_first():
 
 @pytest.mark.parametrize("dueling", [True, False])
 def test_dueling_head_and_image_torso(dueling):
-    o = R2D2Options(hiddens=(16,), lstm_size=8, dueling=dueling)
+    o = R2D2Config(hiddens=(16,), lstm_size=8, dueling=dueling)
     net = RecurrentQNetwork(spaces.Box(0, 255, (10, 10, 4), np.uint8), spaces.Discrete(3), o)
     obs = torch.randint(0, 255, (2, 5, 10, 10, 4), dtype=torch.uint8)
     q, state = net.unroll(obs, net.initial_state(2))
@@ -174,7 +174,7 @@ def test_dueling_head_and_image_torso(dueling):
 def test_network_size_is_the_built_networks_parameter_count(shape, dtype, dueling):
     from apex_dask.algo.agents.r2d2.builder import BUILDER
 
-    o = R2D2Options(hiddens=(16, 8), lstm_size=12, dueling=dueling)
+    o = R2D2Config(hiddens=(16, 8), lstm_size=12, dueling=dueling)
     obs = spaces.Box(0, 255 if dtype == np.uint8 else 1, shape, dtype)
     params, acts = BUILDER.network_size(o, obs, spaces.Discrete(3))
     net = RecurrentQNetwork(obs, spaces.Discrete(3), o)
