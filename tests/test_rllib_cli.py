@@ -68,7 +68,7 @@ def test_set_and_stop_flags_apply_on_top_of_the_file(capsys):
     args = ["--from-rllib", str(rf.CARTPOLE_2022), "--print-config", "--stop-time", "30"]
     assert submit([*args, "--set", "dqn.lr=0.001"]) == 0
     cfg = yaml.safe_load(_yaml_part(capsys.readouterr().out))
-    assert (cfg["learner"]["lr"], cfg["stop"]["time_s"], cfg["stop"]["reward"]) == (
+    assert (cfg["dqn"]["lr"], cfg["stop"]["time_s"], cfg["stop"]["reward"]) == (
         0.001,
         30.0,
         150.0,
