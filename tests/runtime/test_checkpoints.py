@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.checkpoint import CheckpointError, read_manifest
 from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
@@ -75,13 +74,7 @@ def greedy_return_of(ckpt, cfg: ApexConfig) -> float:
     from apex_dask.experiment.checkpoint import load_checkpoint
 
     online = load_checkpoint(ckpt)[0]["learner"]["online"]
-    lc = cfg.learner
-    player = EnvWorker(
-        make_env_factory(cfg.env.env_id),
-        epsilon=0.0,
-        seed=7,
-        config=DQNConfig(hiddens=lc.hiddens, dueling=lc.dueling),
-    )
+    player = EnvWorker(make_env_factory(cfg.env.env_id), epsilon=0.0, seed=7, config=cfg.agent)
     player.set_weights(1, {k: np.asarray(v) for k, v in online.items()})
     try:
         return float(player.evaluate(20, seed=11)["return_mean"])

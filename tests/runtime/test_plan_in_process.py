@@ -65,7 +65,7 @@ def build(cfg: ApexConfig) -> RunState:
 
     def worker(i: int, epsilon: float) -> EnvWorkerActor:
         spec = worker_spec(cfg)
-        return EnvWorkerActor(i, factory, shards, learner, spec, epsilon=epsilon, seed=i + 1)
+        return EnvWorkerActor(i, factory, shards, learner, spec, exploration=epsilon, seed=i + 1)
 
     slots = [EnvSlot(i, None, worker(i, e), "in-process", float(e)) for i, e in enumerate(eps)]
     evaluator = EnvSlot(-1, None, worker(-1, 0.0), "in-process", 0.0)

@@ -60,6 +60,8 @@ class AgentBuilder:
     exploration: ClassVar[str] = "epsilon"
     """What each env worker's exploration parameter is, as its metric names it
     (``env/<exploration>/<i>``): ``epsilon``, or DPG's ``noise_scale``."""
+    exploration_meaning: ClassVar[str] = "epsilon of env worker `i`"
+    """What ``env/<exploration>/<i>`` measures (its ``docs/metrics.md`` row)."""
     metrics: ClassVar[tuple[AgentMetric, ...]] = ()
     """The metrics its learner adds (:meth:`LearnerProtocol.agent_stats`)."""
 
@@ -143,6 +145,17 @@ class AgentBuilder:
         network(torch.zeros((1, *observation_space.shape), device="meta"))
 
     # -- what every agent shares -----------------------------------------------
+    def declared_metrics(self) -> tuple[AgentMetric, ...]:
+        """Every metric this agent adds to the shared ones: its exploration parameter's
+        (and, for another name than ``epsilon``, that old name, written this release
+        too) and its learner's own."""
+        name = f"env/{self.exploration}/<i>"
+        out = [AgentMetric(name, self.exploration_meaning, self.exploration, chart="")]
+        if self.exploration != "epsilon":
+            old = f"the old name of `{name}`, written beside it until the next release"
+            out.append(AgentMetric("env/epsilon/<i>", old, "epsilon", chart=""))
+        return (*out, *self.metrics)
+
     def agent_spec(self, cfg: Any) -> AgentSpec:
         """What the learner, the env workers, evaluation and export are built with: the
         config's own section objects, sent as they are."""

@@ -31,7 +31,7 @@ from apex_dask.algo.agents.builder import AgentBuilder
 from apex_dask.algo.agents.dpg.builder import BUILDER as DPG
 from apex_dask.algo.agents.dqn.builder import BUILDER as DQN
 from apex_dask.algo.agents.r2d2.builder import BUILDER as R2D2
-from apex_dask.algo.agents.spec import AgentSpec, Policy, ScriptedPolicy, WorkerSpec
+from apex_dask.algo.agents.spec import AgentMetric, AgentSpec, Policy, ScriptedPolicy, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made, not with the registry
     from apex_dask.algo.agents.base import LearnerProtocol
@@ -43,6 +43,7 @@ __all__ = [
     "UnknownAgentError",
     "agent",
     "agents",
+    "declared_metrics",
     "make_env_worker",
     "make_learner",
     "make_policy",
@@ -95,6 +96,22 @@ def _load_plugins() -> dict[str, AgentBuilder]:
 def agents() -> dict[str, AgentBuilder]:
     """Every agent: the built-in ones, then those of installed packages' entry points."""
     return {**AGENTS, **_load_plugins()}
+
+
+def declared_metrics() -> dict[str, list[tuple[str, AgentMetric]]]:
+    """``{metric name: [(agent, its declaration), ...]}`` of every metric an agent adds
+    (:meth:`AgentBuilder.declared_metrics`): what the ``/apex`` page,
+    ``/apex/metrics.json`` and ``docs/metrics.md`` list. An agent package that cannot
+    be loaded is left out here (a run that names it is refused in one line)."""
+    try:
+        every = agents()
+    except UnknownAgentError:
+        every = dict(AGENTS)
+    out: dict[str, list[tuple[str, AgentMetric]]] = {}
+    for name, builder in every.items():
+        for metric in builder.declared_metrics():
+            out.setdefault(metric.name, []).append((name, metric))
+    return out
 
 
 def agent(name: str) -> AgentBuilder:

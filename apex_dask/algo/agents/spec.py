@@ -58,7 +58,8 @@ class AgentMetric:
     """Its line's legend on the ``/apex`` page."""
     chart: str = "agent"
     """The ``/apex`` chart it is drawn in: ``sync`` (weight syncs and policy lag: units of
-    learner updates), ``loss`` or ``agent`` (a chart of the agents' own metrics)."""
+    learner updates), ``agent`` (a chart of the agents' own metrics) or empty (none: a
+    metric per env worker)."""
 
 
 @dataclass(frozen=True)

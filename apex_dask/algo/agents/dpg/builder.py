@@ -32,6 +32,10 @@ class DPGBuilder(AgentBuilder):
     name = "dpg"
     config = DPGConfig
     exploration = "noise_scale"
+    exploration_meaning = (
+        "noise scale sigma_i of env worker `i`, in half ranges of the action space "
+        "(`dpg.noise_base`, `dpg.noise_alpha`)"
+    )
 
     def check_config(self, cfg: Any) -> Problem | None:
         if cfg.replay.frame_stack is not None:

@@ -30,6 +30,10 @@ class DQNBuilder(AgentBuilder):
 
     name = "dqn"
     config = DQNConfig
+    exploration_meaning = (
+        "epsilon of env worker `i` (0 for every worker with `dqn.noisy` unless "
+        "`workers.epsilon_with_noisy`)"
+    )
 
     def check_spaces(
         self, observation_space: Any, action_space: Any, config: DQNConfig | None = None
