@@ -66,12 +66,15 @@ class AgentMetric:
 class ScriptedPolicy:
     """A greedy policy as a TorchScript program (``program``), with what its JSON says
     about it: what runs ``inside`` the program, what it ``output`` s and, where it is
-    not ``policy(obs)``, how to ``call`` it (a recurrent program takes its state)."""
+    not ``policy(obs)``, how to ``call`` it. A recurrent program takes its ``state``
+    (the shapes of its tensors, zeros at each episode's start):
+    ``action, *state = program(obs[None], *state)``."""
 
     program: Any
     inside: list[str]
     output: str
     call: str | None = None
+    state: tuple[tuple[int, ...], ...] = ()
 
 
 class Policy(Protocol):
