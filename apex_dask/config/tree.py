@@ -357,10 +357,8 @@ def _builder(algo: Any):
     """The agent ``algo`` (a :class:`ConfigError` naming the agents if there is none)."""
     try:
         return agent(algo)
-    except UnknownAgentError:
-        raise ConfigError(
-            f"algo={algo!r} is invalid: must be one of the agents: {', '.join(agents())}"
-        ) from None
+    except UnknownAgentError as exc:
+        raise ConfigError(f"algo={algo!r} is invalid: {exc}") from None
 
 
 def _annotation(root: Any, dotted: str) -> Any:

@@ -14,7 +14,7 @@ import re
 import typing
 from typing import Any
 
-from apex_dask.algo.agents.registry import UnknownAgentError, agent, agents
+from apex_dask.algo.agents.registry import UnknownAgentError, agent
 from apex_dask.config.plumbing import ConfigError
 
 __all__ = ["check_types", "validate"]
@@ -190,8 +190,8 @@ def validate(cfg: Any) -> None:
     nonneg("seed", cfg.seed)
     try:
         builder = agent(cfg.algo)
-    except UnknownAgentError:
-        raise bad("algo", cfg.algo, f"must be one of the agents: {', '.join(agents())}") from None
+    except UnknownAgentError as exc:
+        raise bad("algo", cfg.algo, str(exc)) from None
     if type(cfg.agent) is not builder.config:
         raise ConfigError(
             f"the {cfg.algo} section must be a {builder.config.__name__} (the {cfg.algo} "

@@ -23,6 +23,7 @@ is not a built-in one or every agent is listed.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,7 @@ ENTRY_POINTS = "apex_dask.agents"
 """The entry point group other packages register their agents' builders in."""
 
 _plugins: dict[str, AgentBuilder] | None = None
+_broken: dict[str, str] = {}  # an entry point that is not an agent: name -> why, one line
 
 
 class UnknownAgentError(ValueError):
@@ -69,7 +71,9 @@ class UnknownAgentError(ValueError):
 
 
 def _load_plugins() -> dict[str, AgentBuilder]:
-    """The agents of the entry point group, each checked once (one line if one is bad)."""
+    """The agents of the entry point group, each loaded and checked once. One that cannot
+    be loaded, or is not an :class:`AgentBuilder` of its name, is left out (with one
+    ``RuntimeWarning`` line): a run that names it is refused, the others run."""
     global _plugins
     if _plugins is None:
         found: dict[str, AgentBuilder] = {}
@@ -79,16 +83,16 @@ def _load_plugins() -> dict[str, AgentBuilder]:
             try:
                 builder = ep.load()
             except Exception as exc:  # noqa: BLE001 - a broken plugin is named, not raised
-                raise UnknownAgentError(
-                    f"the agent {ep.name!r} ({ENTRY_POINTS} entry point {ep.value!r}) cannot be "
-                    f"loaded: {type(exc).__name__}: {exc}"
-                ) from None
-            if not isinstance(builder, AgentBuilder) or builder.name != ep.name:
-                raise UnknownAgentError(
-                    f"the {ENTRY_POINTS} entry point {ep.name!r} = {ep.value!r} must name an "
-                    f"AgentBuilder instance whose name is {ep.name!r}"
-                )
-            found[ep.name] = builder
+                why = f"cannot be loaded: {type(exc).__name__}: {' '.join(str(exc).split())}"
+            else:
+                if isinstance(builder, AgentBuilder) and builder.name == ep.name:
+                    found[ep.name] = builder
+                    continue
+                why = f"names {builder!r}, not an AgentBuilder whose name is {ep.name!r}"
+            _broken[ep.name] = (
+                f"the agent {ep.name!r} ({ENTRY_POINTS} entry point {ep.value!r}) {why}"
+            )
+            warnings.warn(_broken[ep.name], RuntimeWarning, stacklevel=3)
         _plugins = found
     return _plugins
 
@@ -101,14 +105,9 @@ def agents() -> dict[str, AgentBuilder]:
 def declared_metrics() -> dict[str, list[tuple[str, AgentMetric]]]:
     """``{metric name: [(agent, its declaration), ...]}`` of every metric an agent adds
     (:meth:`AgentBuilder.declared_metrics`): what the ``/apex`` page,
-    ``/apex/metrics.json`` and ``docs/metrics.md`` list. An agent package that cannot
-    be loaded is left out here (a run that names it is refused in one line)."""
-    try:
-        every = agents()
-    except UnknownAgentError:
-        every = dict(AGENTS)
+    ``/apex/metrics.json`` and ``docs/metrics.md`` list."""
     out: dict[str, list[tuple[str, AgentMetric]]] = {}
-    for name, builder in every.items():
+    for name, builder in agents().items():
         for metric in builder.declared_metrics():
             out.setdefault(metric.name, []).append((name, metric))
     return out
@@ -121,6 +120,8 @@ def agent(name: str) -> AgentBuilder:
     found = agents()
     if isinstance(name, str) and name in found:
         return found[name]
+    if isinstance(name, str) and name in _broken:
+        raise UnknownAgentError(_broken[name])
     raise UnknownAgentError(f"no agent {name!r}; the agents are {', '.join(found)}")
 
 
