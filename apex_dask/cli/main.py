@@ -4,7 +4,7 @@ Examples::
 
     apex-dask-submit --preset cartpole --stop-reward 475            # embedded LocalCluster
     apex-dask-submit --scheduler tcp://10.0.0.5:8786 --preset cartpole
-    apex-dask-submit --scheduler-file ~/sched.json --config run.yaml --set learner.lr=1e-3
+    apex-dask-submit --scheduler-file ~/sched.json --config run.yaml --set dqn.lr=1e-3
     apex-dask-submit --cluster slurm --jobs 4 --preset atari
 
 Bad input (config, flags, env ids and spaces, devices, replay memory,

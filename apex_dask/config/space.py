@@ -4,10 +4,10 @@
 
     space = parse_space(
         {
-            "learner.lr": {"loguniform": [3e-5, 1e-3]},
+            "dqn.lr": {"loguniform": [3e-5, 1e-3]},
             "replay.alpha": {"uniform": [0.4, 0.7]},
             "learner.n_step": {"int": [1, 5]},
-            "learner.hiddens": {"choice": [[64], [128, 128]]},
+            "dqn.hiddens": {"choice": [[64], [128, 128]]},
             "learner.batch_size": {"grid": [32, 64]},
         },
         ApexConfig.preset("cartpole"),
@@ -166,7 +166,7 @@ class SearchSpace:
         return out
 
     def describe(self) -> list[str]:
-        """One short line per key, e.g. ``learner.lr: loguniform [3e-05, 0.001]``."""
+        """One short line per key, e.g. ``dqn.lr: loguniform [3e-05, 0.001]``."""
         lines = []
         for p in self.params:
             if isinstance(p, Choice):

@@ -169,7 +169,7 @@ class EnvWorkersConfig:
     epsilon_alpha: float = 7.0
     """Ape-X epsilon exponent spread (>= 0)."""
     epsilon_with_noisy: bool = False
-    """With ``learner.noisy``: keep the epsilon ladder on top of the noise (RLlib's Ape-X
+    """With ``dqn.noisy``: keep the epsilon ladder on top of the noise (RLlib's Ape-X
     did). false: every env worker acts greedily on its own noise draws (NoisyNet, Rainbow)."""
     rollouts_in_flight: int = 2
     """Sample requests kept in flight per env worker (RLlib num_async=2)."""
