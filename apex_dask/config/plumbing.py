@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -26,16 +27,25 @@ def plain(obj: Any) -> Any:
 
 
 def flatten(
-    root: Any, data: dict[str, Any], prefix: str = "", agent_sections: tuple[str, ...] = ()
+    root: Any,
+    data: dict[str, Any],
+    prefix: str = "",
+    agent_section: Callable[[str], bool] = lambda name: False,
 ) -> dict[str, Any]:
-    """Nested sections of ``root`` (a dataclass) and the top-level ``agent_sections``
-    (each agent's, named as the agent) -> dotted keys; other mappings stay values."""
+    """Nested sections of ``root`` (a dataclass) and the top-level sections for which
+    ``agent_section(name)`` holds (an agent's, named as the agent) -> dotted keys; other
+    mappings stay values."""
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
             raise ConfigError(f"config key {key!r} must be a string")
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and not prefix and key in agent_sections:
+        if (
+            isinstance(value, dict)
+            and not prefix
+            and not is_section(root, name)
+            and agent_section(name)
+        ):
             flat.update({f"{key}.{k}": v for k, v in flatten(dict, value).items()})
         elif isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
             flat.update(flatten(root, value, name + "."))
@@ -57,7 +67,7 @@ def is_section(root: Any, dotted: str) -> bool:
     return dataclasses.is_dataclass(cls)
 
 
-def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> None:
+def set_dotted(tree: dict[str, Any], key: str, value: Any, names: Iterable[str]) -> None:
     """Set ``key`` (dotted) in the nested ``tree``; unknown keys name a close match in ``names``."""
     if not isinstance(key, str):
         raise ConfigError(f"config key {key!r} must be a string such as 'replay.alpha'")
@@ -87,7 +97,7 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> 
     node[leaf] = value
 
 
-def unknown_key(key: str, names: list[str]) -> str:
+def unknown_key(key: str, names: Iterable[str]) -> str:
     """The one-line message for an unknown key, with the closest known one."""
     import difflib
 
@@ -96,7 +106,7 @@ def unknown_key(key: str, names: list[str]) -> str:
     return f"unknown config key {key!r}{hint}"
 
 
-def build(cls: Any, data: dict[str, Any], prefix: str, names: list[str]) -> Any:
+def build(cls: Any, data: dict[str, Any], prefix: str, names: Iterable[str]) -> Any:
     """The dataclass tree ``cls`` from nested ``data``, each value checked by its annotation."""
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}

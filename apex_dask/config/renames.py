@@ -14,9 +14,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
-from apex_dask.algo.agents.registry import agents
+from apex_dask.algo.agents.registry import agent, agents, is_agent
 
 __all__ = ["MOVED_TO_AGENT", "RENAMED_ENV_IDS", "RETIRED", "renamed", "route"]
+
+_SHARED = {"env", "replay", "learner", "workers", "eval", "report", "topology", "stop"}
+_SHARED |= {"checkpoint", "simulate", "algo", "seed", "agent", "preset"}
+"""Top-level names that are not an agent's section (no agent may take one)."""
 
 
 RETIRED = {
@@ -90,8 +94,7 @@ def route(
     """
     from apex_dask.config.plumbing import ConfigError
 
-    every = agents()
-    own = {f.name for f in fields(every[algo].config)} if algo in every else set()
+    own = {f.name for f in fields(agent(algo).config)} if is_agent(algo) else set()
     moved: list[str] = []
     ignored: list[str] = []
     for key, value in flat.items():
@@ -114,13 +117,13 @@ def route(
                 if value != MOVED_TO_AGENT[key]:
                     ignored.append(key)
                 continue
-            owners = [n for n, b in every.items() if name in {f.name for f in fields(b.config)}]
+            owners = [n for n, b in agents().items() if name in {f.name for f in fields(b.config)}]
             raise ConfigError(
                 f"{key} is now a key of the {' and '.join(owners)} agent "
                 f"({', '.join(f'{o}.{name}' for o in owners)}); the {algo} agent has none "
                 f"(algo={algo})"
             )
-        if section in every and section != algo and name:
+        if section != algo and name and section not in _SHARED and is_agent(section):
             if saved:
                 continue  # another agent's section of an old file: it was never read
             raise ConfigError(

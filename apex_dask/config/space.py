@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apex_dask.algo.agents.registry import agents
+from apex_dask.algo.agents.registry import is_agent
 from apex_dask.config.plumbing import ConfigError, is_section, unknown_key
 from apex_dask.config.renames import route
 
@@ -195,7 +195,7 @@ def parse_space(space: Any, base: Any, *, where: str = "space") -> SearchSpace:
     ``where`` starts each error line (e.g. the file's name). Raises :class:`SpaceError`."""
     if not isinstance(space, Mapping) or not space:
         raise SpaceError(f"{where}: must map config keys to distributions, {_EXAMPLE}")
-    flat = _flatten(type(base), space, "", where, tuple(agents()))
+    flat = _flatten(type(base), space, "", where, is_agent)
     try:  # keys that moved to the agent's section; another agent's keys are refused
         moved = dict(route({k: v for k, v in flat.items() if k != "algo"}, base.algo, saved=False))
     except ConfigError as exc:
@@ -207,7 +207,7 @@ def parse_space(space: Any, base: Any, *, where: str = "space") -> SearchSpace:
 
 
 def _flatten(
-    root: Any, data: Mapping[str, Any], prefix: str, where: str, agent_sections: tuple[str, ...]
+    root: Any, data: Mapping[str, Any], prefix: str, where: str, is_agent: Any
 ) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
@@ -215,8 +215,8 @@ def _flatten(
             raise SpaceError(f"{where}: key {key!r} must be a config key such as 'replay.alpha'")
         name = f"{prefix}{key}"
         section = isinstance(value, Mapping) and is_section(root, name)
-        if section or (isinstance(value, Mapping) and not prefix and key in agent_sections):
-            flat.update(_flatten(root if section else dict, value, name + ".", where, ()))
+        if section or (isinstance(value, Mapping) and not prefix and is_agent(key)):
+            flat.update(_flatten(root if section else dict, value, name + ".", where, is_agent))
         else:
             flat[name] = value
     return flat

@@ -31,7 +31,7 @@ from typing import Any
 
 from apex_dask.algo.agents import config as _shared
 from apex_dask.algo.agents.config import AgentConfig, LearnerConfig
-from apex_dask.algo.agents.registry import UnknownAgentError, agent, agents
+from apex_dask.algo.agents.registry import UnknownAgentError, agent, agents, is_agent
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.config import sections
 from apex_dask.config.plumbing import (
@@ -265,7 +265,7 @@ class ApexConfig:
         data = dict(data)
         preset = data.pop("preset", None)
         base = cls.preset(preset) if preset is not None else cls()
-        flat = flatten(ApexConfig, data, agent_sections=tuple(agents()))
+        flat = flatten(ApexConfig, data, agent_section=is_agent)
         older = any(key in MOVED_TO_AGENT for key in flat)  # every section was written then
         return base._apply(flat, saved=older)
 
@@ -312,7 +312,7 @@ class ApexConfig:
                 tree.pop(self.algo)
                 tree[algo] = plain(dataclasses.asdict(_builder(algo).config()))
             tree["algo"] = algo
-        names = list(_field_docs())
+        names = _Keys()  # every key, read only for an unknown key's message
         for key, value in route(flat, algo, saved=saved, stacklevel=4):
             set_dotted(tree, key, value, names)
         section = tree.pop(algo)
@@ -373,6 +373,14 @@ def _annotation(root: Any, dotted: str) -> Any:
             return None
         cls = hints[part]
     return cls
+
+
+class _Keys:
+    """Every key of the tree, iterated when asked (an unknown key's closest match): the
+    agents of other packages are looked up only then."""
+
+    def __iter__(self):
+        return iter(_field_docs())
 
 
 @functools.cache

@@ -137,12 +137,13 @@ class AgentBuilder:
         config: Any,
         observation_space: spaces.Space,
         action_space: spaces.Space,
+        device: str,
     ) -> None:
-        """Run ``network`` on one sample of inputs made on torch's ``meta`` device (what
+        """Run ``network`` on one sample of inputs made on ``device`` (what
         :meth:`network_size` counts the activations of): here ``network(obs[None])``."""
         import torch
 
-        network(torch.zeros((1, *observation_space.shape), device="meta"))
+        network(torch.zeros((1, *observation_space.shape), device=device))
 
     # -- what every agent shares -----------------------------------------------
     def declared_metrics(self) -> tuple[AgentMetric, ...]:
@@ -166,13 +167,21 @@ class AgentBuilder:
     ) -> tuple[int, int]:
         """``(parameters, activations per sample)`` of :meth:`make_network`'s network, built
         on torch's ``meta`` device (shapes only, no memory): the activations are the
-        outputs of every layer that has weights, in :meth:`sample_forward`'s pass."""
+        outputs of every layer that has weights, in :meth:`sample_forward`'s pass. That
+        pass runs on an uninitialised CPU copy (its values do not matter; torch's meta
+        kernels for it would cost the CLI a second of imports), on ``meta`` for a
+        network of more than ``2**28`` parameters."""
         import torch
 
         with torch.device("meta"):
             net = self.make_network(config, observation_space, action_space)
         net = net.to("meta")
         params = sum(p.numel() for p in net.parameters())
+        device = "cpu" if params <= 2**28 else "meta"
+        if device == "cpu":
+            from apex_dask.algo.agents.torsos import net_on_cpu
+
+            net = net_on_cpu(net)
         outputs = [0]
 
         def count(_module: Any, _args: Any, out: Any) -> None:
@@ -185,7 +194,7 @@ class AgentBuilder:
         ]
         try:
             with torch.no_grad():
-                self.sample_forward(net, config, observation_space, action_space)
+                self.sample_forward(net, config, observation_space, action_space, device)
         finally:
             for hook in hooks:
                 hook.remove()

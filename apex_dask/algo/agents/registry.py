@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from apex_dask.algo.agents.builder import AgentBuilder
@@ -45,6 +44,7 @@ __all__ = [
     "agent",
     "agents",
     "declared_metrics",
+    "is_agent",
     "make_env_worker",
     "make_learner",
     "make_policy",
@@ -76,6 +76,8 @@ def _load_plugins() -> dict[str, AgentBuilder]:
     ``RuntimeWarning`` line): a run that names it is refused, the others run."""
     global _plugins
     if _plugins is None:
+        from importlib import metadata  # read when first needed: it costs the CLI ~40 ms
+
         found: dict[str, AgentBuilder] = {}
         for ep in metadata.entry_points(group=ENTRY_POINTS):
             if ep.name in AGENTS or ep.name in found:
@@ -100,6 +102,12 @@ def _load_plugins() -> dict[str, AgentBuilder]:
 def agents() -> dict[str, AgentBuilder]:
     """Every agent: the built-in ones, then those of installed packages' entry points."""
     return {**AGENTS, **_load_plugins()}
+
+
+def is_agent(name: str) -> bool:
+    """Whether ``name`` is an agent's (the entry points are read only for another name
+    than a built-in agent's)."""
+    return name in AGENTS or name in agents()
 
 
 def declared_metrics() -> dict[str, list[tuple[str, AgentMetric]]]:

@@ -27,6 +27,7 @@ Their sizes, for the pre-start memory estimate, are counted on the modules thems
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,6 +52,7 @@ __all__ = [
     "is_image_space",
     "linear_layer",
     "mlp_layers",
+    "net_on_cpu",
 ]
 
 
@@ -166,9 +168,26 @@ def conv_encoder(
             c = out
     layers.append(nn.Flatten())
     net = nn.Sequential(*layers)
-    with torch.no_grad():
-        flat = int(net(torch.zeros(1, *shape_chw)).shape[1])
+    with torch.no_grad():  # on the CPU: built on torch's `meta` device, an empty copy
+        probe = net if next(net.parameters()).device.type == "cpu" else net_on_cpu(net)
+        flat = int(probe(torch.zeros(1, *shape_chw, device="cpu")).shape[1])
     return net, flat
+
+
+def net_on_cpu(module: nn.Module) -> nn.Module:
+    """An uninitialised CPU copy of ``module`` (built on torch's ``meta`` device): its
+    shapes, to run a pass whose values do not matter. Its memory is allocated, not
+    written, until read."""
+    out = copy.deepcopy(module)
+    for m in out.modules():  # tensor by tensor: `to_empty` inside a device context is slow
+        for group in (m._parameters, m._buffers):
+            for name, t in group.items():
+                if t is not None:
+                    empty = torch.empty(t.shape, dtype=t.dtype, device="cpu")
+                    group[name] = (
+                        nn.Parameter(empty, t.requires_grad) if name in m._parameters else empty
+                    )
+    return out
 
 
 def image_input(obs: torch.Tensor, scale: float, channels_last: bool) -> torch.Tensor:

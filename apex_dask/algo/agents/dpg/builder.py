@@ -88,12 +88,17 @@ class DPGBuilder(AgentBuilder):
         )
 
     def sample_forward(
-        self, network: Any, config: DPGConfig, observation_space: Any, action_space: Any
+        self,
+        network: Any,
+        config: DPGConfig,
+        observation_space: Any,
+        action_space: Any,
+        device: str,
     ) -> None:
         """The actor on one observation, and the critic(s) on it and the actor's action."""
         import torch
 
-        obs = torch.zeros((1, *observation_space.shape), device="meta")
+        obs = torch.zeros((1, *observation_space.shape), device=device)
         network.critic(obs, network.actor(obs))
 
     def make_learner(

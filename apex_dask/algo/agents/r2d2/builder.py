@@ -67,14 +67,19 @@ class R2D2Builder(AgentBuilder):
         return RecurrentQNetwork(observation_space, action_space, config)
 
     def sample_forward(
-        self, network: Any, config: R2D2Config, observation_space: Any, action_space: Any
+        self,
+        network: Any,
+        config: R2D2Config,
+        observation_space: Any,
+        action_space: Any,
+        device: str,
     ) -> None:
         """One stored sequence: its ``burn_in + trace_length + 1`` steps unrolled."""
         import torch
 
         steps = config.sequence_length + 1
-        obs = torch.zeros((1, steps, *observation_space.shape), device="meta")
-        network.unroll(obs, network.initial_state(1, device="meta"))
+        obs = torch.zeros((1, steps, *observation_space.shape), device=device)
+        network.unroll(obs, network.initial_state(1, device=device))
 
     def item_bytes(self, cfg: Any, observation_space: Any) -> int | None:
         """Bytes of one stored sequence item: ``T + 1`` observations, the per-step keys
