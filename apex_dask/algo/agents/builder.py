@@ -31,13 +31,20 @@ reading the registry stays cheap.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from apex_dask.algo.agents.config import AgentConfig, Problem
-from apex_dask.algo.agents.spec import AgentMetric, AgentSpec, Policy, ScriptedPolicy, WorkerSpec
+from apex_dask.algo.agents.spec import (
+    AgentMetric,
+    AgentSpec,
+    Policy,
+    ScriptedPolicy,
+    Weights,
+    WorkerSpec,
+)
 
 if TYPE_CHECKING:  # torch and gymnasium: imported when a part is made
     from gymnasium import spaces
@@ -83,13 +90,7 @@ class AgentBuilder:
         raise NotImplementedError
 
     def make_worker(
-        self,
-        spec: WorkerSpec,
-        env_factory: Callable[[], Any],
-        *,
-        exploration: float,
-        seed: int,
-        where: str,
+        self, spec: WorkerSpec, env_factory: Any, *, exploration: float, seed: int, where: str
     ) -> ActingWorker:
         """An env worker exploring with ``exploration`` (see :attr:`exploration`)."""
         raise NotImplementedError
@@ -99,7 +100,7 @@ class AgentBuilder:
         config: Any,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        weights: Mapping[str, Any],
+        weights: Weights,
     ) -> Policy:
         """The greedy policy of trained weights (``WeightsMismatch`` if they do not fit)."""
         raise NotImplementedError

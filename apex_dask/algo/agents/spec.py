@@ -15,6 +15,7 @@ parts; this module holds only what the rest of the package reads of them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,7 +24,10 @@ import numpy as np
 from apex_dask.algo.agents.config import AgentConfig, LearnerConfig
 from apex_dask.algo.rollout.spec import RolloutSpec
 
-__all__ = ["AgentMetric", "AgentSpec", "Policy", "ScriptedPolicy", "WorkerSpec"]
+__all__ = ["AgentMetric", "AgentSpec", "Policy", "ScriptedPolicy", "Weights", "WorkerSpec"]
+
+Weights = Mapping[str, Any]
+"""A network's weights as the learner publishes them: ``{name: array}``."""
 
 
 @dataclass(frozen=True)

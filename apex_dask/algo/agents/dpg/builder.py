@@ -8,7 +8,6 @@ ranges of the action space): ``env/noise_scale/<i>``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from apex_dask.algo.agents.builder import AgentBuilder
 from apex_dask.algo.agents.config import Problem
 from apex_dask.algo.agents.dpg.config import DPGConfig
-from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
+from apex_dask.algo.agents.spec import AgentSpec, Weights, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made
     from apex_dask.algo.agents.base import LearnerProtocol
@@ -109,31 +108,15 @@ class DPGBuilder(AgentBuilder):
         return DPGLearner(observation_space, action_space, spec.config, spec.learner, seed=seed)
 
     def make_worker(
-        self,
-        spec: WorkerSpec,
-        env_factory: Callable[[], Any],
-        *,
-        exploration: float,
-        seed: int,
-        where: str,
+        self, spec: WorkerSpec, env_factory: Any, *, exploration: float, seed: int, where: str
     ) -> ActingWorker:
         from apex_dask.algo.agents.dpg.worker import DPGEnvWorker
 
-        return DPGEnvWorker(
-            env_factory,
-            noise_scale=exploration,
-            seed=seed,
-            rollout=spec.rollout,
-            config=spec.agent.config,
-            where=where,
-        )
+        kw = {"rollout": spec.rollout, "config": spec.agent.config, "where": where}
+        return DPGEnvWorker(env_factory, noise_scale=exploration, seed=seed, **kw)
 
     def make_policy(
-        self,
-        config: DPGConfig,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
+        self, config: DPGConfig, observation_space: Any, action_space: Any, weights: Weights
     ) -> DPGPolicy:
         from apex_dask.algo.agents.dpg.policy import DPGPolicy
 

@@ -8,14 +8,13 @@ zeros with noisy nets, unless ``workers.epsilon_with_noisy``); see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from apex_dask.algo.agents.builder import AgentBuilder, check_q_spaces
 from apex_dask.algo.agents.dqn.config import DQNConfig
-from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
+from apex_dask.algo.agents.spec import AgentSpec, Weights, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made
     from apex_dask.algo.agents.base import LearnerProtocol
@@ -61,31 +60,15 @@ class DQNBuilder(AgentBuilder):
         return Learner(observation_space, action_space, spec.config, spec.learner, seed=seed)
 
     def make_worker(
-        self,
-        spec: WorkerSpec,
-        env_factory: Callable[[], Any],
-        *,
-        exploration: float,
-        seed: int,
-        where: str,
+        self, spec: WorkerSpec, env_factory: Any, *, exploration: float, seed: int, where: str
     ) -> ActingWorker:
         from apex_dask.algo.agents.dqn.worker import EnvWorker
 
-        return EnvWorker(
-            env_factory,
-            epsilon=exploration,
-            seed=seed,
-            rollout=spec.rollout,
-            config=spec.agent.config,
-            where=where,
-        )
+        kw = {"rollout": spec.rollout, "config": spec.agent.config, "where": where}
+        return EnvWorker(env_factory, epsilon=exploration, seed=seed, **kw)
 
     def make_policy(
-        self,
-        config: DQNConfig,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
+        self, config: DQNConfig, observation_space: Any, action_space: Any, weights: Weights
     ) -> QPolicy:
         from apex_dask.algo.agents.dqn.policy import QPolicy
 

@@ -11,7 +11,6 @@ sequences with this agent. Its learner adds ``learner/state_staleness``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +18,7 @@ import numpy as np
 from apex_dask.algo.agents.builder import AgentBuilder, check_q_spaces
 from apex_dask.algo.agents.config import Problem
 from apex_dask.algo.agents.r2d2.config import R2D2Config
-from apex_dask.algo.agents.spec import AgentMetric, AgentSpec, WorkerSpec
+from apex_dask.algo.agents.spec import AgentMetric, AgentSpec, Weights, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made
     from apex_dask.algo.agents.base import LearnerProtocol
@@ -97,31 +96,15 @@ class R2D2Builder(AgentBuilder):
         return R2D2Learner(observation_space, action_space, spec.config, spec.learner, seed=seed)
 
     def make_worker(
-        self,
-        spec: WorkerSpec,
-        env_factory: Callable[[], Any],
-        *,
-        exploration: float,
-        seed: int,
-        where: str,
+        self, spec: WorkerSpec, env_factory: Any, *, exploration: float, seed: int, where: str
     ) -> ActingWorker:
         from apex_dask.algo.agents.r2d2.worker import R2D2EnvWorker
 
-        return R2D2EnvWorker(
-            env_factory,
-            epsilon=exploration,
-            seed=seed,
-            rollout=spec.rollout,
-            config=spec.agent.config,
-            where=where,
-        )
+        kw = {"rollout": spec.rollout, "config": spec.agent.config, "where": where}
+        return R2D2EnvWorker(env_factory, epsilon=exploration, seed=seed, **kw)
 
     def make_policy(
-        self,
-        config: R2D2Config,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
+        self, config: R2D2Config, observation_space: Any, action_space: Any, weights: Weights
     ) -> R2D2Policy:
         from apex_dask.algo.agents.r2d2.policy import R2D2Policy
 
