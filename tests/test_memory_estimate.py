@@ -147,3 +147,31 @@ def test_nothing_is_checked_without_a_limit():
     cfg = ApexConfig.preset("atari")
     placement, held = _plan(cfg)
     check_memory(cfg, ATARI, held, {a: 0 for a in held}, {})
+
+
+def test_networks_too_big_for_the_learners_worker_are_refused_naming_their_keys():
+    """The networks' share comes from the networks themselves (built on torch's meta
+    device: no memory); the refusal names the agent's keys that shape them."""
+    cfg = ApexConfig.preset("atari").override(
+        {"replay.capacity": 40_000, "replay.learning_starts": 1000, "dqn.hiddens": [40_000]}
+    )
+    msg = _refusal(cfg, 4 * GIB)
+    assert "\n" not in msg and "the learner's networks" in msg and "needs about" in msg
+    assert "dqn.hiddens=[40000]" in msg and "smaller networks" in msg
+
+
+def test_the_cli_refuses_networks_that_cannot_fit_before_starting_anything(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    submit = Path(sys.executable).parent / "apex-dask-submit"
+    done = subprocess.run(
+        [str(submit), "--preset", "cartpole", "--set", "dqn.hiddens=[200000,200000]",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "the learner's networks" in last and "dqn.hiddens=[200000, 200000]" in last
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

@@ -70,8 +70,11 @@ def _shapes(spaces_: Any) -> tuple[tuple[int, ...], int, int]:
     return shape, int(np.prod(shape)), int(np.dtype(obs.dtype).itemsize)
 
 
-def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, list[Part]]:
-    """``address -> parts`` for the placement the driver will make (see the module docstring)."""
+def plan_holdings(
+    cfg: ApexConfig, spaces_: Any, placement: Any, networks: bool = True
+) -> dict[str, list[Part]]:
+    """``address -> parts`` for the placement the driver will make (see the module docstring);
+    without the ``networks`` (their size needs torch), a lower bound."""
     from apex_dask.cli.checks import replay_bytes
 
     shape, elems, itemsize = _shapes(spaces_)
@@ -80,7 +83,7 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
 
     agent = agent_of(cfg)
     obs_space, act_space = spaces_.observation_space, spaces_.action_space
-    params, acts = agent.network_size(cfg.agent, obs_space, act_space)
+    params, acts = agent.network_size(cfg.agent, obs_space, act_space) if networks else (0, 0)
     held: dict[str, list[Part]] = {}
 
     def add(address: str, part: Part) -> None:
@@ -91,7 +94,8 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
         add(shard.address, Part("the replay", total // r.num_shards, "replay.capacity"))
     learner = placement.learner.address
     nets = "the learner's networks (online, target, gradients, Adam state, weights blob)"
-    add(learner, Part(nets, 6 * 4 * params, NETWORKS))
+    if networks:
+        add(learner, Part(nets, 6 * 4 * params, NETWORKS))
     own = agent.item_bytes(cfg, obs_space)  # sequence items (r2d2)
     item = 2 * elems * itemsize + 32 if own is None else per_item
     queued = lc.inqueue_size + lc.prefetch_per_shard * r.num_shards
