@@ -97,3 +97,18 @@ def test_the_example_agent_trains_through_apex_dask_submit(tmp_path):
         [str(evaluate), str(out), "--episodes", "2"], capture_output=True, text=True, timeout=120
     )
     assert played.returncode == 0, played.stderr[-2000:]
+
+
+def test_its_declared_metric_has_a_line_on_the_apex_page_and_a_row_in_the_json():
+    from apex_dask.runtime.observability.dashboard import ApexDashboard
+    from apex_dask.runtime.observability.metrics_store import MetricsStore
+
+    assert "linq" in agents(), NOT_INSTALLED
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    assert page.agent in page.figures and "learner/weight_norm" in page.agent.sources
+    msg = {"run": "r", "source": "learner", "metrics": {"learner/weight_norm": 2.5}}
+    assert store.ingest(msg, now=1.0)
+    page.update()
+    assert page.agent.sources["learner/weight_norm"].data["value"] == [2.5]
+    assert store.to_json()["agent_metrics"]["learner/weight_norm"]["agents"] == ["linq"]
