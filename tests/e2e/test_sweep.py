@@ -137,7 +137,7 @@ def test_six_trials_two_at_once_pruned_killed_resumed_and_best_trains(tmp_path):
         for name in ("config.yaml", "results.jsonl", "final.json", "weights.npz", "status.json"):
             assert (folder / name).is_file(), (folder, name)
         cfg = yaml.safe_load((folder / "config.yaml").read_text())
-        assert cfg["learner"]["lr"] == t.params["dqn.lr"]
+        assert cfg["dqn"]["lr"] == t.params["dqn.lr"]
         assert cfg["replay"]["alpha"] == pytest.approx(t.params["replay.alpha"])
     table = log[log.index("trial  dqn.lr") :]
     assert len([line for line in table.splitlines() if line.strip()[:1].isdigit()]) == 8  # 6 + 2
@@ -145,7 +145,7 @@ def test_six_trials_two_at_once_pruned_killed_resumed_and_best_trains(tmp_path):
         assert (out / name).is_file(), name
 
     best = yaml.safe_load((out / "best.yaml").read_text())
-    assert best["learner"]["lr"] == study.best_trial.params["dqn.lr"] == 0.004
+    assert best["dqn"]["lr"] == study.best_trial.params["dqn.lr"] == 0.004
     run_dir = tmp_path / "best-run"
     done = subprocess.run(
         [
