@@ -1,9 +1,10 @@
 """How long ``apex-dask-submit`` takes to start: this tree against another commit.
 
-The other commit's ``apex_dask`` is unpacked (``git archive``) into a temporary folder
-and put first on ``PYTHONPATH`` of its runs (started from that folder, so this tree's
-checkout is not on the path); the two versions take turns, command by command, and
-each command's median wall time is reported. Bytecode is cached as users have it
+The other commit's ``apex_dask`` is unpacked (``git archive``) into a temporary folder,
+this tree's copied into another, and each put first on ``PYTHONPATH`` of its runs
+(started from a third folder): both are imported the same way (an editable install's
+import hook would cost this tree alone). The two versions take turns, command by
+command, and each command's median wall time is reported. Bytecode is cached as users have it
 (``PYTHONDONTWRITEBYTECODE`` is unset; one run of each command first warms the cache).
 
 * ``--help``, ``--print-config``, ``--list-keys``, a config error: parsing, the config
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,11 +64,9 @@ def unpack(rev: str, into: Path) -> str:
     ).stdout.strip()
 
 
-def environ(base: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE",)}
-    env.pop("PYTHONPATH", None)
-    if base is not None:
-        env["PYTHONPATH"] = str(base)
+def environ(path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(path)
     return env
 
 
@@ -101,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cli_startup-") as tmp:
-        base_dir = Path(tmp)
+        base_dir, current_dir = Path(tmp) / "baseline", Path(tmp) / "current"
+        base_dir.mkdir()
         sha = unpack(args.baseline, base_dir)
-        versions = {"baseline": environ(base_dir), "current": environ(None)}
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(ROOT / "apex_dask", current_dir / "apex_dask", ignore=ignore)
+        versions = {"baseline": environ(base_dir), "current": environ(current_dir)}
         cwd = Path(tempfile.mkdtemp(dir=tmp))  # neither checkout on the path
         for env in versions.values():  # warm the bytecode caches
             for cmd in COMMANDS.values():
