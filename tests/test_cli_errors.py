@@ -179,3 +179,14 @@ def test_the_retired_env_error_key_is_one_note_line_naming_the_new_keys(tmp_path
     assert notes[0].startswith("apex-dask-submit: note: workers.max_env_errors_per_min is no")
     assert "workers.max_env_errors_per_1k_steps" in notes[0]
     assert "workers.max_consecutive_env_errors" in notes[0]
+
+
+def test_a_moved_key_runs_with_one_note_line_and_another_agents_key_is_one_error():
+    moved = submit("--preset", "cartpole", "--set", "learner.lr=0.001", "--print-config")
+    assert moved.returncode == 0, moved.stderr
+    notes = [line for line in moved.stdout.splitlines() if "note:" in line]
+    assert len(notes) == 1 and "learner.lr" in notes[0] and "dqn.lr" in notes[0]
+    assert "lr: 0.001" in moved.stdout.split("dqn:", 1)[1]
+    assert_one_line_error(
+        submit("--preset", "cartpole", "--set", "dpg.tau=0.1"), "dpg.tau", "dpg agent", "algo=dpg"
+    )
