@@ -78,7 +78,7 @@ def measure(cfg: ApexConfig, envs: list[int], epsilon: float, seconds: float, ro
     workers = []
     for n in envs:
         spec = worker_spec(cfg)
-        kwargs = {"rollout": replace(spec.rollout, num_envs=n), "options": spec.agent.options}
+        kwargs = {"rollout": replace(spec.rollout, num_envs=n), "config": spec.agent.config}
         worker = EnvWorker(env_factory(cfg), epsilon=epsilon, seed=0, **kwargs)
         worker.sample()  # warm-up: makes the other envs, first torch calls
         # the env-alone probe steps a twin, so the worker's own episodes stay whole

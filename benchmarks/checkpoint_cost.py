@@ -38,8 +38,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from apex_dask.algo.agents.config import LearnerConfig
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.experiment.checkpoint import write_part
 
@@ -92,7 +93,9 @@ def measure(name: str, capacity: int, make, obs_space, frame_stack, directory: P
     fragment = make(50, rng)
     while len(shard) < capacity:
         shard.add(make(50, rng), rng.random(50) + 0.1)
-    learner = Learner(obs_space, spaces.Discrete(6), DQNOptions(hiddens=(256,), device="cpu"))
+    learner = Learner(
+        obs_space, spaces.Discrete(6), DQNConfig(hiddens=(256,)), LearnerConfig(device="cpu")
+    )
 
     t0 = time.perf_counter()
     state = learner.state_dict()

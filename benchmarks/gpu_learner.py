@@ -4,8 +4,8 @@
     python benchmarks/gpu_learner.py --device cpu --smoke  # a dry run, tiny sizes (tests)
 
 For the ``atari`` (Nature CNN, uint8 4x84x84 stacks) and ``minatar`` (bool
-10x10xC) networks, at batch 512 and 2048, with ``learner.amp`` off/bf16 and
-``learner.compile`` off/on:
+10x10xC) networks, at batch 512 and 2048, with ``dqn.amp`` off/bf16 and
+``dqn.compile`` off/on:
 
 1. ``plain``: ``Learner.submit`` in a loop on host batches (the pipelined path:
    pinned staging, copy overlapped, results one update later): the limit.
@@ -79,8 +79,8 @@ def config(net: str, batch: int, amp: str, compile_: bool, device: str, smoke: b
 
     over = {
         "learner.batch_size": batch,
-        "learner.amp": amp,
-        "learner.compile": compile_,
+        "dqn.amp": amp,
+        "dqn.compile": compile_,
         "learner.device": device,
         "replay.capacity": 8 * batch if smoke else 200_000,
         "replay.num_shards": 2,
@@ -90,7 +90,7 @@ def config(net: str, batch: int, amp: str, compile_: bool, device: str, smoke: b
         "checkpoint.interval_s": 0.0,
         "report.min_iter_time_s": 2.0 if smoke else 5.0,
         "report.timesteps_per_iteration": 1,
-        "learner.hiddens": (16,) if smoke else (256,),
+        "dqn.hiddens": (16,) if smoke else (256,),
     }
     return ApexConfig.preset(net).override(over)
 
@@ -134,7 +134,8 @@ def plain(cfg, spaces, seconds: float, warm: float) -> dict:
     from apex_dask.algo.agents.dqn.learner import Learner
     from apex_dask.experiment.builder import agent_spec
 
-    learner = Learner(*spaces, replace(agent_spec(cfg).options, pipeline=True))
+    spec = agent_spec(cfg)
+    learner = Learner(*spaces, replace(spec.config, pipeline=True), spec.learner)
     batches = synthetic_batches(spaces[0], cfg.learner.batch_size, 4, np.random.default_rng(0))
     t_warm = time.perf_counter()
     k = 0
@@ -260,13 +261,13 @@ def advice(rows: list[dict]) -> list[str]:
         if math.isfinite(busy) and busy < TARGETS["device_busy"]:
             out.append(
                 f"{r['phase']} {key}: device busy {busy:.2f} (< 0.8): a bigger batch, "
-                "learner.compile: true, or feed it faster (see sampling ms)"
+                "dqn.compile: true, or feed it faster (see sampling ms)"
             )
         if r["phase"] == "run" and r["net"] == "atari" and r["batch"] == 512:
             if r["updates_per_s"] < TARGETS["atari_512_updates_per_s"]:
                 out.append(
                     f"run {key}: {r['updates_per_s']:.0f} updates/s (< 190): raise "
-                    "replay.num_shards (sampling) or try learner.amp: bf16"
+                    "replay.num_shards (sampling) or try dqn.amp: bf16"
                 )
     for r in rows:
         base = by.get(("plain", r["net"], r["batch"], r["amp"], False))
@@ -274,7 +275,7 @@ def advice(rows: list[dict]) -> list[str]:
             gain = r["updates_per_s"] / max(base.get("updates_per_s", 0.0), 1e-9)
             if gain > 1.1:
                 out.append(f"{r['net']} batch {r['batch']} amp {r['amp']}: compile gives "
-                           f"{gain:.2f}x in the plain loop: set learner.compile: true")  # fmt: skip
+                           f"{gain:.2f}x in the plain loop: set dqn.compile: true")  # fmt: skip
     return out
 
 

@@ -11,12 +11,12 @@ Settings (``--preset minatar``: the 16x3x3 conv on 10x10x4 bool frames, 256 unit
 batch 128; ``--preset cartpole``: the 128x128 MLP, batch 64):
 
 * ``plain``: the preset (dueling, double Q, Huber);
-* ``c51``: ``learner.num_atoms=51``;
-* ``noisy``: ``learner.noisy=true``;
+* ``c51``: ``dqn.num_atoms=51``;
+* ``noisy``: ``dqn.noisy=true``;
 * ``c51_noisy``: both;
-* ``hl_gauss``: ``learner.loss=hl_gauss`` (51 bins);
-* ``layer_norm``: ``learner.layer_norm=true``;
-* ``impala`` (images only): ``learner.encoder=impala`` (scale 1).
+* ``hl_gauss``: ``dqn.loss=hl_gauss`` (51 bins);
+* ``layer_norm``: ``dqn.layer_norm=true``;
+* ``impala`` (images only): ``dqn.encoder=impala`` (scale 1).
 
 ``--encoders-atari`` adds the IMPALA encoder against the Nature CNN on Atari's
 4x84x84 uint8 stacks (256 units, batch ``--atari-batch``, default 64: the IMPALA
@@ -51,12 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "head_cost.json"
 SETTINGS = {
     "plain": {},
-    "c51": {"learner.num_atoms": 51},
-    "noisy": {"learner.noisy": True},
-    "c51_noisy": {"learner.num_atoms": 51, "learner.noisy": True},
-    "hl_gauss": {"learner.loss": "hl_gauss"},
-    "layer_norm": {"learner.layer_norm": True},
-    "impala": {"learner.encoder": "impala"},
+    "c51": {"dqn.num_atoms": 51},
+    "noisy": {"dqn.noisy": True},
+    "c51_noisy": {"dqn.num_atoms": 51, "dqn.noisy": True},
+    "hl_gauss": {"dqn.loss": "hl_gauss"},
+    "layer_norm": {"dqn.layer_norm": True},
+    "impala": {"dqn.encoder": "impala"},
 }
 SPACES = {
     "minatar": (spaces.Box(0, 1, (10, 10, 4), bool), spaces.Discrete(6)),

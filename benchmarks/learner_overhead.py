@@ -107,7 +107,8 @@ def random_batch(obs_space, n: int, rng: np.random.Generator) -> dict[str, np.nd
 def plain_update_s(cfg: ApexConfig, seconds: float) -> dict[str, float]:
     torch.set_num_threads(1)
     obs_space, act_space = probe_spaces(env_factory(cfg))
-    learner = Learner(obs_space, act_space, agent_spec(cfg).options, seed=learner_seed(cfg))
+    spec = agent_spec(cfg)
+    learner = Learner(obs_space, act_space, spec.config, spec.learner, seed=learner_seed(cfg))
     batch = random_batch(obs_space, cfg.learner.batch_size, np.random.default_rng(0))
     weights = np.ones(cfg.learner.batch_size, np.float32)
     for _ in range(3):
@@ -140,10 +141,10 @@ def against_baseline(cfg: ApexConfig, path: Path, seconds: float) -> dict[str, f
     what other load on the machine does to wall time cancels out of the ratio)."""
     torch.set_num_threads(1)
     obs_space, act_space = probe_spaces(env_factory(cfg))
-    options, seed = agent_spec(cfg).options, learner_seed(cfg)
+    spec, seed = agent_spec(cfg), learner_seed(cfg)
     learners = {
-        "baseline": load_learner_class(path)(obs_space, act_space, options, seed=seed),
-        "current": Learner(obs_space, act_space, options, seed=seed),
+        "baseline": load_learner_class(path)(obs_space, act_space, spec.config, seed=seed),
+        "current": Learner(obs_space, act_space, spec.config, spec.learner, seed=seed),
     }
     batch = random_batch(obs_space, cfg.learner.batch_size, np.random.default_rng(0))
     weights = np.ones(cfg.learner.batch_size, np.float32)

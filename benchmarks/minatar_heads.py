@@ -12,13 +12,13 @@ Heads (everything else is the ``minatar`` preset: dueling, double Q, 3-step, Ada
 batch 128, 8 env workers with Ape-X epsilons):
 
 * ``plain``: the preset;
-* ``c51``: ``learner.num_atoms=51`` on [-10, 40] (MinAtar's rewards are unclipped and
+* ``c51``: ``dqn.num_atoms=51`` on [-10, 40] (MinAtar's rewards are unclipped and
   >= 0: a discounted return of a good Breakout or Space Invaders agent passes the C51
   paper's 10; 1.0 per atom);
-* ``noisy``: ``learner.noisy=true`` (sigma0 0.5; every worker's epsilon 0, the noise
+* ``noisy``: ``dqn.noisy=true`` (sigma0 0.5; every worker's epsilon 0, the noise
   explores);
-* ``hl_gauss``: ``learner.loss=hl_gauss``, 51 bins on [-10, 40], sigma 0.75 bin widths;
-* ``layer_norm``: ``learner.layer_norm=true``.
+* ``hl_gauss``: ``dqn.loss=hl_gauss``, 51 bins on [-10, 40], sigma 0.75 bin widths;
+* ``layer_norm``: ``dqn.layer_norm=true``.
 
 The default is the full benchmark: two games (Breakout, Space Invaders) x five heads x
 20 minutes x seed 0 = 200 minutes. ``--games``, ``--heads``, ``--minutes`` and
@@ -54,13 +54,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "minatar_heads.json"
 PLOT = ROOT / "docs" / "img" / "minatar_heads.png"
 GAMES = ["Breakout", "SpaceInvaders"]
-SUPPORT = ["learner.v_min=-10", "learner.v_max=40"]
+SUPPORT = ["dqn.v_min=-10", "dqn.v_max=40"]
 HEADS: dict[str, list[str]] = {
     "plain": [],
-    "c51": ["learner.num_atoms=51", *SUPPORT],
-    "noisy": ["learner.noisy=true"],
-    "hl_gauss": ["learner.loss=hl_gauss", "learner.num_bins=51", *SUPPORT],
-    "layer_norm": ["learner.layer_norm=true"],
+    "c51": ["dqn.num_atoms=51", *SUPPORT],
+    "noisy": ["dqn.noisy=true"],
+    "hl_gauss": ["dqn.loss=hl_gauss", "dqn.num_bins=51", *SUPPORT],
+    "layer_norm": ["dqn.layer_norm=true"],
 }
 COLORS = {
     "plain": "tab:blue",

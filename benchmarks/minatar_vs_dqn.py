@@ -14,7 +14,7 @@
   Tian 2019): batch 32, replay 100k, target update every 1,000 steps, lr 2.5e-4,
   epsilon 1 -> 0.1 over the first 100k steps, learning starts 5,000, one update
   per env step, gamma 0.99; the network is the apex ``minatar`` one: conv
-  16x3x3/1 + ReLU, linear to ``learner.hiddens`` (256) + ReLU, linear Q head.
+  16x3x3/1 + ReLU, linear to ``dqn.hiddens`` (256) + ReLU, linear Q head.
   It trains for N minutes of wall time, checked by a callback; every
   ``--eval-interval`` seconds, and at N minutes, it plays 5 greedy episodes
   (separate env, the same step cap) and the time spent evaluating is left out
@@ -178,7 +178,7 @@ def run_ref(
     if ENV_ID not in gym.registry:
         minatar.gym.register_envs()
     cfg = apex_config([])
-    episodes, cap, hidden = cfg.eval.episodes, cfg.eval.max_episode_steps, cfg.learner.hiddens[0]
+    episodes, cap, hidden = cfg.eval.episodes, cfg.eval.max_episode_steps, cfg.agent.hiddens[0]
 
     class MinAtarCNN(BaseFeaturesExtractor):
         """apex's small-grid ConvQNetwork trunk: HWC bool -> CHW float, conv 16x3x3/1, linear."""

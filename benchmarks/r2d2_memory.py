@@ -50,7 +50,7 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def measure(preset: str, overrides: dict[str, Any], env_steps: int) -> dict[str, Any]:
     cfg = ApexConfig.preset(preset).override({"replay.num_shards": 1, **overrides})
-    worker = make_env_worker(worker_spec(cfg), env_factory(cfg), epsilon=0.4, seed=1)
+    worker = make_env_worker(worker_spec(cfg), env_factory(cfg), exploration=0.4, seed=1)
     shard = ReplayShard(**shard_kwargs(cfg, 0))
     steps = episodes = 0
     while steps < env_steps:
@@ -66,7 +66,7 @@ def measure(preset: str, overrides: dict[str, Any], env_steps: int) -> dict[str,
     obs = worker.observation_space
     frame_bytes = int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
     sequence = preset == "minatar_r2d2"
-    rows_per_item = (cfg.r2d2.burn_in + cfg.r2d2.trace_length + 1) if sequence else 2
+    rows_per_item = (cfg.agent.burn_in + cfg.agent.trace_length + 1) if sequence else 2
     distinct = steps + episodes  # every step's observation and each episode's last one
     once = per_item - rows_per_item * frame_bytes + rows_per_item * 4  # refs for frames
     return {

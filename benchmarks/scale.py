@@ -88,7 +88,7 @@ def scale_config(mode: str, actors: int, steps_per_s: float, replay_ratio: float
             "replay.capacity": 1_000_000,
             "replay.learning_starts": 2_000,
             "learner.batch_size": 64,
-            "learner.hiddens": (256, 256),
+            "dqn.hiddens": (256, 256),
             "learner.max_replay_ratio": replay_ratio,
         }
     )

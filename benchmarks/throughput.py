@@ -109,7 +109,7 @@ def _rollout(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def _agent(cfg: ApexConfig) -> AgentSpec:
     spec = agent_spec(cfg)
-    return AgentSpec(spec.algo, replace(spec.options, device="cpu", num_threads=1))
+    return AgentSpec(spec.algo, spec.config, replace(spec.learner, device="cpu", num_threads=1))
 
 
 def _median(xs: list[float]) -> float:
@@ -142,7 +142,8 @@ def learner_only(duration: float, rounds: int) -> dict[str, Any]:
     shards = [ReplayShard(n, seed=k) for k in range(2)]
     for s in shards:
         s.add(_rollout(n, rng))
-    learner = Learner(obs_space, act_space, _agent(cfg).options)
+    agent = _agent(cfg)
+    learner = Learner(obs_space, act_space, agent.config, agent.learner)
 
     def train_for(seconds: float) -> tuple[int, float, float, float]:
         c0, t0, grad, updates = _cpu_s(), time.perf_counter(), 0.0, 0

@@ -14,8 +14,8 @@ processes on the machine falls on both alike and cancels out of the ratio.
 Each version builds its parts with its own config and builder functions, as its own
 runs do.
 
-    python benchmarks/version_ab.py --baseline 9cd68c2
-    python benchmarks/version_ab.py --baseline 9cd68c2 --preset cartpole --seconds 60
+    python benchmarks/version_ab.py --baseline 30e1d41
+    python benchmarks/version_ab.py --baseline 30e1d41 --preset cartpole --seconds 60
 
 Prints a table (ratios: this tree / baseline; above 1 is faster for rates, below 1 for
 seconds) and writes ``benchmarks/results/version_ab.json``.
@@ -128,7 +128,10 @@ def acting(pkg: str, preset: str) -> Callable[[], int]:
     if hasattr(builder, "worker_spec"):  # the agent-unit layout: one typed spec
         cls = _first(pkg, "algo.agents.dqn.worker:EnvWorker")
         spec = builder.worker_spec(cfg)
-        kwargs = {"rollout": spec.rollout, "options": spec.agent.options}
+        if hasattr(spec.agent, "config"):  # each agent's own config section
+            kwargs = {"rollout": spec.rollout, "config": spec.agent.config}
+        else:  # an options object mirroring the learner section
+            kwargs = {"rollout": spec.rollout, "options": spec.agent.options}
     else:  # the flat layout: keyword arguments through make_env_worker
         cls = _first(pkg, "algo.agents:make_env_worker")
         kwargs = builder.env_worker_kwargs(cfg)
@@ -149,9 +152,11 @@ def update(pkg: str, preset: str) -> Callable[[], int]:
     obs_space, act_space = probe(builder.env_factory(cfg))
     if hasattr(builder, "agent_spec"):
         cls = _first(pkg, "algo.agents.dqn.learner:Learner")
-        learner = cls(
-            obs_space, act_space, builder.agent_spec(cfg).options, seed=builder.learner_seed(cfg)
-        )
+        spec, seed = builder.agent_spec(cfg), builder.learner_seed(cfg)
+        if hasattr(spec, "config"):  # the agent's own section and the shared learner section
+            learner = cls(obs_space, act_space, spec.config, spec.learner, seed=seed)
+        else:
+            learner = cls(obs_space, act_space, spec.options, seed=seed)
     else:
         cls = _first(pkg, "algo.agents:make_learner")
         learner = cls(obs_space, act_space, **builder.learner_kwargs(cfg))

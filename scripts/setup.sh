@@ -2,7 +2,8 @@
 # Set up apex_dask for development or a first run.
 #
 #   bash scripts/setup.sh                 # runtime only
-#   bash scripts/setup.sh test            # + test tools
+#   bash scripts/setup.sh test            # + test tools, and the example agent package
+#                                         #   tests/ext_agent (an agent from outside apex_dask)
 #   bash scripts/setup.sh test,bench
 #   bash scripts/setup.sh --system-torch test   # reuse the base Python's own (e.g. CUDA) torch
 #
@@ -25,7 +26,7 @@ EXTRAS=""
 for arg in "$@"; do
   case "$arg" in
     --system-torch) SYSTEM_TORCH=1 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "setup: unknown option $arg (see bash scripts/setup.sh --help)" >&2; exit 2 ;;
     *) [[ -z "$EXTRAS" ]] || { echo "setup: give the extras once, comma separated (got '$EXTRAS' and '$arg')" >&2; exit 2; }
        EXTRAS=$arg ;;
@@ -91,4 +92,8 @@ TARGET="."
 [[ -n "$EXTRAS" ]] && TARGET=".[$EXTRAS]"
 echo "setup: installing apex_dask${EXTRAS:+[$EXTRAS]} into .venv"
 "$PY" -m pip install --quiet --disable-pip-version-check -e "$TARGET"
+if [[ ",$EXTRAS," == *",test,"* ]]; then  # an agent from outside apex_dask, for the tests
+  echo "setup: installing the example agent package tests/ext_agent (algo: linq)"
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps -e tests/ext_agent
+fi
 echo "setup: done ($PY)"

@@ -255,10 +255,13 @@ def scope_problems(
     deps: Declared,
     extras: Iterable[str],
     providers: dict[str, list[str]] | None = None,
+    in_repo: Iterable[str] = (),
 ) -> list[str]:
-    """Imports in ``folders`` of installed distributions that core + ``extras`` do not declare."""
+    """Imports in ``folders`` of installed distributions that core + ``extras`` do not declare
+    (``in_repo``: distributions built from this repository's own folders, as the example
+    agent package ``tests/ext_agent``)."""
     providers = installed_providers() if providers is None else providers
-    allowed = deps.allowed(extras) | {deps.project}
+    allowed = deps.allowed(extras) | {deps.project} | {normalize(n) for n in in_repo}
     out = []
     for folder in folders:
         for path in sorted(folder.rglob("*.py")):

@@ -180,7 +180,7 @@ def sweep_docs(draw) -> str:
     """A sweep file: base, space, objective, budget, sampler, pruner, counts."""
     space = {draw(keys): draw(distributions()) for _ in range(draw(st.integers(0, 3)))}
     if draw(st.booleans()):
-        space["learner.lr"] = {"grid": [0.001, 0.002]}
+        space["dqn.lr"] = {"grid": [0.001, 0.002]}
     doc: dict = {"space": space}
     if draw(st.booleans()):
         doc["base"] = {"preset": "cartpole", "set": {draw(keys): draw(values)}}

@@ -98,7 +98,7 @@ class Row:
 
 NAN_KEYS = [
     "learner.grad_clip",
-    "learner.lr",
+    "dqn.lr",
     "replay.eps",
     "topology.call_timeout_s",
     "eval.interval_s",
@@ -109,7 +109,7 @@ NAN_KEYS = [
 FAST = [
     Row("unknown-preset", ["--preset", "pong"], ["unknown preset", "cartpole"]),
     *(Row(f"nan-{k}", ["--set", f"{k}=.nan"], [k, "finite"]) for k in NAN_KEYS),
-    Row("inf-lr", ["--set", "learner.lr=.inf"], ["learner.lr", "finite"]),
+    Row("inf-lr", ["--set", "dqn.lr=.inf"], ["dqn.lr", "finite"]),
     Row("stop-time-nan", ["--stop-time", "nan"], ["stop.time_s", "finite"]),
     Row("stop-reward-inf", ["--stop-reward", "inf"], ["stop.eval_return", "finite"]),
     Row("stop-train-return-inf", ["--stop-train-return", "inf"], ["stop.train_return", "finite"]),
@@ -173,7 +173,7 @@ FAST = [
     Row(
         "yaml-bad-type",
         ["--config", "{tmp}/run.yaml"],
-        ["learner.lr", "fast"],
+        ["dqn.lr", "fast"],
         files={"run.yaml": b"learner:\n  lr: fast\n"},
     ),
     Row(

@@ -76,7 +76,7 @@ def test_apex_dask_eval_best_reads_the_weights_and_the_record(tmp_path):
 def test_the_in_process_runner_keeps_its_best_evaluation():
     cfg = ApexConfig.preset("cartpole").override(
         {
-            "learner.hiddens": [16],
+            "dqn.hiddens": [16],
             "replay.learning_starts": 64,
             "workers.num_workers": 1,
             "eval.episodes": 2,

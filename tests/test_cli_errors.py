@@ -47,12 +47,12 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         (["--preset", "cartpole", "--set", "algo=dpg"], ["Discrete(2)", "dpg", "algo=dqn"]),
         (["--preset", "pendulum", "--set", "algo=dqn"], ["Box(", "dqn", "algo=dpg"]),
         (
-            ["--set", "learner.num_atoms=51", "--set", "learner.loss=hl_gauss"],
-            ["learner.loss='hl_gauss'", "learner.num_atoms=51", "learner.loss=huber"],
+            ["--set", "dqn.num_atoms=51", "--set", "dqn.loss=hl_gauss"],
+            ["dqn.loss='hl_gauss'", "dqn.num_atoms=51", "dqn.loss=huber"],
         ),
         (
-            ["--preset", "cartpole", "--set", "learner.encoder=impala"],
-            ["learner.encoder=impala", "vectors", "learner.encoder=auto"],
+            ["--preset", "cartpole", "--set", "dqn.encoder=impala"],
+            ["dqn.encoder=impala", "vectors", "dqn.encoder=auto"],
         ),
     ],
 )
@@ -63,7 +63,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needles):
 def test_bad_yaml_types_name_the_field(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("preset: cartpole\nlearner:\n  lr: fast\n")
-    assert_one_line_error(submit("--config", str(cfg)), "learner.lr", "fast")
+    assert_one_line_error(submit("--config", str(cfg)), "dqn.lr", "fast")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; covered by the file case")
@@ -179,3 +179,14 @@ def test_the_retired_env_error_key_is_one_note_line_naming_the_new_keys(tmp_path
     assert notes[0].startswith("apex-dask-submit: note: workers.max_env_errors_per_min is no")
     assert "workers.max_env_errors_per_1k_steps" in notes[0]
     assert "workers.max_consecutive_env_errors" in notes[0]
+
+
+def test_a_moved_key_runs_with_one_note_line_and_another_agents_key_is_one_error():
+    moved = submit("--preset", "cartpole", "--set", "learner.lr=0.001", "--print-config")
+    assert moved.returncode == 0, moved.stderr
+    notes = [line for line in moved.stdout.splitlines() if "note:" in line]
+    assert len(notes) == 1 and "learner.lr" in notes[0] and "dqn.lr" in notes[0]
+    assert "lr: 0.001" in moved.stdout.split("dqn:", 1)[1]
+    assert_one_line_error(
+        submit("--preset", "cartpole", "--set", "dpg.tau=0.1"), "dpg.tau", "dpg agent", "algo=dpg"
+    )

@@ -18,9 +18,9 @@ def test_defaults_are_rllib_apex_defaults():
     assert cfg.learner.batch_size == 512
     assert cfg.workers.rollout_fragment_length == 50
     assert cfg.learner.n_step == 3
-    assert cfg.learner.double_q and cfg.learner.dueling
-    assert cfg.learner.hiddens == (256,)
-    assert cfg.learner.lr == 5e-4 and cfg.learner.adam_eps == 1e-8
+    assert cfg.agent.double_q and cfg.agent.dueling
+    assert cfg.agent.hiddens == (256,)
+    assert cfg.agent.lr == 5e-4 and cfg.learner.adam_eps == 1e-8
     assert cfg.learner.grad_clip == 40 and cfg.learner.gamma == 0.99
     assert cfg.learner.target_update_freq == 500_000
     assert cfg.workers.max_weight_sync_delay == 400
@@ -64,7 +64,7 @@ def test_dpg_presets_choose_the_dpg_agent_with_td3_options():
     for name, env_id in (("pendulum", "Pendulum-v1"), ("halfcheetah", "HalfCheetah-v5")):
         cfg = ApexConfig.preset(name)
         assert cfg.algo == "dpg" and cfg.env.env_id == env_id
-        assert cfg.dpg.twin_q and cfg.dpg.smooth_target_policy and cfg.dpg.policy_delay == 2
+        assert cfg.agent.twin_q and cfg.agent.smooth_target_policy and cfg.agent.policy_delay == 2
     assert ApexConfig().algo == "dqn" and ApexConfig.preset("cartpole").algo == "dqn"
 
 
@@ -78,15 +78,15 @@ def test_dotted_overrides_parse_strings_like_the_cli():
     cfg = ApexConfig.preset("cartpole").override(
         {
             "replay.alpha": "0.5",
-            "learner.hiddens": "[64, 64]",
-            "learner.double_q": "false",
+            "dqn.hiddens": "[64, 64]",
+            "dqn.double_q": "false",
             "stop.eval_return": "475",
             "learner.max_replay_ratio": "null",
         }
     )
     assert cfg.replay.alpha == 0.5
-    assert cfg.learner.hiddens == (64, 64)
-    assert cfg.learner.double_q is False
+    assert cfg.agent.hiddens == (64, 64)
+    assert cfg.agent.double_q is False
     assert cfg.stop.eval_return == 475.0
     assert cfg.learner.max_replay_ratio is None
 
@@ -98,10 +98,13 @@ def test_env_kwargs_accept_free_keys():
 
 def test_from_yaml_with_preset_and_sections(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("preset: cartpole\nreplay:\n  alpha: 0.3\nlearner.lr: 0.002\nseed: 7\n")
+    path.write_text("preset: cartpole\nreplay:\n  alpha: 0.3\ndqn.lr: 0.002\nseed: 7\n")
     cfg = ApexConfig.from_yaml(path)
     assert cfg.env.env_id == "CartPole-v1"
-    assert cfg.replay.alpha == 0.3 and cfg.learner.lr == 0.002 and cfg.seed == 7
+    assert cfg.replay.alpha == 0.3 and cfg.agent.lr == 0.002 and cfg.seed == 7
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("preset: cartpole\ndqn:\n  lr: 0.002\n  hiddens: [8]\n")
+    assert ApexConfig.from_yaml(nested).agent.hiddens == (8,)
 
 
 @pytest.mark.parametrize(
@@ -113,9 +116,9 @@ def test_from_yaml_with_preset_and_sections(tmp_path):
         ({"replay.beta": -0.1}, ["replay.beta", "-0.1", "[0, 1]"]),
         ({"replay.alhpa": 0.5}, ["replay.alhpa", "replay.alpha"]),
         ({"nonsense": 1}, ["nonsense"]),
-        ({"learner.lr": "fast"}, ["learner.lr", "fast", "number"]),
+        ({"dqn.lr": "fast"}, ["dqn.lr", "fast", "number"]),
         ({"learner.n_step": 2.5}, ["learner.n_step", "2.5", "integer"]),
-        ({"learner.dueling": "maybe"}, ["learner.dueling", "maybe", "true or false"]),
+        ({"dqn.dueling": "maybe"}, ["dqn.dueling", "maybe", "true or false"]),
         ({"learner.device": "tpu"}, ["learner.device", "tpu", "cpu"]),
         ({"learner.gamma": 0}, ["learner.gamma", "(0, 1]"]),
         ({"workers.num_workers": 0}, ["workers.num_workers", "0", "> 0"]),
@@ -126,10 +129,14 @@ def test_from_yaml_with_preset_and_sections(tmp_path):
         ({"workers.max_consecutive_env_errors": 0}, ["max_consecutive_env_errors", "> 0"]),
         ({"workers.restart_failed_envs": "sometimes"}, ["restart_failed_envs", "true or false"]),
         ({"algo": "sac"}, ["algo", "sac", "dqn", "dpg"]),
-        ({"dpg.tau": 0}, ["dpg.tau", "(0, 1]"]),
-        ({"dpg.noise": "pink"}, ["dpg.noise", "gaussian or ou"]),
-        ({"dpg.policy_delay": 0}, ["dpg.policy_delay", "> 0"]),
-        ({"dpg.critic_hiddens": []}, ["dpg.critic_hiddens", "positive layer sizes"]),
+        ({"algo": "dpg", "dpg.tau": 0}, ["dpg.tau", "(0, 1]"]),
+        ({"algo": "dpg", "dpg.noise": "pink"}, ["dpg.noise", "gaussian or ou"]),
+        ({"algo": "dpg", "dpg.policy_delay": 0}, ["dpg.policy_delay", "> 0"]),
+        ({"algo": "dpg", "dpg.critic_hiddens": []}, ["dpg.critic_hiddens", "positive layer"]),
+        ({"dpg.tau": 0.5}, ["dpg.tau", "dpg agent", "algo is dqn", "algo=dpg"]),
+        ({"algo": "dpg", "r2d2.burn_in": 4}, ["r2d2.burn_in", "r2d2 agent", "algo=r2d2"]),
+        ({"algo": "dpg", "learner.hiddens": [8]}, ["learner.hiddens", "dqn.hiddens", "dpg"]),
+        ({"dqn": {"lr": 1}}, ["dqn", "section"]),
         ({"algo": "dpg", "replay.frame_stack": 4}, ["replay.frame_stack", "algo=dpg"]),
     ],
 )
@@ -215,3 +222,47 @@ def test_the_old_sleepy_env_id_still_works_with_one_line_naming_the_new_one():
     assert cfg.env.env_id == from_file.env.env_id == "apex_dask.algo.envs.benchmark:ApexSleepy-v0"
     lines = {str(w.message) for w in seen}
     assert len(lines) == 1 and "apex_dask.algo.envs.benchmark:ApexSleepy-v0" in lines.pop()
+
+
+def test_a_moved_learner_key_still_works_with_one_future_warning_line():
+    """``learner.lr`` (and the other agent keys) moved to the agent's own section."""
+    with pytest.warns(FutureWarning) as caught:
+        cfg = ApexConfig().override({"learner.lr": 1e-3, "learner.hiddens": "[8]"})
+        r2d2 = ApexConfig().override({"algo": "r2d2", "learner.lr": 2e-3})
+    assert cfg == ApexConfig().override({"dqn.lr": 1e-3, "dqn.hiddens": [8]})
+    assert r2d2.agent.lr == 2e-3
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 2 and all("\n" not in line for line in lines)
+    assert "learner.lr, learner.hiddens" in lines[0] and "dqn.lr, dqn.hiddens" in lines[0]
+    assert "r2d2.lr" in lines[1]
+
+
+def test_an_old_full_config_loads_and_drops_what_its_agent_never_read():
+    """A dict as an older apex_dask wrote it: every agent's section, the DQN keys in
+    ``learner``; the keys move to the run's agent, the rest was never read."""
+    old = ApexConfig.preset("pendulum").to_dict()
+    del old["dpg"]
+    old["learner"].update(lr=1e-2, hiddens=[64], num_atoms=1)  # dqn's, unread by dpg
+    old["dpg"] = {**ApexConfig.preset("pendulum").to_dict()["dpg"], "twin_q": False}
+    old["r2d2"] = {"lstm_size": 64, "burn_in": 10}
+    with pytest.warns(FutureWarning) as caught:
+        cfg = ApexConfig.from_dict(old)
+    assert cfg.algo == "dpg" and cfg.agent.twin_q is False
+    assert cfg.agent.actor_hiddens == (64, 64)
+    assert "learner.lr, learner.hiddens" in str(caught[-1].message)
+    assert "never read" in str(caught[-1].message)
+
+
+def test_switching_algo_starts_the_agents_section_from_its_defaults():
+    cfg = ApexConfig.preset("cartpole").override({"algo": "r2d2", "r2d2.burn_in": 2})
+    assert cfg.algo == "r2d2" and cfg.agent.burn_in == 2 and cfg.agent.lr == 5e-4
+    assert "dqn" not in cfg.to_dict() and cfg.to_dict()["r2d2"]["burn_in"] == 2
+    assert ApexConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_an_agents_section_of_another_agents_class_is_one_config_error():
+    from apex_dask.algo.agents.dpg.config import DPGConfig
+
+    with pytest.raises(ConfigError, match="dqn section must be a DQNConfig"):
+        ApexConfig(agent=DPGConfig())
+    assert ApexConfig(algo="dpg", agent=DPGConfig(tau=1.0)).agent.tau == 1.0

@@ -16,8 +16,8 @@ from gymnasium import spaces
 from trained_runs import cartpole_run, minatar_run, pendulum_model, pendulum_run
 
 from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.networks import build_q_network, q_network
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.registry import make_policy
 from apex_dask.algo.agents.spec import AgentSpec
 from apex_dask.algo.play.export import export_policy
@@ -92,7 +92,7 @@ def test_exported_policy_agrees_on_1000_observations(tmp_path, case):
     with torch.no_grad():  # weights far from the near-constant initial net, as trained ones are
         for p in net.parameters():
             p.normal_(0.0, 0.5)
-    spec = AgentSpec("dqn", DQNOptions(hiddens=hiddens))
+    spec = AgentSpec("dqn", DQNConfig(hiddens=hiddens))
     program, meta = export_policy(
         tmp_path / "p.pt", spec, obs_space, act_space, module_weights(net)
     )
@@ -117,17 +117,17 @@ HEADS = {
     "c51 + noisy, vector": (
         spaces.Box(-np.inf, np.inf, (4,), np.float32),
         spaces.Discrete(3),
-        DQNOptions(hiddens=(64,), num_atoms=51, noisy=True),
+        DQNConfig(hiddens=(64,), num_atoms=51, noisy=True),
     ),
     "hl_gauss + layer norm, minatar-like grid": (
         spaces.Box(0, 1, (10, 10, 4), bool),
         spaces.Discrete(6),
-        DQNOptions(hiddens=(32,), loss="hl_gauss", layer_norm=True),
+        DQNConfig(hiddens=(32,), loss="hl_gauss", layer_norm=True),
     ),
     "impala c51 + noisy, uint8 frames": (
         spaces.Box(0, 255, (4, 40, 40), np.uint8),
         spaces.Discrete(5, start=1),
-        DQNOptions(hiddens=(32,), encoder="impala", num_atoms=11, noisy=True),
+        DQNConfig(hiddens=(32,), encoder="impala", num_atoms=11, noisy=True),
     ),
 }
 
@@ -181,7 +181,7 @@ def test_cli_export_of_a_minatar_run_matches_its_network(tmp_path):
     env = make_env_factory(trained.config.env.env_id)()
     space, actions = env.observation_space, env.action_space
     env.close()
-    net = build_q_network(space, actions, trained.config.learner.hiddens)
+    net = build_q_network(space, actions, trained.config.agent.hiddens)
     net.load_state_dict({k: torch.as_tensor(v) for k, v in trained.weights.items()})
     obs = observations(space, 1000, seed=4)
     assert load_elsewhere(target, obs, tmp_path)["batch"] == network_actions(net.eval(), obs)

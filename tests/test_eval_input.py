@@ -75,9 +75,9 @@ def test_a_run_without_weights_points_at_checkpoint(capsys, tmp_path):
 
 def test_weights_that_do_not_fit_the_config_name_the_tensor(capsys, tmp_path):
     run = cartpole_run(tmp_path / "r")
-    cfg = ApexConfig.preset("cartpole").override({"learner.hiddens": [64]})
+    cfg = ApexConfig.preset("cartpole").override({"dqn.hiddens": [64]})
     write_text(run / "config.yaml", cfg.to_yaml())
-    line = one_line(capsys, [str(run)], "does not fit", "learner.hiddens=[64]")
+    line = one_line(capsys, [str(run)], "does not fit", "dqn.hiddens=[64]")
     assert "trunk.0.weight" in line or "trunk.2" in line
 
 

@@ -65,9 +65,9 @@ def test_an_alias_bomb_is_refused_in_every_file_the_clis_read(tmp_path, capsys):
     rllib = tmp_path / "rllib.yaml"
     rllib.write_text(doc + "\nx:\n  run: APEX\n  env: CartPole-v1\n  config: {lr: *i}\n")
     one_line(*run_cli(submit, ["--from-rllib", str(rllib), "--print-config"], capsys), "alias")
-    for where in ("base: {set: {env.env_kwargs.x: *i}}", "space: {learner.lr: {choice: [*i]}}"):
+    for where in ("base: {set: {env.env_kwargs.x: *i}}", "space: {dqn.lr: {choice: [*i]}}"):
         space = tmp_path / "space.yaml"
-        extra = "space: {learner.lr: {grid: [0.001]}}" if where.startswith("base") else ""
+        extra = "space: {dqn.lr: {grid: [0.001]}}" if where.startswith("base") else ""
         space.write_text(doc + "\n" + where + "\n" + extra + "\n")
         out = tmp_path / "sweep-out"
         one_line(*run_cli(sweep, [str(space), "--out", str(out)], capsys), "alias")
@@ -90,7 +90,7 @@ def test_deep_nesting_is_one_line_exit_2_not_a_recursion_error(tmp_path, capsys,
     one_line(*run_cli(submit, ["--config", str(config), "--print-config"], capsys), "deeper")
     space = tmp_path / "space.yaml"
     space.write_text(
-        f"space: {{learner.lr: {{grid: [0.001]}}}}\nbase: {{set: {{env.env_kwargs.x: {text}}}}}\n"
+        f"space: {{dqn.lr: {{grid: [0.001]}}}}\nbase: {{set: {{env.env_kwargs.x: {text}}}}}\n"
     )
     one_line(*run_cli(sweep, [str(space), "--out", str(tmp_path / "o")], capsys), "deeper")
     rllib = tmp_path / "params.json"
@@ -116,22 +116,22 @@ def test_a_set_value_too_long_is_refused(capsys):
 
 def test_a_key_given_twice_is_refused(tmp_path, capsys):
     config = tmp_path / "config.yaml"
-    config.write_text("seed: 1\nlearner: {lr: 0.001}\nseed: 2\n")
+    config.write_text("seed: 1\ndqn: {lr: 0.001}\nseed: 2\n")
     one_line(
         *run_cli(submit, ["--config", str(config), "--print-config"], capsys), "'seed'", "twice"
     )
-    config.write_text("learner: {lr: 0.001}\nlearner.lr: 0.002\n")
+    config.write_text("dqn: {lr: 0.001}\ndqn.lr: 0.002\n")
     one_line(
         *run_cli(submit, ["--config", str(config), "--print-config"], capsys),
-        "learner.lr",
+        "dqn.lr",
         "twice",
     )
     space = tmp_path / "space.yaml"
     space.write_text(
-        "space:\n  learner.lr: {grid: [0.001, 0.002]}\n  learner: {lr: {grid: [0.003]}}\n"
+        "space:\n  dqn.lr: {grid: [0.001, 0.002]}\n  dqn: {lr: {grid: [0.003]}}\n"
     )
     one_line(*run_cli(sweep, [str(space), "--out", str(tmp_path / "o")], capsys), "twice")
-    space.write_text("space: {learner.lr: {grid: [0.001]}}\ntrials: 2\ntrials: 3\n")
+    space.write_text("space: {dqn.lr: {grid: [0.001]}}\ntrials: 2\ntrials: 3\n")
     one_line(*run_cli(sweep, [str(space), "--out", str(tmp_path / "o")], capsys), "twice")
 
 
@@ -145,9 +145,9 @@ def test_huge_and_odd_values_are_one_line(tmp_path, capsys):
 
 def test_anchors_and_aliases_within_the_bound_still_work(tmp_path):
     path = tmp_path / "config.yaml"
-    path.write_text("preset: cartpole\nlearner: {lr: &lr 0.002}\ndpg: {actor_lr: *lr}\n")
+    path.write_text("preset: pendulum\ndpg: {actor_lr: &lr 0.002, critic_lr: *lr}\n")
     cfg = ApexConfig.from_yaml(path)
-    assert cfg.learner.lr == cfg.dpg.actor_lr == 0.002
+    assert cfg.agent.actor_lr == cfg.agent.critic_lr == 0.002
 
 
 def test_json_infinities_are_what_json_names():
@@ -188,14 +188,14 @@ def test_log_on_uniform_draws_on_a_log_scale():
     from apex_dask.config.space import parse_space
 
     base = ApexConfig.preset("cartpole")
-    space = parse_space({"learner.lr": {"uniform": [1e-5, 0.1], "log": True}}, base)
+    space = parse_space({"dqn.lr": {"uniform": [1e-5, 0.1], "log": True}}, base)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    draws = [suggest(study.ask(), space)["learner.lr"] for _ in range(2000)]
+    draws = [suggest(study.ask(), space)["dqn.lr"] for _ in range(2000)]
     below = sum(d < 1e-3 for d in draws) / len(draws)
     assert 0.45 < below < 0.55, below  # half of a log scale from 1e-5 to 1e-1 is below 1e-3
     with pytest.raises(ValueError, match="log must be true or false, with lo > 0 and no step"):
-        parse_space({"learner.lr": {"uniform": [0.0, 0.1], "log": True}}, base)
+        parse_space({"dqn.lr": {"uniform": [0.0, 0.1], "log": True}}, base)
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32, 2**40])
@@ -203,7 +203,7 @@ def test_a_sampler_seed_numpy_cannot_take_is_refused_before_anything_is_created(
     tmp_path, capsys, seed
 ):
     space = tmp_path / "space.yaml"
-    space.write_text(f"space: {{learner.lr: {{grid: [0.001]}}}}\nsampler: {{seed: {seed}}}\n")
+    space.write_text(f"space: {{dqn.lr: {{grid: [0.001]}}}}\nsampler: {{seed: {seed}}}\n")
     out = tmp_path / "out"
     one_line(*run_cli(sweep, [str(space), "--out", str(out)], capsys), "seed", "2**32")
     assert not out.exists()

@@ -3,8 +3,9 @@
 Layers (``docs/architecture.md``)::
 
     algo          numpy / torch / gymnasium only; inside it, folders by role (below)
-    config        itself, and the agent registry (the names ``algo`` takes, each
-                  agent's own config checks)
+    config        itself, the agent registry (the names ``algo`` takes, each agent's
+                  own config section and checks), the shared sections the algorithm
+                  reads (``algo/agents/config.py``, ``algo/rollout/spec.py``)
     experiment    algo, config                  (shared by both runners)
     local         algo, config, experiment      (the in-process runner)
     runtime       algo, config, experiment      (the Dask runtime; never local)
@@ -43,7 +44,9 @@ ROOT = pathlib.Path(apex_dask.__file__).parent
 ALLOWED: dict[str, set[str]] = {
     "algo": {"algo"},
     "algo.agents.registry": {"algo"},
-    "config": {"config", "algo.agents.registry"},
+    "algo.agents.config": {"algo"},
+    "algo.rollout.spec": {"algo"},
+    "config": {"config", "algo.agents.registry", "algo.agents.config", "algo.rollout.spec"},
     "experiment": {"algo", "config", "experiment"},
     "local": {"algo", "config", "experiment", "local"},
     "runtime.observability": {"algo", "config", "experiment", "runtime.observability"},
@@ -237,7 +240,7 @@ def test_no_agent_imports_another_agents_folder():
 
 
 def test_each_agent_folder_has_the_same_role_files():
-    roles = {"options", "networks", "loss", "learner", "worker", "policy", "builder"}
+    roles = {"config", "networks", "loss", "learner", "worker", "policy", "builder"}
     for name in AGENT_FOLDERS:
         files = {p.stem for p in (AGENTS_DIR / name).glob("*.py")} - {"__init__"}
         assert roles <= files, (name, sorted(roles - files))

@@ -12,7 +12,7 @@ from apex_dask.local import LocalApex, run_local
 
 TINY = {
     "learner.batch_size": 32,
-    "learner.hiddens": [32],
+    "dqn.hiddens": [32],
     "learner.target_update_freq": 640,
     "replay.capacity": 4000,
     "replay.num_shards": 2,
@@ -250,7 +250,7 @@ def test_run_local_runs_dpg_and_its_checkpoint_restores(tmp_path):
     the noise ladder as the workers' exploration, checkpoints through the same runner."""
     cfg = ApexConfig.preset("pendulum").override(
         {
-            **{k: v for k, v in TINY.items() if not k.startswith("learner.")},
+            **{k: v for k, v in TINY.items() if not k.startswith(("learner.", "dqn."))},
             "learner.batch_size": 32,
             "learner.max_replay_ratio": 2.0,
             "learner.min_replay_ratio": 2.0,
@@ -260,9 +260,9 @@ def test_run_local_runs_dpg_and_its_checkpoint_restores(tmp_path):
     results = list(run_local(cfg, stop={"iterations": 2}))
     assert results[-1]["learner/updates"] > 0 and math.isfinite(results[-1]["learner/loss"])
     assert math.isfinite(results[-1]["eval/return_mean"])
-    assert [results[-1][f"env/epsilon/{i}"] for i in range(3)] == pytest.approx(
-        [0.3, 0.3**2, 0.3**3]
-    )
+    ladder = [0.3, 0.3**2, 0.3**3]  # the noise scales, also under their old name this release
+    assert [results[-1][f"env/noise_scale/{i}"] for i in range(3)] == pytest.approx(ladder)
+    assert [results[-1][f"env/epsilon/{i}"] for i in range(3)] == pytest.approx(ladder)
     apex = LocalApex(cfg.override({"eval.episodes": 0}))
     for _ in range(20):
         apex.step()

@@ -12,7 +12,7 @@ from apex_dask.experiment.checkpoint import CheckpointError, load_checkpoint, sa
 from apex_dask.local import LocalApex
 
 SMALL = {
-    "learner.hiddens": [16],
+    "dqn.hiddens": [16],
     "learner.batch_size": 16,
     "replay.capacity": 1000,
     "replay.num_shards": 1,

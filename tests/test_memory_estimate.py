@@ -8,9 +8,9 @@ import pytest
 from gymnasium import spaces
 
 from apex_dask.algo.agents.dpg.builder import BUILDER as DPG
-from apex_dask.algo.agents.dpg.options import DPGOptions
+from apex_dask.algo.agents.dpg.config import DPGConfig
 from apex_dask.algo.agents.dqn.builder import BUILDER as DQN
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.cli.checks import EnvSpaces, UsageError
 from apex_dask.cli.memory import check_memory, plan_holdings
 from apex_dask.config import ApexConfig
@@ -28,7 +28,7 @@ ATARI = EnvSpaces(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6))
 )  # fmt: skip
 def test_network_size_is_the_built_networks_parameter_count(shape, hiddens, dueling):
     obs = spaces.Box(0, 255, shape, np.uint8)
-    options = DQNOptions(hiddens=hiddens, dueling=dueling)
+    options = DQNConfig(hiddens=hiddens, dueling=dueling)
     net = DQN.make_network(options, obs, spaces.Discrete(5))
     params, acts = DQN.network_size(options, obs, spaces.Discrete(5))
     assert params == sum(p.numel() for p in net.parameters())
@@ -54,7 +54,7 @@ def test_network_size_counts_every_head_torso_and_encoder(shape, extra):
     obs = spaces.Box(0, 255, shape, np.uint8)
     if extra.get("encoder") == "impala" and len(shape) == 1:
         pytest.skip("the IMPALA encoder takes images (refused for vectors before start)")
-    options = DQNOptions(**{"hiddens": (48,), **extra})
+    options = DQNConfig(**{"hiddens": (48,), **extra})
     net = DQN.make_network(options, obs, spaces.Discrete(5))
     params, acts = DQN.network_size(options, obs, spaces.Discrete(5))
     assert params == sum(p.numel() for p in net.parameters())
@@ -63,22 +63,22 @@ def test_network_size_counts_every_head_torso_and_encoder(shape, extra):
 
 def test_activations_are_the_outputs_of_each_weighted_layer_by_hand():
     vec = spaces.Box(-1, 1, (4,), np.float32)
-    options = DQNOptions(hiddens=(16, 8), dueling=True)
+    options = DQNConfig(hiddens=(16, 8), dueling=True)
     assert DQN.network_size(options, vec, spaces.Discrete(3))[1] == 16 + 8 + 1 + 3
     image = spaces.Box(0, 255, (4, 84, 84), np.uint8)  # Nature CNN: 20x20x32, 9x9x64, 7x7x64
     convs = 32 * 20 * 20 + 64 * 9 * 9 + 64 * 7 * 7
-    assert DQN.network_size(DQNOptions(hiddens=(512,)), image, spaces.Discrete(6))[1] == (
+    assert DQN.network_size(DQNConfig(hiddens=(512,)), image, spaces.Discrete(6))[1] == (
         convs + 512 + 1 + 6
     )
     minatar = spaces.Box(0, 1, (10, 10, 4), np.uint8)  # IMPALA: 10x10 -> 5x5 -> 3x3 -> 2x2
     stages = (16 * 100 + 4 * 16 * 25) + (32 * 25 + 4 * 32 * 9) + (32 * 9 + 4 * 32 * 4)
-    impala = DQNOptions(hiddens=(64,), encoder="impala", num_atoms=51, layer_norm=True)
+    impala = DQNConfig(hiddens=(64,), encoder="impala", num_atoms=51, layer_norm=True)
     norms = 16 * 25 + 32 * 9 + 32 * 4 + 64  # each stage's ChannelNorm, the hidden LayerNorm
     assert DQN.network_size(impala, minatar, spaces.Discrete(6))[1] == (
         stages + norms + 64 + 51 + 6 * 51
     )
     box = spaces.Box(-2, 2, (1,), np.float32)
-    dpg = DPGOptions(actor_hiddens=(8,), critic_hiddens=(8,), twin_q=True)
+    dpg = DPGConfig(actor_hiddens=(8,), critic_hiddens=(8,), twin_q=True)
     params, acts = DPG.network_size(dpg, spaces.Box(-1, 1, (3,), np.float32), box)
     assert acts == (8 + 1) + 2 * (8 + 1)  # the actor, then both critics
     model = DPG.make_network(dpg, spaces.Box(-1, 1, (3,), np.float32), box)
@@ -101,7 +101,7 @@ def test_every_large_part_is_counted_on_the_worker_that_holds_it():
     placement, held = _plan(cfg)
     learner = placement.learner.address
     keys = {p.key for p in held[learner]}
-    assert {"replay.capacity", "learner.hiddens", "learner.batch_size"} <= keys
+    assert {"replay.capacity", "networks", "learner.batch_size"} <= keys
     others = [a for a in held if a != learner]
     assert others and all({p.key for p in held[a]} == {"workers.num_workers"} for a in others)
     replay = sum(p.nbytes for p in held[learner] if p.key == "replay.capacity")
@@ -147,3 +147,31 @@ def test_nothing_is_checked_without_a_limit():
     cfg = ApexConfig.preset("atari")
     placement, held = _plan(cfg)
     check_memory(cfg, ATARI, held, {a: 0 for a in held}, {})
+
+
+def test_networks_too_big_for_the_learners_worker_are_refused_naming_their_keys():
+    """The networks' share comes from the networks themselves (built on torch's meta
+    device: no memory); the refusal names the agent's keys that shape them."""
+    cfg = ApexConfig.preset("atari").override(
+        {"replay.capacity": 40_000, "replay.learning_starts": 1000, "dqn.hiddens": [40_000]}
+    )
+    msg = _refusal(cfg, 4 * GIB)
+    assert "\n" not in msg and "the learner's networks" in msg and "needs about" in msg
+    assert "dqn.hiddens=[40000]" in msg and "smaller networks" in msg
+
+
+def test_the_cli_refuses_networks_that_cannot_fit_before_starting_anything(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    submit = Path(sys.executable).parent / "apex-dask-submit"
+    done = subprocess.run(
+        [str(submit), "--preset", "cartpole", "--set", "dqn.hiddens=[200000,200000]",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "the learner's networks" in last and "dqn.hiddens=[200000, 200000]" in last
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

@@ -66,9 +66,9 @@ def test_printed_config_runs_unchanged_with_config(tmp_path, capsys):
 
 def test_set_and_stop_flags_apply_on_top_of_the_file(capsys):
     args = ["--from-rllib", str(rf.CARTPOLE_2022), "--print-config", "--stop-time", "30"]
-    assert submit([*args, "--set", "learner.lr=0.001"]) == 0
+    assert submit([*args, "--set", "dqn.lr=0.001"]) == 0
     cfg = yaml.safe_load(_yaml_part(capsys.readouterr().out))
-    assert (cfg["learner"]["lr"], cfg["stop"]["time_s"], cfg["stop"]["train_return"]) == (
+    assert (cfg["dqn"]["lr"], cfg["stop"]["time_s"], cfg["stop"]["train_return"]) == (
         0.001,
         30.0,
         150.0,
@@ -116,7 +116,7 @@ def test_tune_samplers_refuse_a_single_run_and_print_a_sweep_file(tmp_path, caps
     sweep_file = tmp_path / "sweep.yaml"
     sweep_file.write_text(capsys.readouterr().out)
     spec = load_sweep(sweep_file)
-    assert [p.key for p in spec.space.params] == ["learner.lr", "learner.gamma"]
+    assert [p.key for p in spec.space.params] == ["dqn.lr", "learner.gamma"]
     assert yaml.safe_load(sweep_file.read_text())["trials"] == 4  # num_samples x the grid
     assert spec.budget.env_steps == 20000  # the file's stop
     assert spec.objective.metric == "env/episode_return_mean"
@@ -129,7 +129,7 @@ def test_sweep_from_rllib_prepares_the_same_sweep(tmp_path, capsys):
     folder, spec, resuming = _prepare(args)
     assert not resuming and folder == tmp_path / "s"
     assert "RLlib experiment 'cartpole-grid'" in capsys.readouterr().out
-    assert spec.space.grid_points() == [{"learner.lr": 0.001}, {"learner.lr": 0.004}]
+    assert spec.space.grid_points() == [{"dqn.lr": 0.001}, {"dqn.lr": 0.004}]
     conv = convert(pick(read_experiments(path), None, "g"))
     assert spec.base == conv.config()
 

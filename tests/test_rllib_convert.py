@@ -47,7 +47,7 @@ def test_2018_multi_experiment_yaml_needs_a_name_and_converts_each(tmp_path):
             "replay.alpha": 0.5,
             "replay.learning_starts": 50_000,
             "workers.rollout_fragment_length": 20,
-            "learner.lr": 1e-4,
+            "dqn.lr": 1e-4,
             "learner.target_update_freq": 50_000,
             "learner.device": "cuda",
             "eval.episodes": 0,
@@ -66,7 +66,7 @@ def test_2018_multi_experiment_yaml_needs_a_name_and_converts_each(tmp_path):
         16,
         2,
     )
-    assert cfg.learner.hiddens == (512,)  # Atari: the layers after the conv net
+    assert cfg.agent.hiddens == (512,)  # Atari: the layers after the conv net
     assert cfg.learner.device == "cpu"
 
 
@@ -93,7 +93,7 @@ def test_2020_params_json_converts_every_key_without_a_refusal(tmp_path):
             "env.clip_rewards": None,
             "replay.frame_stack": 4,
             "workers.num_workers": 8,
-            "learner.lr": 1e-4,
+            "dqn.lr": 1e-4,
             "learner.device": "cuda",
             "learner.min_replay_ratio": None,
             "learner.max_replay_ratio": None,
@@ -116,8 +116,8 @@ def test_2022_cartpole_file_converts_to_the_expected_config():
             "replay.num_shards": 2,
             "replay.learning_starts": 1000,
             "learner.batch_size": 64,
-            "learner.lr": 0.004,
-            "learner.hiddens": (128, 128),  # fcnet_hiddens then hiddens
+            "dqn.lr": 0.004,
+            "dqn.hiddens": (128, 128),  # fcnet_hiddens then hiddens
             "learner.target_update_freq": 2000,
             "learner.min_replay_ratio": 8.0,  # training_intensity: a replay ratio
             "learner.max_replay_ratio": 8.0,
@@ -165,9 +165,9 @@ def test_pendulum_ou_noise_ladder_is_rllibs_per_worker_scale(n):
     # stationary std ou_sigma / sqrt(1 - (1 - theta)^2); in half ranges: x 2
     stat = 0.2 / math.sqrt(1 - 0.85**2)
     rllib = [0.4 ** (1 + (i + 1) / (n - 1) * 7) * 0.1 * stat * 2 for i in range(n)]
-    ours = noise_ladder(n, cfg.dpg.noise_base, cfg.dpg.noise_alpha)
+    ours = noise_ladder(n, cfg.agent.noise_base, cfg.agent.noise_alpha)
     np.testing.assert_allclose(ours, rllib, rtol=1e-5)
-    assert (cfg.dpg.noise, cfg.dpg.ou_theta) == ("ou", 0.15)
+    assert (cfg.agent.noise, cfg.agent.ou_theta) == ("ou", 0.15)
 
 
 def _read_dict(data):
@@ -184,9 +184,9 @@ def test_apex_ddpg_pendulum_file_converts_units_and_targets():
     conv = _conv(rf.PENDULUM_DDPG, action_half_range=2.0)
     cfg = conv.config()
     assert cfg.algo == "dpg" and cfg.env.env_id == "Pendulum-v1"
-    assert (cfg.dpg.target_noise, cfg.dpg.target_noise_clip) == (0.2, 0.5)  # / half range 2
-    assert (cfg.dpg.tau, cfg.dpg.policy_delay, cfg.dpg.twin_q) == (0.005, 2, True)
-    assert cfg.dpg.actor_hiddens == (64, 64) and cfg.dpg.critic_hiddens == (64, 64)
+    assert (cfg.agent.target_noise, cfg.agent.target_noise_clip) == (0.2, 0.5)  # / half range 2
+    assert (cfg.agent.tau, cfg.agent.policy_delay, cfg.agent.twin_q) == (0.005, 2, True)
+    assert cfg.agent.actor_hiddens == (64, 64) and cfg.agent.critic_hiddens == (64, 64)
     assert (cfg.eval.episodes, cfg.eval.interval_s, cfg.stop.eval_return) == (10, 0.0, -250.0)
     assert cfg.learner.grad_clip >= 1e9  # RLlib's DDPG default: no clipping
     # without the action bounds the units cannot be converted: refused, not guessed
@@ -203,9 +203,9 @@ def test_2018_ddpg_noise_uses_the_zero_based_index(tmp_path):
     cfg = _conv(rf.write(tmp_path, "d.yaml", text), action_half_range=2.0).config()
     rllib = [0.4 ** (1 + i / 3 * 7) * 0.5 / 2.0 for i in range(4)]
     np.testing.assert_allclose(
-        noise_ladder(4, cfg.dpg.noise_base, cfg.dpg.noise_alpha), rllib, rtol=1e-5
+        noise_ladder(4, cfg.agent.noise_base, cfg.agent.noise_alpha), rllib, rtol=1e-5
     )
-    assert (cfg.dpg.tau, cfg.learner.target_update_freq) == (1.0, 500_000)
+    assert (cfg.agent.tau, cfg.learner.target_update_freq) == (1.0, 500_000)
 
 
 def test_rllib_defaults_not_reproduced_are_listed_not_dropped(tmp_path):
@@ -217,7 +217,7 @@ def test_rllib_defaults_not_reproduced_are_listed_not_dropped(tmp_path):
         assert key in listed
     assert "RLlib defaults apex_dask does not reproduce" in "\n".join(table(conv))
     cfg = conv.config()
-    assert cfg.dpg.tau == ApexConfig().dpg.tau  # apex_dask's own value stays
+    assert cfg.agent.tau == ApexConfig(algo="dpg").agent.tau  # apex_dask's own value stays
 
 
 @pytest.mark.parametrize(
@@ -271,8 +271,8 @@ def test_tune_samplers_become_a_sweep_space(tmp_path):
     conv = _conv(rf.write(tmp_path, "g.yaml", text))
     assert not conv.refusals
     assert conv.space == {
-        "learner.lr": {"grid": [0.001, 0.004]},
-        "learner.hiddens": {"grid": [[32, 64], [32, 128]]},  # each value converted
+        "dqn.lr": {"grid": [0.001, 0.004]},
+        "dqn.hiddens": {"grid": [[32, 64], [32, 128]]},  # each value converted
         "learner.gamma": {"uniform": [0.95, 0.99]},
         "learner.n_step": {"int": [1, 3]},  # Tune's randint excludes its upper bound
     }

@@ -232,9 +232,9 @@ def test_rainbow_value_head_keys_become_the_dqn_agents_options(tmp_path):
     keys = {"num_atoms": 51, "v_min": -20, "v_max": 30, "noisy": True, "sigma0": 0.3}
     conv = convert(_experiment(tmp_path, CARTPOLE, keys, {}))
     assert conv.refusals == []
-    learner = conv.config().learner
-    assert (learner.num_atoms, learner.v_min, learner.v_max) == (51, -20.0, 30.0)
-    assert (learner.noisy, learner.sigma0) == (True, 0.3)
+    dqn = conv.config().agent
+    assert (dqn.num_atoms, dqn.v_min, dqn.v_max) == (51, -20.0, 30.0)
+    assert (dqn.noisy, dqn.sigma0) == (True, 0.3)
     # RLlib's Ape-X kept its per-worker epsilons with noisy layers
     assert conv.config().workers.epsilon_with_noisy is True
 

@@ -37,7 +37,7 @@ base:
     replay.capacity: 2000
     replay.learning_starts: 64
     learner.batch_size: 32
-    learner.hiddens: [16]
+    dqn.hiddens: [16]
     report.min_iter_time_s: 0
     report.timesteps_per_iteration: 100
     eval.episodes: 0

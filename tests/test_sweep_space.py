@@ -24,20 +24,22 @@ BASE = "base: {preset: cartpole}\nbudget: {time_s: 10}\n"
 
 BAD_SPACES = [
     # (space section, words the one line must hold)
-    ("learner.lrr: {loguniform: [1.0e-4, 1.0e-2]}", ["learner.lrr", "learner.lr"]),
+    ("learner.lrr: {loguniform: [1.0e-4, 1.0e-2]}", ["learner.lrr", "unknown config key"]),
+    ("dqn.lrr: {loguniform: [1.0e-4, 1.0e-2]}", ["dqn.lrr", "dqn.lr"]),
+    ("dpg.tau: {uniform: [0.1, 0.2]}", ["dpg.tau", "dpg agent", "algo is dqn"]),
     ("replay.placement: {uniform: [0.1, 0.5]}", ["replay.placement", "a string", "choice"]),
-    ("learner.lr: {choice: [0.001, fast]}", ["learner.lr", "'fast'", "must be a number"]),
+    ("dqn.lr: {choice: [0.001, fast]}", ["dqn.lr", "'fast'", "must be a number"]),
     ("learner.batch_size: {uniform: [32, 64]}", ["learner.batch_size", "integer", "int:"]),
-    ("learner.lr: {loguniform: [1.0e-2, 1.0e-4]}", ["learner.lr", "empty"]),
+    ("dqn.lr: {loguniform: [1.0e-2, 1.0e-4]}", ["dqn.lr", "empty"]),
     ("learner.n_step: {int: [3, 3]}", ["learner.n_step", "empty"]),
-    ("learner.lr: {loguniform: [0.0, 1.0e-2]}", ["learner.lr", "lo > 0"]),
-    ("learner.lr: {choice: []}", ["learner.lr", "non-empty"]),
+    ("dqn.lr: {loguniform: [0.0, 1.0e-2]}", ["dqn.lr", "lo > 0"]),
+    ("dqn.lr: {choice: []}", ["dqn.lr", "non-empty"]),
     ("replay.placement: {choice: [learner_process, nowhere]}", ["replay.placement", "'nowhere'"]),
     ("replay.alpha: {uniform: [0.4, 1.5]}", ["replay.alpha", "1.5", "not allowed"]),
     ("learner.device: {grid: [cpu, tpu]}", ["learner.device", "'tpu'"]),
-    ("learner.lr: 0.001", ["learner.lr", "not a distribution"]),
-    ("learner: {lr: {normal: [0, 1]}}", ["learner.lr", "not a distribution"]),
-    ("learner.lr: {uniform: [1.0e-4, 1.0e-2], steps: 2}", ["learner.lr", "'steps'"]),
+    ("dqn.lr: 0.001", ["dqn.lr", "not a distribution"]),
+    ("dqn: {lr: {normal: [0, 1]}}", ["dqn.lr", "not a distribution"]),
+    ("dqn.lr: {uniform: [1.0e-4, 1.0e-2], steps: 2}", ["dqn.lr", "'steps'"]),
 ]
 
 
@@ -78,7 +80,7 @@ def test_a_bad_space_is_one_line_and_exit_2_before_anything_starts(tmp_path, spa
 )
 def test_bad_sections_are_one_line_too(tmp_path, extra, words):
     (tmp_path / "s.yaml").write_text(
-        "base: {preset: cartpole}\nspace: {learner.lr: {uniform: [1.0e-3, 2.0e-3]}}\n" + extra
+        "base: {preset: cartpole}\nspace: {dqn.lr: {uniform: [1.0e-3, 2.0e-3]}}\n" + extra
     )
     done = subprocess.run(
         [*SWEEP, str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")],
@@ -106,7 +108,7 @@ def test_the_space_is_typed_and_values_come_back_as_the_config_takes_them():
             "learner": {"lr": {"loguniform": [3e-5, 1e-3]}},
             "replay.alpha": {"uniform": [0.4, 0.7], "step": 0.1},
             "learner.n_step": {"int": [1, 5], "step": 2},
-            "learner.hiddens": {"choice": [[64], [128, 128]]},
+            "dqn.hiddens": {"choice": [[64], [128, 128]]},
             "learner.batch_size": {"grid": [32, 64]},
             "env.env_kwargs.max_episode_steps": {"grid": [100, 200]},
         },
@@ -114,10 +116,10 @@ def test_the_space_is_typed_and_values_come_back_as_the_config_takes_them():
     )
     kinds = {p.key: type(p) for p in space.params}
     assert kinds == {
-        "learner.lr": FloatRange,
+        "dqn.lr": FloatRange,
         "replay.alpha": FloatRange,
         "learner.n_step": IntRange,
-        "learner.hiddens": Choice,
+        "dqn.hiddens": Choice,
         "learner.batch_size": Choice,
         "env.env_kwargs.max_episode_steps": Choice,
     }
@@ -131,16 +133,16 @@ def test_the_space_is_typed_and_values_come_back_as_the_config_takes_them():
     hiddens = space.params[3]
     assert hiddens.encoded() == ("[64]", "[128, 128]")  # samplers keep scalars only
     stored = {
-        "learner.lr": 1e-4,
+        "dqn.lr": 1e-4,
         "replay.alpha": 0.5,
         "learner.n_step": 3,
-        "learner.hiddens": "[128, 128]",
+        "dqn.hiddens": "[128, 128]",
         "learner.batch_size": 64,
         "env.env_kwargs.max_episode_steps": 200,
     }
     cfg = base.override(space.overrides(stored))
-    assert cfg.learner.hiddens == (128, 128) and cfg.learner.batch_size == 64
-    assert cfg.learner.lr == 1e-4 and cfg.env.env_kwargs == {"max_episode_steps": 200}
+    assert cfg.agent.hiddens == (128, 128) and cfg.learner.batch_size == 64
+    assert cfg.agent.lr == 1e-4 and cfg.env.env_kwargs == {"max_episode_steps": 200}
 
 
 def test_an_error_names_where_it_is():
@@ -201,7 +203,7 @@ def test_the_sweep_file_defaults_and_its_written_form_read_back_the_same(tmp_pat
 
     data = {
         "base": {"preset": "cartpole", "set": {"stop.timesteps": 4000, "eval.episodes": 3}},
-        "space": {"learner": {"lr": {"loguniform": [1e-4, 1e-2]}}},
+        "space": {"dqn": {"lr": {"loguniform": [1e-4, 1e-2]}}},
     }
     spec = spec_from_dict(data, tmp_path)
     assert spec.budget.env_steps == 4000 and spec.budget.time_s is None  # the base's own stop
@@ -211,8 +213,8 @@ def test_the_sweep_file_defaults_and_its_written_form_read_back_the_same(tmp_pat
         "best",
     )
     assert (spec.sampler.name, spec.pruner.name) == ("tpe", "median")
-    cfg = spec.trial_config({"learner.lr": 1e-3})
-    assert cfg.learner.lr == 1e-3 and cfg.stop.timesteps == 4000 and cfg.eval.episodes == 3
+    cfg = spec.trial_config({"dqn.lr": 1e-3})
+    assert cfg.agent.lr == 1e-3 and cfg.stop.timesteps == 4000 and cfg.eval.episodes == 3
     (tmp_path / "base.yaml").write_text(spec.base.to_yaml())
     again = spec_from_dict(yaml.safe_load(yaml.safe_dump(spec.to_dict("base.yaml"))), tmp_path)
     assert again.base == spec.base and again.space == spec.space

@@ -41,7 +41,7 @@ def cartpole_run(folder: Path, version: int = 42) -> Path:
     cfg = ApexConfig.preset("cartpole")
     folder.mkdir(parents=True, exist_ok=True)
     write_text(folder / "config.yaml", cfg.to_yaml())
-    save_weights(folder, (version, cartpole_weights(tuple(cfg.learner.hiddens))))
+    save_weights(folder, (version, cartpole_weights(tuple(cfg.agent.hiddens))))
     return folder
 
 
@@ -54,7 +54,7 @@ def minatar_run(folder: Path, version: int = 3) -> Path:
     env = make_env_factory(cfg.env.env_id)()
     torch.manual_seed(0)
     net = build_q_network(
-        env.observation_space, env.action_space, cfg.learner.hiddens, cfg.learner.dueling
+        env.observation_space, env.action_space, cfg.agent.hiddens, cfg.agent.dueling
     )
     env.close()
     assert isinstance(env.observation_space, gym.spaces.Box)
@@ -72,7 +72,7 @@ def pendulum_model(seed: int = 0):
 
     cfg = ApexConfig.preset("pendulum")
     env = make_env_factory(cfg.env.env_id)()
-    d = cfg.dpg
+    d = cfg.agent
     torch.manual_seed(seed)
     model = build_dpg_model(
         env.observation_space, env.action_space, d.actor_hiddens, d.critic_hiddens, d.twin_q

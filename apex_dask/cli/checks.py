@@ -247,7 +247,7 @@ def probe_env(cfg: ApexConfig) -> EnvSpaces:
     from apex_dask.experiment.builder import agent_of
 
     agent = agent_of(cfg)
-    problem = agent.check_spaces(obs, act, agent.agent_spec(cfg).options)
+    problem = agent.check_spaces(obs, act, cfg.agent)
     if problem is not None:
         raise UsageError(
             f"env {env_id!r} has observation space {_short(obs, 60)} and action space "

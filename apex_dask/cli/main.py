@@ -4,7 +4,7 @@ Examples::
 
     apex-dask-submit --preset cartpole --stop-eval-return 475           # embedded LocalCluster
     apex-dask-submit --scheduler tcp://10.0.0.5:8786 --preset cartpole
-    apex-dask-submit --scheduler-file ~/sched.json --config run.yaml --set learner.lr=1e-3
+    apex-dask-submit --scheduler-file ~/sched.json --config run.yaml --set dqn.lr=1e-3
     apex-dask-submit --cluster slurm --jobs 4 --preset atari
 
 Bad input (config, flags, env ids and spaces, devices, replay memory,
@@ -171,14 +171,20 @@ def check_local_memory(cfg: ApexConfig, spaces: EnvSpaces) -> None:
         num_env_workers=cfg.workers.num_workers,
         replay_placement=cfg.replay.placement,
     )
-    held = plan_holdings(cfg, spaces, placement)
-    if max(sum(p.nbytes for p in parts) for parts in held.values()) <= 2**28:
-        return  # fits any machine: no need to import Dask to ask
-    from distributed.system import MEMORY_LIMIT
-
     names = {w.address: f"{w.address} of the embedded cluster" for w in workers}
     names[placement.learner.address] = f"the learner's {names[placement.learner.address]}"
-    check_memory(cfg, spaces, held, {w.address: MEMORY_LIMIT / n for w in workers}, names)
+
+    def check(held: dict) -> None:
+        if max(sum(p.nbytes for p in parts) for parts in held.values()) <= 2**28:
+            return  # fits any machine: no need to import Dask to ask
+        from distributed.system import MEMORY_LIMIT
+
+        check_memory(cfg, spaces, held, {w.address: MEMORY_LIMIT / n for w in workers}, names)
+
+    # the replay and the batches alone first: what they refuse needs no torch (the
+    # networks' sizes are counted on the networks, built on torch's meta device)
+    check(plan_holdings(cfg, spaces, placement, networks=False))
+    check(plan_holdings(cfg, spaces, placement))
 
 
 def _from_rllib(args: argparse.Namespace) -> ApexConfig | None:

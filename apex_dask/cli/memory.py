@@ -35,7 +35,10 @@ from typing import Any
 
 from apex_dask.config import ApexConfig
 
-__all__ = ["ENV_BYTES", "Part", "check_memory", "plan_holdings"]
+__all__ = ["ENV_BYTES", "NETWORKS", "Part", "check_memory", "plan_holdings"]
+
+NETWORKS = "networks"
+"""The key of the learner's networks' part: the agent's keys that shape them."""
 
 ENV_BYTES = 8 * 2**20
 """Allowance for one env's own state (its simulator), which cannot be known without
@@ -67,8 +70,11 @@ def _shapes(spaces_: Any) -> tuple[tuple[int, ...], int, int]:
     return shape, int(np.prod(shape)), int(np.dtype(obs.dtype).itemsize)
 
 
-def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, list[Part]]:
-    """``address -> parts`` for the placement the driver will make (see the module docstring)."""
+def plan_holdings(
+    cfg: ApexConfig, spaces_: Any, placement: Any, networks: bool = True
+) -> dict[str, list[Part]]:
+    """``address -> parts`` for the placement the driver will make (see the module docstring);
+    without the ``networks`` (their size needs torch), a lower bound."""
     from apex_dask.cli.checks import replay_bytes
 
     shape, elems, itemsize = _shapes(spaces_)
@@ -77,7 +83,7 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
 
     agent = agent_of(cfg)
     obs_space, act_space = spaces_.observation_space, spaces_.action_space
-    params, acts = agent.network_size(agent.agent_spec(cfg).options, obs_space, act_space)
+    params, acts = agent.network_size(cfg.agent, obs_space, act_space) if networks else (0, 0)
     held: dict[str, list[Part]] = {}
 
     def add(address: str, part: Part) -> None:
@@ -88,7 +94,8 @@ def plan_holdings(cfg: ApexConfig, spaces_: Any, placement: Any) -> dict[str, li
         add(shard.address, Part("the replay", total // r.num_shards, "replay.capacity"))
     learner = placement.learner.address
     nets = "the learner's networks (online, target, gradients, Adam state, weights blob)"
-    add(learner, Part(nets, 6 * 4 * params, "learner.hiddens"))
+    if networks:
+        add(learner, Part(nets, 6 * 4 * params, NETWORKS))
     own = agent.item_bytes(cfg, obs_space)  # sequence items (r2d2)
     item = 2 * elems * itemsize + 32 if own is None else per_item
     queued = lc.inqueue_size + lc.prefetch_per_shard * r.num_shards
@@ -124,8 +131,8 @@ def _lower(cfg: ApexConfig, part: Part, room: float, spaces_: Any) -> str:
         "learner.batch_size": cfg.learner.batch_size,
         "workers.num_workers": cfg.workers.num_workers,
     }.get(part.key)
-    if current is None:
-        return f"smaller layers than {part.key}={list(cfg.learner.hiddens)}"
+    if current is None:  # the networks
+        return f"smaller networks ({_value(cfg, part.key)})"
     scaled = max(1, math.floor(0.9 * current * max(0.0, room) / max(1, part.nbytes)))
     return f"--set {part.key}={scaled}"
 
@@ -155,7 +162,8 @@ def check_memory(
             head = f"replay.capacity={cfg.replay.capacity:,}"
             head += f" (observations {tuple(obs.shape)} {obs.dtype})"
         else:
-            head = f"{big.what} ({big.key}={_value(cfg, big.key)})"
+            shown = _value(cfg, big.key)
+            head = f"{big.what} ({shown if big.key == NETWORKS else f'{big.key}={shown}'})"
         advice = _lower(cfg, Part(big.what, merged, big.key), room, spaces_)
         raise UsageError(
             f"{head} needs about {_gib(merged)} of the {_gib(need)} estimated for {where}, "
@@ -164,5 +172,9 @@ def check_memory(
 
 
 def _value(cfg: ApexConfig, key: str) -> Any:
+    if key == NETWORKS:  # the keys that shape them
+        from apex_dask.experiment.builder import agent_of
+
+        return agent_of(cfg).network_keys(cfg)
     section, _, name = key.partition(".")
     return getattr(getattr(cfg, section), name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from apex_dask.config.errors import ConfigError
@@ -25,15 +26,29 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def flatten(root: Any, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested sections of ``root`` (a dataclass) -> dotted keys; other mappings stay values.
-    A key given twice (``replay: {alpha: ..}`` and ``replay.alpha: ..``) is refused."""
+def flatten(
+    root: Any,
+    data: dict[str, Any],
+    prefix: str = "",
+    agent_section: Callable[[str], bool] = lambda name: False,
+) -> dict[str, Any]:
+    """Nested sections of ``root`` (a dataclass) and the top-level sections for which
+    ``agent_section(name)`` holds (an agent's, named as the agent) -> dotted keys; other
+    mappings stay values. A key given twice (``replay: {alpha: ..}`` and ``replay.alpha: ..``)
+    is refused."""
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
             raise ConfigError(f"config key {_shown(key)} must be a string")
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
+        if (
+            isinstance(value, dict)
+            and not prefix
+            and not is_section(root, name)
+            and agent_section(name)
+        ):
+            inner = {f"{key}.{k}": v for k, v in flatten(dict, value).items()}
+        elif isinstance(value, dict) and name != "env.env_kwargs" and is_section(root, name):
             inner = flatten(root, value, name + ".")
         else:
             inner = {name: value}
@@ -73,6 +88,8 @@ def is_section(root: Any, dotted: str) -> bool:
     """Whether ``dotted`` names a nested dataclass section of ``root``."""
     cls: Any = root
     for part in dotted.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return False
         hints = typing.get_type_hints(cls)
         if part not in hints:
             return False
@@ -80,7 +97,7 @@ def is_section(root: Any, dotted: str) -> bool:
     return dataclasses.is_dataclass(cls)
 
 
-def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> None:
+def set_dotted(tree: dict[str, Any], key: str, value: Any, names: Iterable[str]) -> None:
     """Set ``key`` (dotted) in the nested ``tree``; unknown keys name a close match in ``names``."""
     if not isinstance(key, str):
         raise ConfigError(f"config key {_shown(key)} must be a string such as 'replay.alpha'")
@@ -112,7 +129,7 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any, names: list[str]) -> 
     node[leaf] = value
 
 
-def unknown_key(key: str, names: list[str]) -> str:
+def unknown_key(key: str, names: Iterable[str]) -> str:
     """The one-line message for an unknown key, with the closest known one."""
     import difflib
 
@@ -121,7 +138,7 @@ def unknown_key(key: str, names: list[str]) -> str:
     return f"unknown config key {_shown(key)}{hint}"
 
 
-def build(cls: Any, data: dict[str, Any], prefix: str, names: list[str]) -> Any:
+def build(cls: Any, data: dict[str, Any], prefix: str, names: Iterable[str]) -> Any:
     """The dataclass tree ``cls`` from nested ``data``, each value checked by its annotation."""
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}

@@ -4,8 +4,8 @@
 
     data = read_document("run.yaml", "config file")     # a file: YAML, or JSON by name
     data = parse_document(text, "sweep file 'x.yaml'")  # text already in hand
-    value = parse_value("[256, 256]", "--set learner.hiddens")   # a --set value
-    f"learner.lr={shown(value)} is invalid"            # a value in a message, cut
+    value = parse_value("[256, 256]", "--set dqn.hiddens")   # a --set value
+    f"dqn.lr={shown(value)} is invalid"            # a value in a message, cut
 
 Config files, sweep files, RLlib experiment files and ``params.json``, the
 ``sweep.yaml`` of a sweep folder, the ``config.yaml`` of a run folder and every

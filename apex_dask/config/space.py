@@ -4,10 +4,10 @@
 
     space = parse_space(
         {
-            "learner.lr": {"loguniform": [3e-5, 1e-3]},
+            "dqn.lr": {"loguniform": [3e-5, 1e-3]},
             "replay.alpha": {"uniform": [0.4, 0.7]},
             "learner.n_step": {"int": [1, 5]},
-            "learner.hiddens": {"choice": [[64], [128, 128]]},
+            "dqn.hiddens": {"choice": [[64], [128, 128]]},
             "learner.batch_size": {"grid": [32, 64]},
         },
         ApexConfig.preset("cartpole"),
@@ -27,7 +27,7 @@ Each key maps to exactly one distribution:
 ``{int: [lo, hi]}``      an integer in [lo, hi] (``step: k`` or ``log: true``)
 ======================  ==================================================
 
-Keys are dotted (``learner.lr``) or nested sections (``learner: {lr: ...}``).
+Keys are dotted (``dqn.lr``) or nested sections (``dqn: {lr: ...}``).
 Everything is checked against ``base`` before anything runs: an unknown key,
 a distribution that does not fit the key's type (``uniform`` on a string), an
 empty range, a choice outside the key's allowed values (each value and each
@@ -48,8 +48,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apex_dask.algo.agents.registry import is_agent
 from apex_dask.config.plumbing import ConfigError, flatten, unknown_key
 from apex_dask.config.reader import shown
+from apex_dask.config.renames import route
 
 __all__ = [
     "KINDS",
@@ -65,7 +67,7 @@ __all__ = [
 KINDS = ("grid", "choice", "uniform", "loguniform", "int")
 """The distributions a key may have."""
 
-_EXAMPLE = "e.g. learner.lr: {loguniform: [1.0e-4, 1.0e-2]}"
+_EXAMPLE = "e.g. dqn.lr: {loguniform: [1.0e-4, 1.0e-2]}"
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -168,7 +170,7 @@ class SearchSpace:
         return out
 
     def describe(self) -> list[str]:
-        """One short line per key, e.g. ``learner.lr: loguniform [3e-05, 0.001]``."""
+        """One short line per key, e.g. ``dqn.lr: loguniform [3e-05, 0.001]``."""
         lines = []
         for p in self.params:
             if isinstance(p, Choice):
@@ -197,35 +199,30 @@ def parse_space(space: Any, base: Any, *, where: str = "space") -> SearchSpace:
     ``where`` starts each error line (e.g. the file's name). Raises :class:`SpaceError`."""
     if not isinstance(space, Mapping) or not space:
         raise SpaceError(f"{where}: must map config keys to distributions, {_EXAMPLE}")
-    flat = _flatten(type(base), space, "", where)
+    flat = _flatten(type(base), space, "", where, is_agent)
+    try:  # keys that moved to the agent's section; another agent's keys are refused
+        moved = dict(route({k: v for k, v in flat.items() if k != "algo"}, base.algo, saved=False))
+    except ConfigError as exc:
+        raise SpaceError(f"{where}: {exc}") from None
+    flat = {"algo": flat["algo"], **moved} if "algo" in flat else moved
     names = list(base.field_docs())
     params = tuple(_param(key, spec, base, names, where) for key, spec in flat.items())
     return SearchSpace(params)
 
 
-def _flatten(root: Any, data: Mapping[str, Any], prefix: str, where: str) -> dict[str, Any]:
-    """Nested sections to dotted keys, as a config file's (a key given twice refused)."""
+def _flatten(
+    root: Any, data: Mapping[str, Any], prefix: str, where: str, is_agent: Any
+) -> dict[str, Any]:
+    """Nested sections (and an agent's, named as the agent) to dotted keys, as a config
+    file's (a key given twice refused)."""
 
     def dicts(value: Any) -> Any:
         return {k: dicts(v) for k, v in value.items()} if isinstance(value, Mapping) else value
 
     try:
-        return flatten(root, dicts(data), prefix)
+        return flatten(root, dicts(data), prefix, agent_section=is_agent)
     except ConfigError as exc:
         raise SpaceError(f"{where}: {exc}") from None
-
-
-def field_type(root: Any, dotted: str) -> Any:
-    """The annotation of the field ``dotted`` of the dataclass ``root`` (None: no such field)."""
-    cls = root
-    for part in dotted.split("."):
-        if not dataclasses.is_dataclass(cls):
-            return None
-        hints = typing.get_type_hints(cls)
-        if part not in hints:
-            return None
-        cls = hints[part]
-    return cls
 
 
 def _base_kind(tp: Any) -> Any:
@@ -238,7 +235,7 @@ def _base_kind(tp: Any) -> Any:
 
 def _param(key: str, spec: Any, base: Any, names: list[str], where: str) -> Param:
     at = f"{where}: {key}"
-    tp = field_type(type(base), key)
+    tp = base.key_type(key)
     if key.startswith("env.env_kwargs."):
         tp = Any
     elif tp is None:

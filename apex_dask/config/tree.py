@@ -4,8 +4,13 @@
 the notebook, YAML files and the HPC job scripts all build the same object::
 
     cfg = ApexConfig.preset("cartpole")
-    cfg = cfg.override({"replay.alpha": 0.5, "learner.lr": 1e-3})
+    cfg = cfg.override({"replay.alpha": 0.5, "dqn.lr": 1e-3})
     cfg = ApexConfig.from_yaml("my_run.yaml")   # may name a preset: `preset: cartpole`
+
+The shared sections (``env``, ``replay``, ``learner``, ``workers``, ...) are here;
+the run's agent's own section (``cfg.agent``; ``dqn:``, ``dpg:`` or ``r2d2:`` in
+YAML, named by ``algo``) is its config class, found through the agent registry.
+A key of another agent's section is refused, naming the agent it belongs to.
 
 Defaults are RLlib's Ape-X defaults (the ``atari`` preset); smaller machines
 use the ``cartpole`` and ``minatar`` presets. Every invalid value raises one
@@ -16,30 +21,31 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apex_dask.config import dpg as _dpg
-from apex_dask.config import r2d2 as _r2d2
+from apex_dask.algo.agents import config as _shared
+from apex_dask.algo.agents.config import AgentConfig, LearnerConfig
+from apex_dask.algo.agents.registry import UnknownAgentError, agent, agents, is_agent
+from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.config import sections
-from apex_dask.config.dpg import DPGConfig
 from apex_dask.config.plumbing import (
     ConfigError,
     build,
+    coerce,
     collect_docs,
     flatten,
     plain,
     set_dotted,
 )
 from apex_dask.config.presets import PRESETS
-from apex_dask.config.r2d2 import R2D2Config
 from apex_dask.config.reader import read_document, shown
-from apex_dask.config.renames import RETIRED, renamed, set_reward_stop
+from apex_dask.config.renames import MOVED_TO_AGENT, route, set_reward_stop
 from apex_dask.config.sections import (
     CheckpointConfig,
     EvalConfig,
@@ -54,8 +60,6 @@ __all__ = [
     "ApexConfig",
     "CheckpointConfig",
     "ConfigError",
-    "DPGConfig",
-    "R2D2Config",
     "EnvConfig",
     "EnvWorkersConfig",
     "EvalConfig",
@@ -66,6 +70,8 @@ __all__ = [
     "TopologyConfig",
     "PRESETS",
 ]
+
+_ROLLOUT = RolloutSpec()  # the acting settings' defaults, written once
 
 
 @dataclass(frozen=True)
@@ -83,11 +89,11 @@ class EnvConfig:
     repeat_action_probability: float = 0.0
     """``ALE/`` ids: sticky-action probability of the emulator. 0.0 (the DQN/Ape-X setup)
     unlike ALE v5's default 0.25; set 0.25 to turn sticky actions back on."""
-    make_timeout_s: float = 60.0
+    make_timeout_s: float = _ROLLOUT.make_timeout_s
     """Seconds making one env may take (the probe before start, each env worker's envs,
     the evaluator's env). A constructor that does not return in time: exit 2 before start,
     an env error during the run."""
-    step_timeout_s: float | None = None
+    step_timeout_s: float | None = _ROLLOUT.step_timeout_s
     """Seconds one env ``step`` or ``reset`` may take; a late one is an env error (the
     hung env and its thread are abandoned, a fresh env is made). None: unbounded (each
     call then runs without a thread hop)."""
@@ -109,7 +115,7 @@ class ReplayConfig:
     """Added to every priority so no item has zero probability (> 0)."""
     learning_starts: int = 50_000
     """Total transitions stored before sampling starts, split evenly over shards."""
-    frame_stack: int | None = None
+    frame_stack: int | None = _ROLLOUT.frame_stack
     """With observations that are stacks of k frames (first axis k, as Atari's 4 x 84 x 84),
     store each frame once per rollout (and send it once) instead of whole stacks:
     about 7x less replay memory and wire bytes on Atari. None: store observations whole."""
@@ -145,87 +151,6 @@ class ReplayConfig:
 
 
 @dataclass(frozen=True)
-class LearnerConfig:
-    """The learner: the batch and queue settings of every agent, and the DQN agent's network
-    and optimizer (the DPG agent's networks are in ``dpg``)."""
-
-    batch_size: int = 512
-    """Transitions per sampled batch (RLlib ``train_batch_size``)."""
-    lr: float = 5e-4
-    """Adam learning rate."""
-    adam_eps: float = 1e-8
-    """Adam epsilon."""
-    grad_clip: float = 40.0
-    """Gradient norm clip (> 0)."""
-    gamma: float = 0.99
-    """Discount factor, in (0, 1]."""
-    n_step: int = 3
-    """Steps summed in the return before bootstrapping (>= 1)."""
-    double_q: bool = True
-    """Double DQN target: the online net picks the action, the target net values it."""
-    dueling: bool = True
-    """Dueling head: Q = V + A - mean(A)."""
-    hiddens: tuple[int, ...] = (256,)
-    """Hidden layer sizes of the MLP (vector observations) or after the CNN (images)."""
-    num_atoms: int = 1
-    """C51 when > 1 (RLlib ``num_atoms``; the C51 paper: 51): a categorical return
-    distribution over this many atoms spanning [v_min, v_max], projected n-step
-    double-Q targets, per-item cross-entropy priorities. 1: a scalar Q head."""
-    v_min: float = -10.0
-    """Lowest atom (C51) or lowest bin edge (HL-Gauss); RLlib ``v_min``."""
-    v_max: float = 10.0
-    """Highest atom (C51) or highest bin edge (HL-Gauss); RLlib ``v_max``."""
-    noisy: bool = False
-    """Noisy nets (RLlib ``noisy``): factorised Gaussian noisy layers in the MLP layers and
-    the head, new noise per acting pass and per update; evaluation and export use the
-    mean weights. The env workers' epsilons are then 0 (``workers.epsilon_with_noisy``)."""
-    sigma0: float = 0.5
-    """Noisy nets: initial noise scale, sigma = sigma0 / sqrt(fan-in); RLlib ``sigma0``."""
-    loss: str = "huber"
-    """``huber``: the TD loss of a scalar Q head (C51 has its own cross-entropy);
-    ``hl_gauss``: a histogram over ``num_bins`` bins of [v_min, v_max] trained on
-    Gaussian-smoothed targets (Farebrother et al. 2024)."""
-    num_bins: int = 51
-    """HL-Gauss (``loss: hl_gauss``): bins over [v_min, v_max] (>= 2)."""
-    hl_gauss_sigma_ratio: float = 0.75
-    """HL-Gauss: the smoothing Gaussian's sigma in bin widths (the paper's 0.75)."""
-    layer_norm: bool = False
-    """LayerNorm before each ReLU of the MLP layers and the image encoder (as PQN)."""
-    encoder: str = "auto"
-    """Image encoder: ``auto`` (the Nature CNN, or one 16x3x3 conv for frames under 36
-    pixels) or ``impala`` (the 15-layer IMPALA ResNet). Images only."""
-    impala_scale: int = 1
-    """Channel multiplier of the IMPALA encoder's stages (16, 32, 32 times this)."""
-    target_update_freq: int = 500_000
-    """Copy the online net to the target net every this many transitions trained."""
-    inqueue_size: int = 16
-    """Bound of the learner's inqueue of replayed batches; a full queue blocks producers."""
-    prefetch_per_shard: int = 4
-    """Sample requests kept in flight per replay shard."""
-    max_replay_ratio: float | None = None
-    """If set, the learner waits while transitions trained / transitions sampled
-    exceeds this ratio (bounds over-training on a slow sampler). None: unbounded."""
-    min_replay_ratio: float | None = None
-    """If set, env workers wait while transitions trained / transitions sampled is
-    below this ratio (holds fast samplers to the learner's pace, as the
-    in-process runner does). Must be <= ``max_replay_ratio``. None: free-running."""
-    device: str = "auto"
-    """``auto`` (cuda if torch sees one, else cpu), ``cpu`` or ``cuda[:N]``."""
-    num_threads: int = 1
-    """torch threads in the learner process (>= 1)."""
-    amp: str = "off"
-    """``off`` or ``bf16`` (autocast of the forward passes; refused on a GPU without bf16)."""
-    compile: bool = False
-    """``torch.compile`` both networks (needs triton on CUDA, a C compiler on CPU)."""
-    memory_format: str = "contiguous"
-    """``contiguous`` or ``channels_last``: layout of the CNN's weights and image inputs."""
-    before_learn_on_batch: str | None = None
-    """Import path ``pkg.module:function`` of a hook ``f(batch, shard_id) -> batch`` run on
-    every replayed batch before the update (``batch``: ``indices``, ``weights``,
-    ``data``). None: no hook. A hook given in Python takes precedence."""
-
-
-@dataclass(frozen=True)
 class EnvWorkersConfig:
     """The env workers (RLlib rollout workers): epsilon-greedy for DQN, noisy for DPG."""
 
@@ -236,7 +161,7 @@ class EnvWorkersConfig:
     """With ``topology.elastic``: env workers each Dask worker process hosts (the learner's
     process hosts none unless it is the only one); a worker that joins gets this many,
     up to ``num_workers`` in all."""
-    rollout_fragment_length: int = 50
+    rollout_fragment_length: int = _ROLLOUT.fragment_length
     """Env steps per rollout each worker returns."""
     max_weight_sync_delay: int = 400
     """A worker gets new weights after producing this many env steps (if newer exist)."""
@@ -245,34 +170,34 @@ class EnvWorkersConfig:
     epsilon_alpha: float = 7.0
     """Ape-X epsilon exponent spread (>= 0)."""
     epsilon_with_noisy: bool = False
-    """With ``learner.noisy``: keep the epsilon ladder on top of the noise (RLlib's Ape-X
+    """With ``dqn.noisy``: keep the epsilon ladder on top of the noise (RLlib's Ape-X
     did). false: every env worker acts greedily on its own noise draws (NoisyNet, Rainbow)."""
     rollouts_in_flight: int = 2
     """Sample requests kept in flight per env worker (RLlib num_async=2)."""
     rollouts_per_call: int = 1
     """Rollouts one sample request makes (each to its own random shard), summarised in one
     reply: fewer, smaller driver messages (Dask runner; weights still sync between calls)."""
-    envs_per_worker: int = 1
+    envs_per_worker: int = _ROLLOUT.num_envs
     """Envs each env worker steps, choosing all their actions with one forward pass per
     step; each keeps its own n-step state and episode stats, all use the worker's epsilon.
     A rollout is ``rollout_fragment_length`` steps of every env (RLlib ``num_envs_per_worker``)."""
-    vector_mode: str = "sync"
+    vector_mode: str = _ROLLOUT.vector_mode
     """How a worker steps its ``envs_per_worker`` envs. ``sync``: gymnasium envs, one after
     the other (any env id). ``native``: for ``ALE/<Game>-v5`` ids, ale-py's C++
     ``AtariVectorEnv`` with the DQN preprocessing built in (about 3x the env steps/s of the
     gymnasium pipeline on one core; its few differences are listed in docs/algorithm.md);
     other ids fall back to ``sync``. Default ``sync``, exactly the gymnasium pipeline; the
     ``atari`` preset sets ``native``."""
-    restart_failed_envs: bool = True
+    restart_failed_envs: bool = _ROLLOUT.restart_failed_envs
     """An env that raises, hangs (``env.step_timeout_s``) or returns a non-finite observation
     or reward is counted (``faults/env_errors``), closed and made again; its partial episode
     is dropped, complete n-step transitions are kept. false: the first env error ends the run."""
-    max_env_errors_per_1k_steps: int = 10
+    max_env_errors_per_1k_steps: int = _ROLLOUT.max_env_errors_per_1k_steps
     """With ``restart_failed_envs``: more env errors than this within the last 1,000 env
     steps of one env worker (all its envs) end the run. Relative to the work done: an env
     that fails once every few thousand steps is survived at any step rate. (Replaces
     ``max_env_errors_per_min``, which ended fast envs' runs and let slow broken ones go on.)"""
-    max_consecutive_env_errors: int = 5
+    max_consecutive_env_errors: int = _ROLLOUT.max_consecutive_env_errors
     """With ``restart_failed_envs``: an env that fails this many times in a row, made again
     each time, without completing a step in between ends the run (a broken env, however
     slow)."""
@@ -284,18 +209,18 @@ class ApexConfig:
 
     algo: str = "dqn"
     """The agent: ``dqn`` (Ape-X DQN, Discrete actions), ``dpg`` (Ape-X DPG, a bounded
-    Box of actions; its settings in the ``dpg`` section) or ``r2d2`` (recurrent replay,
-    Discrete actions; its settings in the ``r2d2`` section)."""
+    Box of actions) or ``r2d2`` (recurrent replay, Discrete actions), or one an installed
+    package registers (entry point group ``apex_dask.agents``). Its settings are in its
+    own section, named as the agent (``dqn.lr``, ``dpg.actor_hiddens``, ...)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     """Prioritized replay shards."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    """The learner."""
-    dpg: DPGConfig = field(default_factory=DPGConfig)
-    """The DPG agent (``algo: dpg``)."""
-    r2d2: R2D2Config = field(default_factory=R2D2Config)
-    """The R2D2 agent (``algo: r2d2``)."""
+    """The learner (what every agent's learner reads)."""
+    agent: AgentConfig | None = None
+    """The agent's own section (``<algo>.*``: its networks, losses, exploration); None:
+    its defaults."""
     workers: EnvWorkersConfig = field(default_factory=EnvWorkersConfig)
     """The env workers."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -314,6 +239,8 @@ class ApexConfig:
     """Base seed; each worker and shard derives its own from it."""
 
     def __post_init__(self) -> None:
+        if self.agent is None:
+            object.__setattr__(self, "agent", _builder(self.algo).config())
         validate(self)
 
     # -- construction -------------------------------------------------
@@ -330,14 +257,18 @@ class ApexConfig:
     def from_dict(cls, data: dict[str, Any]) -> ApexConfig:
         """Build from a nested dict (as in YAML); ``preset: NAME`` starts from a preset.
 
-        Nested sections and dotted keys (``replay.alpha``) both work.
+        Nested sections and dotted keys (``replay.alpha``) both work. A dict written by
+        an older apex_dask (agent keys in ``learner``, every agent's section) loads: its
+        keys move to the agent's section, with one ``FutureWarning`` line.
         """
         if not isinstance(data, dict):
             raise ConfigError(f"config must be a mapping of sections, got {type(data).__name__}")
         data = dict(data)
         preset = data.pop("preset", None)
         base = cls.preset(preset) if preset is not None else cls()
-        return base.override(flatten(ApexConfig, data))
+        flat = flatten(ApexConfig, data, agent_section=is_agent)
+        older = any(key in MOVED_TO_AGENT for key in flat)  # every section was written then
+        return base._apply(flat, saved=older)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ApexConfig:
@@ -350,30 +281,47 @@ class ApexConfig:
         """A copy with dotted-key overrides applied, e.g. ``{"replay.alpha": 0.5}``.
 
         String values (from ``--set key=value``) are parsed as YAML scalars and
-        then checked against the field's type.
+        then checked against the field's type. An ``algo`` override comes first: the
+        agent's section then starts from the new agent's defaults.
         """
         if not isinstance(overrides, Mapping):
             raise ConfigError(
                 f"overrides must be a mapping of dotted keys to values, got {shown(overrides)}"
             )
+        return self._apply(dict(overrides), saved=False)
+
+    def _apply(self, flat: dict[str, Any], *, saved: bool) -> ApexConfig:
         tree = self.to_dict()
+        algo = self.algo
+        if "algo" in flat:
+            algo = coerce("algo", flat["algo"], str)
+            if algo != self.algo:
+                tree.pop(self.algo)
+                tree[algo] = plain(dataclasses.asdict(_builder(algo).config()))
+            tree["algo"] = algo
+        names = _Keys()  # every key, read only for an unknown key's message
         reward: list[Any] = []
-        for key, value in overrides.items():
-            if key in RETIRED:  # accepted and ignored, with one line saying what replaced it
-                warnings.warn(RETIRED[key], FutureWarning, stacklevel=2)
-                continue
+        for key, value in route(flat, algo, saved=saved, stacklevel=4):
             if key == "stop.reward":  # its meaning depends on eval.episodes: set last
                 reward.append(value)
                 continue
-            key, value = renamed(key, value)
-            set_dotted(tree, key, value, list(_FIELD_DOCS))
+            set_dotted(tree, key, value, names)
         if reward:
-            set_reward_stop(tree, reward[0], set(map(str, overrides)), list(_FIELD_DOCS))
-        return build(ApexConfig, tree, "", list(_FIELD_DOCS))
+            set_reward_stop(tree, reward[0], set(map(str, flat)), names)
+        section = tree.pop(algo)
+        if not isinstance(section, dict):
+            raise ConfigError(f"{algo} must be a section (mapping), got {shown(section)}")
+        tree["agent"] = build(_builder(algo).config, section, f"{algo}.", names)
+        return build(ApexConfig, tree, "", names)
 
     def to_dict(self) -> dict[str, Any]:
-        """A nested dict of plain values (YAML/JSON friendly)."""
-        out = dataclasses.asdict(self)
+        """A nested dict of plain values (YAML/JSON friendly); the agent's section under
+        its name (``algo``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            name = self.algo if f.name == "agent" else f.name
+            out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         return plain(out)
 
     def to_yaml(self) -> str:
@@ -383,8 +331,63 @@ class ApexConfig:
 
     @staticmethod
     def field_docs() -> dict[str, str]:
-        """Dotted field name -> its docstring (for ``--help`` and docs)."""
-        return dict(_FIELD_DOCS)
+        """Dotted field name -> its docstring (for ``--help`` and docs); every agent's
+        section under its name."""
+        return dict(_field_docs())
+
+    def key_type(self, dotted: str) -> Any:
+        """The annotation of the key ``dotted`` (this config's agent's section under its
+        name), or None when there is no such key (a section is its dataclass)."""
+        head, _, rest = dotted.partition(".")
+        if head == self.algo and rest:
+            return _annotation(type(self.agent), rest)
+        if head == "agent":
+            return None
+        return _annotation(ApexConfig, dotted)
 
 
-_FIELD_DOCS = collect_docs(sys.modules[__name__], "ApexConfig", sections, _dpg, _r2d2)
+def _builder(algo: Any):
+    """The agent ``algo`` (a :class:`ConfigError` naming the agents if there is none)."""
+    try:
+        return agent(algo)
+    except UnknownAgentError as exc:
+        raise ConfigError(f"algo={algo!r} is invalid: {exc}") from None
+
+
+def _annotation(root: Any, dotted: str) -> Any:
+    import typing
+
+    cls = root
+    for part in dotted.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return None
+        hints = typing.get_type_hints(cls)
+        if part not in hints or part == "agent":
+            return None
+        cls = hints[part]
+    return cls
+
+
+class _Keys:
+    """Every key of the tree, iterated when asked (an unknown key's closest match): the
+    agents of other packages are looked up only then."""
+
+    def __iter__(self):
+        return iter(_field_docs())
+
+
+@functools.cache
+def _field_docs() -> dict[str, str]:
+    """Every key's docstring, in the tree's order; each agent's section where ``agent``
+    is (read once: entry point agents included)."""
+    shared = collect_docs(sys.modules[__name__], "ApexConfig", sections, _shared)
+    out: dict[str, str] = {}
+    for key, doc in shared.items():
+        if key != "agent":
+            out[key] = doc
+            continue
+        for name, builder in agents().items():
+            cls = builder.config
+            docs = collect_docs(sys.modules[cls.__module__], cls.__name__)
+            out.update({f"{name}.{k}": v for k, v in docs.items()})
+    return out

@@ -14,7 +14,7 @@ import re
 import typing
 from typing import Any
 
-from apex_dask.algo.agents.registry import AGENTS, UnknownAgentError, agent
+from apex_dask.algo.agents.registry import UnknownAgentError, agent
 from apex_dask.config.plumbing import ConfigError
 from apex_dask.config.reader import shown
 from apex_dask.config.sections import GRACE_MAX_S
@@ -22,9 +22,6 @@ from apex_dask.config.sections import GRACE_MAX_S
 __all__ = ["check_types", "validate"]
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
-# the learner's own checks (apex_dask.algo.agents.device_batches) hold the same values
-LEARNER_AMP = ("off", "bf16")
-LEARNER_MEMORY_FORMATS = ("contiguous", "channels_last")
 
 
 def _type_error(name: str, value: Any, tp: Any) -> str | None:
@@ -128,13 +125,10 @@ def validate(cfg: Any) -> None:
             lr.batch_size,
             f"must be <= one shard's capacity (replay.capacity / replay.num_shards = {r.shard_capacity})",
         )
-    positive("learner.lr", lr.lr)
     positive("learner.adam_eps", lr.adam_eps)
     positive("learner.grad_clip", lr.grad_clip)
     unit("learner.gamma", lr.gamma, lo_open=True)
     positive("learner.n_step", lr.n_step)
-    if not lr.hiddens or any(h <= 0 for h in lr.hiddens):
-        raise bad("learner.hiddens", lr.hiddens, "must be a non-empty list of positive layer sizes")
     positive("learner.target_update_freq", lr.target_update_freq)
     positive("learner.inqueue_size", lr.inqueue_size)
     positive("learner.prefetch_per_shard", lr.prefetch_per_shard)
@@ -152,14 +146,6 @@ def validate(cfg: Any) -> None:
     if not _DEVICE.match(lr.device):
         raise bad("learner.device", lr.device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     positive("learner.num_threads", lr.num_threads)
-    if lr.amp not in LEARNER_AMP:
-        raise bad("learner.amp", lr.amp, f"must be one of {', '.join(LEARNER_AMP)}")
-    if lr.memory_format not in LEARNER_MEMORY_FORMATS:
-        raise bad(
-            "learner.memory_format",
-            lr.memory_format,
-            f"must be one of {', '.join(LEARNER_MEMORY_FORMATS)}",
-        )
     hook = lr.before_learn_on_batch
     if hook is not None:
         module, _, attr = hook.partition(":")
@@ -222,31 +208,18 @@ def validate(cfg: Any) -> None:
     nonneg("seed", cfg.seed)
     try:
         builder = agent(cfg.algo)
-    except UnknownAgentError:
-        raise bad("algo", cfg.algo, f"must be one of the agents: {', '.join(AGENTS)}") from None
-    d = cfg.dpg
-    for name in ("actor_hiddens", "critic_hiddens"):
-        sizes = getattr(d, name)
-        if not sizes or any(h <= 0 for h in sizes):
-            raise bad(f"dpg.{name}", sizes, "must be a non-empty list of positive layer sizes")
-    positive("dpg.actor_lr", d.actor_lr)
-    positive("dpg.critic_lr", d.critic_lr)
-    positive("dpg.policy_delay", d.policy_delay)
-    nonneg("dpg.target_noise", d.target_noise)
-    nonneg("dpg.target_noise_clip", d.target_noise_clip)
-    unit("dpg.tau", d.tau, lo_open=True)
-    if d.noise not in ("gaussian", "ou"):
-        raise bad("dpg.noise", d.noise, "must be gaussian or ou")
-    unit("dpg.noise_base", d.noise_base, lo_open=True)
-    nonneg("dpg.noise_alpha", d.noise_alpha)
-    unit("dpg.ou_theta", d.ou_theta, lo_open=True)
-    q = cfg.r2d2
-    positive("r2d2.lstm_size", q.lstm_size)
-    nonneg("r2d2.burn_in", q.burn_in)
-    positive("r2d2.trace_length", q.trace_length)
-    positive("r2d2.period", q.period)
-    unit("r2d2.eta", q.eta)
-    positive("r2d2.rescale_eps", q.rescale_eps)
-    problem = builder.check_config(cfg)  # what the run's agent cannot run with
+    except UnknownAgentError as exc:
+        raise bad("algo", cfg.algo, str(exc)) from None
+    if type(cfg.agent) is not builder.config:
+        raise ConfigError(
+            f"the {cfg.algo} section must be a {builder.config.__name__} (the {cfg.algo} "
+            f"agent's config), got {type(cfg.agent).__name__}"
+        )
+    check_types(cfg.agent, f"{cfg.algo}.")
+    problem = cfg.agent.check()  # the agent's own section, checked by the agent
+    if problem is not None:
+        key, value, why = problem
+        raise bad(f"{cfg.algo}.{key}", value, why)
+    problem = builder.check_config(cfg)  # shared settings the agent cannot run with
     if problem is not None:
         raise bad(*problem)

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from apex_dask.algo.agents.builder import AgentBuilder
 from apex_dask.algo.agents.registry import agent
-from apex_dask.algo.agents.spec import AgentBuilder, AgentSpec, WorkerSpec
+from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
 from apex_dask.algo.envs.factory import EnvFactory, make_env_factory
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.config import ApexConfig, ConfigError
@@ -49,8 +50,8 @@ def agent_of(cfg: ApexConfig) -> AgentBuilder:
 
 
 def agent_spec(cfg: ApexConfig) -> AgentSpec:
-    """The run's agent and its options: what the learner, the env workers, evaluation and
-    export are built with."""
+    """The run's agent with its own section and the shared ``learner`` one: what the
+    learner, the env workers, evaluation and export are built with."""
     return agent_of(cfg).agent_spec(cfg)
 
 
@@ -79,8 +80,8 @@ def worker_spec(cfg: ApexConfig) -> WorkerSpec:
 
 
 def exploration_ladder(cfg: ApexConfig, num_workers: int | None = None) -> np.ndarray:
-    """Each env worker's exploration: its epsilon (``dqn``) or noise scale sigma (``dpg``),
-    decreasing with the worker's index (metrics follow the last third)."""
+    """Each env worker's exploration parameter (its agent's: an epsilon, DPG's noise
+    scale), decreasing with the worker's index (metrics follow the last third)."""
     n = cfg.workers.num_workers if num_workers is None else num_workers
     return agent_of(cfg).exploration_ladder(cfg, n)
 

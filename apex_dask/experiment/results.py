@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apex_dask.experiment.flow import (
     ROLLOUTS_LOST,
@@ -25,6 +25,9 @@ from apex_dask.experiment.flow import (
 )
 from apex_dask.experiment.stats import episode_metrics, mean_or_nan, window_stat_metrics
 from apex_dask.experiment.timers import Timer, WindowStat
+
+if TYPE_CHECKING:  # torch: the runners import it, the results module does not
+    from apex_dask.algo.agents.base import LearnerProtocol
 
 __all__ = [
     "IterationWindow",
@@ -76,17 +79,22 @@ def shard_stat(stats: Mapping[str, Any], shard_id: int, name: str) -> float:
 def env_metrics(
     index: int,
     *,
-    epsilon: float,
+    exploration: float,
+    exploration_name: str = "epsilon",
     steps_sampled: int,
     steps_per_s: float,
     rollouts_sent: int,
     weights_version: int,
     env_errors: int = 0,
 ) -> dict[str, float]:
-    """One env worker's ``env/<i>/*`` counters and ``env/epsilon/<i>``."""
+    """One env worker's ``env/<i>/*`` counters and its exploration parameter
+    ``env/<exploration_name>/<i>`` (its agent's: ``epsilon``, DPG's ``noise_scale``; the
+    old name ``env/epsilon/<i>`` is still written beside another one this release)."""
     i = index
+    alias = {} if exploration_name == "epsilon" else {f"env/epsilon/{i}": float(exploration)}
     return {
-        f"env/epsilon/{i}": float(epsilon),
+        f"env/{exploration_name}/{i}": float(exploration),
+        **alias,
         f"env/{i}/steps_sampled": float(steps_sampled),
         f"env/{i}/steps_per_s": float(steps_per_s),
         f"env/{i}/rollouts_sent": float(rollouts_sent),
@@ -96,7 +104,7 @@ def env_metrics(
 
 
 def learner_metrics(
-    learner: Any,
+    learner: LearnerProtocol,
     *,
     dequeue: Timer,
     grad: Timer,
@@ -109,7 +117,7 @@ def learner_metrics(
 ) -> dict[str, float]:
     """The learner's ``learner/*`` stats, its ``flow/*`` counters and ``counters``.
 
-    ``learner`` is an :class:`apex_dask.algo.agents.dqn.learner.Learner`; ``recent`` the
+    ``learner`` is any agent's learner; ``recent`` the
     last updates' ``(loss, mean_q, grad_norm)``.
     """
     return {
@@ -127,7 +135,8 @@ def learner_metrics(
         "learner/grad_total_s": grad.total_s,
         **window_stat_metrics("learner/queue_size", queue_size.stats()),
         # learner/device_* and h2d_s on a CUDA learner; absent (not zero) elsewhere
-        **getattr(learner, "device_stats", dict)(),
+        **learner.device_stats(),
+        **learner.agent_stats(),  # what its agent declares (its builder's ``metrics``)
         **{name: float(v) for name, v in counters.items()},
         **flow.metrics(),
     }

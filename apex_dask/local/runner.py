@@ -19,6 +19,7 @@ from apex_dask.config import ApexConfig
 from apex_dask.experiment.best_weights import BestWeights
 from apex_dask.experiment.builder import (
     Hook,
+    agent_of,
     agent_spec,
     build_shards,
     env_factory,
@@ -58,32 +59,32 @@ class LocalApex:
     def __init__(self, config: ApexConfig, before_learn_on_batch: Hook | None = None) -> None:
         torch.set_num_threads(1)
         self.config = cfg = config
-        wc = cfg.workers
         self.hook = resolve_hook(cfg, before_learn_on_batch)
         self.hook_calls = 0
         self.env_factory = env_factory(cfg)
         obs_space, act_space = probe_spaces(self.env_factory, cfg.env.make_timeout_s)
         self.learner = make_learner(agent_spec(cfg), obs_space, act_space, seed=learner_seed(cfg))
-        self.epsilons = exploration_ladder(cfg)
+        self.explorations = exploration_ladder(cfg)
         spec = worker_spec(cfg)
         self.workers = [
             make_env_worker(
                 spec,
                 self.env_factory,
-                epsilon=float(eps),
+                exploration=float(eps),
                 seed=derive_seed(cfg.seed, "worker", i),
                 where=f"env worker {i}",
             )
-            for i, eps in enumerate(self.epsilons)
+            for i, eps in enumerate(self.explorations)
         ]
+        eval_seed = derive_seed(cfg.seed, "eval")
         self.evaluator = (
-            make_env_worker(spec, self.env_factory, epsilon=0.0, seed=derive_seed(cfg.seed, "eval"))
+            make_env_worker(spec, self.env_factory, exploration=0.0, seed=eval_seed)
             if cfg.eval.episodes > 0
             else None
         )
         self.shards = build_shards(cfg)
         self.rng = np.random.default_rng(derive_seed(cfg.seed, "driver"))
-        self.selected_workers = lowest_epsilon_workers(wc.num_workers)
+        self.selected_workers = lowest_epsilon_workers(cfg.workers.num_workers)
 
         self.steps_sampled = 0
         self.weight_syncs = 0
@@ -280,14 +281,15 @@ class LocalApex:
         envs = [
             env_metrics(
                 i,
-                epsilon=eps,
+                exploration=eps,
+                exploration_name=agent_of(self.config).exploration,
                 steps_sampled=w.steps_sampled,
                 steps_per_s=(w.steps_sampled - self._iter_worker_steps0[i]) / wall,
                 rollouts_sent=self.worker_rollouts[i],
                 weights_version=w.weights_version,
                 env_errors=w.env_errors,
             )
-            for i, (eps, w) in enumerate(zip(self.epsilons, self.workers, strict=True))
+            for i, (eps, w) in enumerate(zip(self.explorations, self.workers, strict=True))
         ]
         return build_result(
             iteration=self.iteration + 1,

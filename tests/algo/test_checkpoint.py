@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
+from agent_parts import configs
 from gymnasium import spaces
 
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.experiment.checkpoint import (
     CheckpointError,
     StagedCheckpoint,
@@ -17,7 +17,7 @@ def test_round_trip_of_learner_state_and_metadata(tmp_path):
     learner = Learner(
         spaces.Box(-1, 1, (3,), np.float32),
         spaces.Discrete(2),
-        DQNOptions(hiddens=(8,), device="cpu"),
+        *configs("dqn", hiddens=(8,)),
     )
     rng = np.random.default_rng(0)
     data = {
@@ -36,7 +36,7 @@ def test_round_trip_of_learner_state_and_metadata(tmp_path):
     restored = Learner(
         spaces.Box(-1, 1, (3,), np.float32),
         spaces.Discrete(2),
-        DQNOptions(hiddens=(8,), device="cpu"),
+        *configs("dqn", hiddens=(8,)),
         seed=5,
     )
     restored.load_state_dict(parts["learner"])

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from agent_parts import configs
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import NonFiniteLossError
 from apex_dask.algo.agents.device_batches import BatchStager, ResultPipe, check_device_options
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 
 OBS = spaces.Box(0, 255, (4, 12, 12), np.uint8)
 ACT = spaces.Discrete(3)
@@ -39,7 +39,7 @@ def frames_batch(rng: np.random.Generator, n: int = 8) -> tuple[dict[str, np.nda
 
 
 def learner(**kw) -> Learner:
-    return Learner(OBS, ACT, DQNOptions(hiddens=(16,), device=kw.pop("device", "cpu"), **kw))
+    return Learner(OBS, ACT, *configs("dqn", hiddens=(16,), **kw))
 
 
 def weights_of(lr: Learner) -> dict[str, np.ndarray]:
@@ -151,23 +151,16 @@ def test_bf16_autocast_and_channels_last_train_on_cpu(pipeline):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"amp": "fp16", "compile": False, "memory_format": "contiguous"}, "learner.amp"),
-        ({"amp": "off", "compile": False, "memory_format": "nhwc"}, "learner.memory_format"),
+        ({"amp": "fp16", "compile": False, "memory_format": "contiguous"}, "dqn.amp"),
+        ({"amp": "off", "compile": False, "memory_format": "nhwc"}, "dqn.memory_format"),
     ],
 )
 def test_device_options_are_checked_with_a_one_line_message(options, message):
     with pytest.raises(ValueError, match=message) as err:
-        check_device_options("cpu", **options)
+        check_device_options("cpu", **options, section="dqn")
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match=message):
         learner(**options)
-
-
-def test_the_configs_option_values_are_the_learners():
-    from apex_dask.algo.agents.device_batches import AMP_MODES, MEMORY_FORMATS
-    from apex_dask.config.validate import LEARNER_AMP, LEARNER_MEMORY_FORMATS
-
-    assert (LEARNER_AMP, LEARNER_MEMORY_FORMATS) == (AMP_MODES, MEMORY_FORMATS)
 
 
 @pytest.mark.gpu

@@ -17,7 +17,7 @@ from agent_parts import dqn_worker
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.worker import EnvWorker
 from apex_dask.algo.envs.factory import make_env_factory  # noqa: E402
 from apex_dask.algo.envs.guard import EnvFailed, EnvFault, EnvGuard  # noqa: E402
@@ -49,7 +49,7 @@ def test_a_constructor_that_never_returns_is_one_line_naming_the_env_and_the_key
             epsilon=0.1,
             seed=0,
             rollout=RolloutSpec(make_timeout_s=0.3),
-            options=DQNOptions(hiddens=(16,)),
+            config=DQNConfig(hiddens=(16,)),
         )
     assert time.monotonic() - t0 < 10  # a CPU hog beside it: far from the hang
 
@@ -180,7 +180,7 @@ def test_an_env_that_cannot_be_made_again_ends_the_run_after_a_few_tries():
         epsilon=0.5,
         seed=0,
         rollout=RolloutSpec(make_timeout_s=0.2),
-        options=DQNOptions(hiddens=(16,)),
+        config=DQNConfig(hiddens=(16,)),
     )
     t0 = time.monotonic()
     with pytest.raises(EnvFailed) as info:

@@ -4,12 +4,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from agent_parts import dqn_worker
+from agent_parts import CPU, dqn_worker
 from gymnasium import spaces
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
 from apex_dask.algo.agents.dqn.loss import dqn_loss
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.dqn.worker import EnvWorker
 from apex_dask.algo.envs.factory import UnknownEnvError, check_env_id, make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
@@ -98,7 +98,7 @@ def test_sleepy_benchmark_env_sleeps_each_step_and_truncates_after_max_steps():
 def test_sample_returns_fragment_with_consistent_batch():
     worker = _worker(fragment_length=64)
     out = worker.sample()
-    assert isinstance(out, Rollout) and out.epsilon == 0.3 and out.weights_version == -1
+    assert isinstance(out, Rollout) and out.exploration == 0.3 and out.weights_version == -1
     b = out.batch
     n = len(b["action"])
     assert out.steps == 64 and n == 64 - worker.adder.num_pending
@@ -106,7 +106,7 @@ def test_sample_returns_fragment_with_consistent_batch():
     assert b["next_obs"].shape == (n, 4)
     assert out.priorities.shape == (n,) and out.priorities.dtype == np.float32
     assert np.all(out.priorities >= 0)
-    assert out.weights_version == -1 and out.epsilon == 0.3
+    assert out.weights_version == -1 and out.exploration == 0.3
     # done transitions never bootstrap
     assert np.all(b["discount"][b["done"]] == 0.0)
     assert np.allclose(
@@ -159,7 +159,7 @@ def _prefer_action(learner, action):
 
 def test_greedy_worker_follows_weights_and_epsilon_one_is_uniform():
     learner = Learner(
-        CARTPOLE().observation_space, spaces.Discrete(2), DQNOptions(hiddens=(32,), device="cpu")
+        CARTPOLE().observation_space, spaces.Discrete(2), DQNConfig(hiddens=(32,)), CPU
     )
     greedy = _worker(epsilon=0.0)
     greedy.set_weights(7, _prefer_action(learner, 1))
@@ -174,7 +174,7 @@ def test_greedy_worker_follows_weights_and_epsilon_one_is_uniform():
 
 def test_priorities_equal_learner_td_errors_under_the_same_weights():
     obs_space, act_space = probe_spaces(CARTPOLE)
-    learner = Learner(obs_space, act_space, DQNOptions(hiddens=(32,), device="cpu"), seed=11)
+    learner = Learner(obs_space, act_space, DQNConfig(hiddens=(32,)), CPU, seed=11)
     worker = _worker(epsilon=0.5)
     worker.set_weights(*learner.get_weights())
     out = worker.sample()
@@ -198,7 +198,7 @@ def test_evaluate_is_greedy_and_reproducible_with_seed():
 
 def test_image_env_acts_through_torch_and_maps_action_offset():
     obs_space, act_space = probe_spaces(TinyGridEnv)
-    learner = Learner(obs_space, act_space, DQNOptions(hiddens=(32,), device="cpu"), seed=0)
+    learner = Learner(obs_space, act_space, DQNConfig(hiddens=(32,)), CPU, seed=0)
     worker = _worker(factory=TinyGridEnv, epsilon=0.0, fragment_length=14, n_step=2)
     weights = _prefer_action(learner, 2)
     worker.set_weights(1, weights)
@@ -226,7 +226,7 @@ def test_atari_ids_get_dqn_preprocessing():
         epsilon=1.0,
         seed=0,
         rollout=RolloutSpec(fragment_length=8, n_step=3),
-        options=DQNOptions(hiddens=(32,)),
+        config=DQNConfig(hiddens=(32,)),
     )
     out = worker.sample()
     assert out.batch["obs"].shape == (6, 4, 84, 84)  # 8 steps, n - 1 = 2 pending

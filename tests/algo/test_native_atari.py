@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("ale_py")
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.worker import EnvWorker  # noqa: E402
 from apex_dask.algo.envs.atari import wrap_atari  # noqa: E402
 from apex_dask.algo.envs.factory import check_env_id, make_env_factory  # noqa: E402
@@ -112,7 +112,7 @@ def test_env_worker_on_the_native_env_keeps_priorities_equal_to_the_recomputatio
         epsilon=0.5,
         seed=3,
         rollout=RolloutSpec(fragment_length=60, num_envs=2, frame_stack=4, vector_mode="native"),
-        options=DQNOptions(hiddens=(32,)),
+        config=DQNConfig(hiddens=(32,)),
     )
     assert worker.vector_mode == "native"
     assert worker.envs[0].num_envs == 1  # an evaluator never makes the others

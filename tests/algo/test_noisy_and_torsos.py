@@ -11,8 +11,8 @@ import torch
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.networks import ConvQNetwork, NumpyMLPQ, q_network
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.noisy import NoisyLinear, draw_noise, noise_numpy, noisy_layers
 from apex_dask.algo.agents.torsos import ChannelNorm, ImpalaStage, conv_encoder, mlp_layers
 
@@ -71,7 +71,7 @@ def test_noise_has_the_factorised_statistics():
 
 def test_a_seeded_generator_repeats_its_noise():
     torch.manual_seed(0)
-    net = q_network(VEC, spaces.Discrete(3), DQNOptions(hiddens=(8,), noisy=True))
+    net = q_network(VEC, spaces.Discrete(3), DQNConfig(hiddens=(8,), noisy=True))
     assert len(noisy_layers(net)) == 3  # the trunk's layer, the value and advantage streams
     draw_noise(net, torch.Generator().manual_seed(3))
     first = [layer.noise_in.clone() for layer in noisy_layers(net)]
@@ -83,11 +83,11 @@ def test_a_seeded_generator_repeats_its_noise():
 @pytest.mark.parametrize(
     "options",
     [
-        DQNOptions(hiddens=(16, 8), noisy=True),
-        DQNOptions(hiddens=(16,), noisy=True, num_atoms=11, layer_norm=True),
-        DQNOptions(hiddens=(16,), noisy=True, loss="hl_gauss", num_bins=7, dueling=False),
-        DQNOptions(hiddens=(16, 16), layer_norm=True),
-        DQNOptions(hiddens=(), num_atoms=5),
+        DQNConfig(hiddens=(16, 8), noisy=True),
+        DQNConfig(hiddens=(16,), noisy=True, num_atoms=11, layer_norm=True),
+        DQNConfig(hiddens=(16,), noisy=True, loss="hl_gauss", num_bins=7, dueling=False),
+        DQNConfig(hiddens=(16, 16), layer_norm=True),
+        DQNConfig(hiddens=(), num_atoms=5),
     ],
 )
 def test_the_numpy_forward_equals_torch_with_the_same_noise(options):
@@ -136,7 +136,7 @@ def test_layer_norm_sits_before_each_relu_and_normalises_the_layer():
 def test_impala_encoder_has_three_residual_stages_of_16_32_32_channels(shape, scale, flat):
     torch.manual_seed(0)
     space = spaces.Box(0, 255 if shape[0] == 4 else 1, shape, np.uint8)
-    options = DQNOptions(hiddens=(32,), encoder="impala", impala_scale=scale)
+    options = DQNConfig(hiddens=(32,), encoder="impala", impala_scale=scale)
     net = q_network(space, spaces.Discrete(5), options)
     assert isinstance(net, ConvQNetwork)
     stages = [m for m in net.conv if isinstance(m, ImpalaStage)]

@@ -12,9 +12,9 @@ import pytest
 from trained_runs import cartpole_weights, pendulum_model
 
 from apex_dask.algo.agents.base import WeightsMismatch, module_weights
-from apex_dask.algo.agents.dpg.options import DPGOptions
+from apex_dask.algo.agents.dpg.config import DPGConfig
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.networks import build_q_network
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.dqn.policy import QPolicy
 from apex_dask.algo.agents.registry import make_policy
 from apex_dask.algo.agents.spec import AgentSpec
@@ -24,7 +24,7 @@ from apex_dask.algo.play.video import rgb_frame, video_problem
 from apex_dask.config import ApexConfig
 
 HIDDENS = (128, 128)
-DQN = AgentSpec("dqn", DQNOptions(hiddens=HIDDENS))
+DQN = AgentSpec("dqn", DQNConfig(hiddens=HIDDENS))
 
 
 def test_episodes_do_not_depend_on_how_they_are_split():
@@ -50,14 +50,14 @@ def test_greedy_controller_weights_balance_for_500_steps():
 def test_weights_of_another_network_are_named():
     env = gym.make("CartPole-v1")
     with pytest.raises(WeightsMismatch, match=r"lack 'trunk\.2\.weight'"):
-        QPolicy(env.observation_space, env.action_space, cartpole_weights((64,)), DQN.options)
+        QPolicy(env.observation_space, env.action_space, cartpole_weights((64,)), DQN.config)
     with pytest.raises(WeightsMismatch, match=r"'trunk\.0\.weight' has shape \[64, 4\]"):
-        QPolicy(env.observation_space, env.action_space, cartpole_weights((64, 8)), DQN.options)
+        QPolicy(env.observation_space, env.action_space, cartpole_weights((64, 8)), DQN.config)
 
 
 def _pendulum() -> tuple[gym.Env, dict, AgentSpec]:
-    d = ApexConfig.preset("pendulum").dpg
-    options = DPGOptions(actor_hiddens=d.actor_hiddens, critic_hiddens=d.critic_hiddens)
+    d = ApexConfig.preset("pendulum").agent
+    options = DPGConfig(actor_hiddens=d.actor_hiddens, critic_hiddens=d.critic_hiddens)
     return gym.make("Pendulum-v1"), module_weights(pendulum_model()), AgentSpec("dpg", options)
 
 
@@ -78,7 +78,7 @@ def test_a_dpg_policy_plays_its_actor_and_explores_within_the_bounds():
     assert np.all(np.abs(explored) <= 2.0) and not np.allclose(explored, got)
     assert abs(float(explored.mean())) < 0.3  # uniform over [-2, 2]
     with pytest.raises(WeightsMismatch, match=r"'actor\.net\.0\.weight' has shape"):
-        other = AgentSpec("dpg", replace(spec.options, actor_hiddens=(32, 32)))
+        other = AgentSpec("dpg", replace(spec.config, actor_hiddens=(32, 32)))
         make_policy(other, env.observation_space, env.action_space, weights)
 
 
@@ -135,7 +135,7 @@ def test_recorded_video_decodes_to_the_episodes_frames(tmp_path, env_id, weights
     else:
         w, hiddens = weights(), HIDDENS
     # epsilon 0.5 keeps CartPole episodes short (and different from 500)
-    spec = AgentSpec("dqn", DQNOptions(hiddens=hiddens))
+    spec = AgentSpec("dqn", DQNConfig(hiddens=hiddens))
     kw = {"base_seed": 5, "epsilon": 0.5, "max_steps": 400}
     rows = play_episodes(factory, spec, w, [0, 1], record=[1], render_factory=render, **kw)
     assert "video" not in rows[0]

@@ -196,7 +196,7 @@ def rollout_bytes_per_item() -> float:
 
     cfg = ApexConfig.preset("minatar")
     factory = make_env_factory(cfg.env.env_id, cfg.env.env_kwargs)
-    out = make_env_worker(worker_spec(cfg), factory, epsilon=1.0, seed=0).sample()
+    out = make_env_worker(worker_spec(cfg), factory, exploration=1.0, seed=0).sample()
     items = len(out.priorities)
     data = sum(v.nbytes for v in out.batch.values()) + out.priorities.nbytes
     return data / items

@@ -1,9 +1,13 @@
-"""Checkpoints written before the code moved still resume (``tests/data/checkpoints_9cd68c2``).
+"""Checkpoints written by older code still load, resume and play.
 
-The run folders were written by commit 9cd68c2 (its README says how): a DQN
-CartPole run and a DPG Pendulum run on the Dask runtime, and an in-process
-runner's checkpoint. Each resumes with today's code and goes on from where it
-stopped: counters, steps trained and the replay's contents continue.
+``tests/data/checkpoints_9cd68c2`` (before ``apex_dask/algo/`` was split by role): a
+DQN CartPole run and a DPG Pendulum run on the Dask runtime, and an in-process
+runner's checkpoint. ``tests/data/checkpoints_30e1d41`` (before each agent owned its
+config section: the DQN keys in ``learner``, every agent's section in each config): a
+C51 DQN run and an R2D2 run, and an in-process R2D2 checkpoint. Their READMEs say how
+they were made. Each resumes with today's code and goes on from where it stopped:
+counters, steps trained and the replay's contents continue; their configs load with
+the moved keys in the agent's section (one ``FutureWarning`` line).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from apex_dask.local.checkpoint import load_runner_checkpoint
 from apex_dask.local.runner import LocalApex
 
 DATA = Path(__file__).parents[1] / "data" / "checkpoints_9cd68c2"
+DATA_30E = Path(__file__).parents[1] / "data" / "checkpoints_30e1d41"
 BIN = Path(sys.executable).parent
+RUNS = [DATA / "dqn", DATA / "dpg", DATA_30E / "dqn", DATA_30E / "r2d2"]
 
 
 def rows(path: Path) -> list[dict]:
@@ -29,10 +35,10 @@ def rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["dqn", "dpg"])
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: f"{p.parent.name[-7:]}-{p.name}")
 def test_a_run_folder_from_before_the_move_resumes_on_the_dask_runtime(run, tmp_path):
-    out = tmp_path / run
-    shutil.copytree(DATA / run, out)
+    out = tmp_path / run.name
+    shutil.copytree(run, out)
     manifest = json.loads((out / "checkpoints" / "ckpt-000001" / "manifest.json").read_text())
     at = manifest["metadata"]["timesteps_total"]
     before = rows(out / "results.jsonl")
@@ -57,7 +63,7 @@ def test_a_run_folder_from_before_the_move_resumes_on_the_dask_runtime(run, tmp_
 def test_an_in_process_checkpoint_from_before_the_move_restores():
     apex = LocalApex.restore(DATA / "local")  # with the config it stored
     try:
-        assert apex.config.learner.hiddens == (32,) and apex.config.seed == 3
+        assert apex.config.agent.hiddens == (32,) and apex.config.seed == 3
         assert apex.steps_sampled == 3072 and apex.learner.steps_trained == 24576
         assert sum(len(s) for s in apex.shards) == 2000
         parts, _ = load_runner_checkpoint(DATA / "local")
@@ -66,5 +72,68 @@ def test_an_in_process_checkpoint_from_before_the_move_restores():
         assert all(np.array_equal(got[k], np.asarray(v)) for k, v in want.items())
         result = next(iter(apex.iterate()))
         assert result["timesteps_total"] > 3072 and result["replay/size"] == 2000
+    finally:
+        apex.close()
+
+
+@pytest.mark.parametrize(
+    ("run", "agent"),
+    [
+        (DATA / "dqn", {"hiddens": (32,)}),
+        (DATA / "dpg", {"actor_hiddens": (16,), "critic_hiddens": (16,)}),
+        (DATA_30E / "dqn", {"hiddens": (32,), "num_atoms": 11, "v_max": 100.0}),
+        (DATA_30E / "r2d2", {"hiddens": (16,), "lstm_size": 8}),
+    ],
+    ids=["9cd68c2-dqn", "9cd68c2-dpg", "30e1d41-dqn", "30e1d41-r2d2"],
+)
+def test_an_old_run_folders_config_loads_its_agent_keys_into_the_agents_section(run, agent):
+    """``config.yaml`` and the checkpoint's stored config of an older run: the agent's keys
+    move from ``learner`` to its own section (one FutureWarning line), the sections of
+    the agents it did not run are dropped (they were never read), and the weights it
+    saved fit the network the loaded config builds."""
+    import warnings
+
+    from apex_dask.algo.agents.registry import make_policy
+    from apex_dask.algo.envs.factory import make_env_factory
+    from apex_dask.cli.runfolder import load_run
+    from apex_dask.config import ApexConfig
+    from apex_dask.experiment.builder import agent_spec
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        cfg = ApexConfig.from_yaml(run / "config.yaml")
+    manifest = json.loads((run / "checkpoints" / "ckpt-000001" / "manifest.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        assert ApexConfig.from_dict(manifest["metadata"]["config"]) == cfg
+    moved = [str(w.message) for w in caught if "moved to the" in str(w.message)]
+    assert len(moved) == (0 if cfg.algo == "dpg" else 1)  # dpg read none of the moved keys
+    assert all("\n" not in line and f"{cfg.algo}." in line for line in moved)
+    assert {k: getattr(cfg.agent, k) for k in agent} == agent
+    assert list(cfg.to_dict()).count(cfg.algo) == 1 and "learner" in cfg.to_dict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        trained = load_run(str(run))  # as apex-dask-eval reads it
+    assert trained.config == cfg
+    env = make_env_factory(cfg.env.env_id)()
+    policy = make_policy(agent_spec(cfg), env.observation_space, env.action_space, trained.weights)
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.contains(np.asarray(policy.act(obs)).astype(env.action_space.dtype))
+    env.close()
+
+
+def test_an_in_process_r2d2_checkpoint_from_before_the_agent_sections_restores():
+    apex = LocalApex.restore(DATA_30E / "local")
+    try:
+        assert apex.config.algo == "r2d2" and apex.config.agent.lstm_size == 8
+        assert apex.config.agent.hiddens == (16,) and apex.config.seed == 3
+        assert apex.steps_sampled >= 2000 and apex.learner.steps_trained > 0
+        parts, _ = load_runner_checkpoint(DATA_30E / "local")
+        want, got = parts["learner"]["online"], apex.learner.get_weights()[1]
+        assert all(np.array_equal(got[k], np.asarray(v)) for k, v in want.items())
+        stored = sum(len(s) for s in apex.shards)
+        result = next(iter(apex.iterate()))
+        assert result["timesteps_total"] > apex.steps_sampled - 1000 and stored > 0
+        assert "learner/state_staleness" in result and result["learner/updates"] > 0
     finally:
         apex.close()

@@ -62,10 +62,10 @@ def test_the_run_trains_on_sequence_items_with_weight_syncs_and_staleness(traine
     ckpt = sorted((trained / "checkpoints").glob("ckpt-*"))[-1]
     parts, _ = load_checkpoint(ckpt)
     cfg = ApexConfig.preset("cartpole_pomdp")
-    t = cfg.r2d2.burn_in + cfg.r2d2.trace_length
+    t = cfg.agent.burn_in + cfg.agent.trace_length
     shard = parts["shard_0"]
     assert shard["data/obs"].shape[1:] == (t, 2)  # sequence items, positions only
-    assert shard["data/state"].shape[1:] == (2, cfg.r2d2.lstm_size)
+    assert shard["data/state"].shape[1:] == (2, cfg.agent.lstm_size)
     assert np.abs(shard["data/state"]).sum() > 0  # states carried, not all zeros
     assert last["sync/weight_syncs"] > 0
     # per-worker epsilons, both workers acting on synced weights
@@ -111,7 +111,7 @@ def test_eval_plays_and_exports_the_recurrent_policy(trained, tmp_path):
     doc = json.loads(pt.with_name("r2d2.pt.json").read_text())
     assert "h, c" in doc["load"]
     program = torch.jit.load(str(pt))
-    h = c = torch.zeros(1, ApexConfig.preset("cartpole_pomdp").r2d2.lstm_size)
+    h = c = torch.zeros(1, ApexConfig.preset("cartpole_pomdp").agent.lstm_size)
     action, h2, _ = program(torch.zeros(1, 2), h, c)
     assert action.shape == (1,) and h2.shape == h.shape
 

@@ -242,7 +242,7 @@ BULKY = [
     "--no-tensorboard", "--stop-time", "600", "--set", "env.env_id=bulky_envs:Bulky-v0",
     "--set", "env.env_kwargs.obs_dim=16384", "--set", "replay.capacity=4000",
     "--set", "replay.learning_starts=64", "--set", "learner.batch_size=8",
-    "--set", "learner.hiddens=[16]", "--set", "learner.min_replay_ratio=null",
+    "--set", "dqn.hiddens=[16]", "--set", "learner.min_replay_ratio=null",
     "--set", "learner.max_replay_ratio=null", "--set", "eval.episodes=0",
     "--set", "checkpoint.grace_s=8", "--set", "checkpoint.interval_s=0",
     "--set", "report.min_iter_time_s=2",

@@ -31,11 +31,13 @@ HAVE_WANDB = importlib.util.find_spec("wandb") is not None
 
 
 def documented_patterns() -> list[re.Pattern[str]]:
-    """The names of the docs/metrics.md table, ``<k>``/``<i>`` as index wildcards."""
-    table = DOC.read_text().split("| name | meaning | in results |", 1)[1].split("\n\n", 1)[0]
-    names = {
-        n for line in table.splitlines()[2:] for n in re.findall(r"`([^`]+)`", line.split("|")[1])
-    }
+    """The names of the docs/metrics.md tables (the shared one and the agents'),
+    ``<k>``/``<i>`` as index wildcards."""
+    names = set()
+    for part in DOC.read_text().split("| name | meaning | in results |")[1:]:
+        table = part.split("\n\n", 1)[0].split("\n<!--", 1)[0]
+        for line in table.splitlines()[2:]:
+            names |= set(re.findall(r"`([^`]+)`", line.split("|")[1]))
     return [
         re.compile(re.escape(n).replace("<k>", r"\d+").replace("<i>", r"-?\d+") + "$")
         for n in names

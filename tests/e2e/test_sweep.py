@@ -33,7 +33,7 @@ SET = (
 PRUNED_SWEEP = f"""
 base: {{preset: cartpole, set: {SET}}}
 space:
-  learner.lr: {{grid: [0.004, 1.0e-7]}}
+  dqn.lr: {{grid: [0.004, 1.0e-7]}}
   replay.alpha: {{uniform: [0.4, 0.7]}}
 objective: {{metric: eval/return_mean, mode: max}}
 budget: {{env_steps: 6000}}
@@ -117,7 +117,7 @@ def test_six_trials_two_at_once_pruned_killed_resumed_and_best_trains(tmp_path):
     assert len(finished) == 6, [(t.number, t.state.name) for t in trials]
     for lost in by_state["FAIL"]:  # each interrupted trial ran again with its own values
         assert any(t.params == lost.params and t.number > lost.number for t in finished)
-    assert {t.params["learner.lr"] for t in finished} == {0.004, 1e-7}
+    assert {t.params["dqn.lr"] for t in finished} == {0.004, 1e-7}
     # the resumed sampler draws new values (not its first ones again): six different alphas
     assert len({t.params["replay.alpha"] for t in finished}) == 6
 
@@ -130,22 +130,22 @@ def test_six_trials_two_at_once_pruned_killed_resumed_and_best_trains(tmp_path):
         assert status["message"] == f"pruned at step {status['pruned_at']}"
         assert 3000 <= status["pruned_at"] <= status["steps"] < 6000  # after the warm-up
         assert f"trial {t.number} pruned at step {status['pruned_at']}" in log
-    assert 1e-7 in {t.params["learner.lr"] for t in pruned}  # the rate that cannot learn
+    assert 1e-7 in {t.params["dqn.lr"] for t in pruned}  # the rate that cannot learn
     # every trial is a run folder, and the table lists the six that count
     for t in finished:
         folder = out / f"trial-{t.number:04d}"
         for name in ("config.yaml", "results.jsonl", "final.json", "weights.npz", "status.json"):
             assert (folder / name).is_file(), (folder, name)
         cfg = yaml.safe_load((folder / "config.yaml").read_text())
-        assert cfg["learner"]["lr"] == t.params["learner.lr"]
+        assert cfg["dqn"]["lr"] == t.params["dqn.lr"]
         assert cfg["replay"]["alpha"] == pytest.approx(t.params["replay.alpha"])
-    table = log[log.index("trial  learner.lr") :]
+    table = log[log.index("trial  dqn.lr") :]
     assert len([line for line in table.splitlines() if line.strip()[:1].isdigit()]) == 8  # 6 + 2
     for name in ("history.png", "importances.png", "trials.json", "best.yaml"):
         assert (out / name).is_file(), name
 
     best = yaml.safe_load((out / "best.yaml").read_text())
-    assert best["learner"]["lr"] == study.best_trial.params["learner.lr"] == 0.004
+    assert best["dqn"]["lr"] == study.best_trial.params["dqn.lr"] == 0.004
     run_dir = tmp_path / "best-run"
     done = subprocess.run(
         [

@@ -1,4 +1,4 @@
-"""A C51 agent with noisy nets (``learner.num_atoms: 51``, ``learner.noisy: true``) on the
+"""A C51 agent with noisy nets (``dqn.num_atoms: 51``, ``dqn.noisy: true``) on the
 Dask runtime, end to end: it trains, resumes from its checkpoint, plays in
 ``apex-dask-eval``, and its ``--export`` loads in plain torch and takes the same greedy
 action as the evaluation's policy on 1,000 observations."""
@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 HEAD = [
-    "--set", "learner.num_atoms=51",
-    "--set", "learner.v_min=0",
-    "--set", "learner.v_max=100",
-    "--set", "learner.noisy=true",
+    "--set", "dqn.num_atoms=51",
+    "--set", "dqn.v_min=0",
+    "--set", "dqn.v_max=100",
+    "--set", "dqn.noisy=true",
 ]  # fmt: skip
 COMMON = [
     "--set", "report.min_iter_time_s=1",
@@ -88,7 +88,7 @@ def test_c51_with_noisy_nets_trains_resumes_evaluates_and_exports(tmp_path):
     from apex_dask.experiment.builder import agent_spec
 
     trained = load_run(str(out))
-    assert trained.config.learner.num_atoms == 51 and trained.config.learner.noisy
+    assert trained.config.agent.num_atoms == 51 and trained.config.agent.noisy
 
     space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
     policy = make_policy(agent_spec(trained.config), space, spaces.Discrete(2), trained.weights)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from polling import poll
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.config import LearnerConfig
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow  # every test uses the module's 2-process LocalClu
 
 OBS = 4
 AGENT = AgentSpec(
-    "dqn", DQNOptions(hiddens=(32,), target_update_freq=10_000, device="cpu", num_threads=1)
+    "dqn", DQNConfig(hiddens=(32,)), LearnerConfig(target_update_freq=10_000, device="cpu")
 )
 
 
@@ -197,7 +198,7 @@ def test_env_worker_stores_rollouts_in_the_chosen_shard_and_syncs_newer_weights(
         shard_futs,
         learner_fut,
         WorkerSpec(AGENT, RolloutSpec(n_step=3, gamma=0.99, fragment_length=20)),
-        epsilon=0.3,
+        exploration=0.3,
         seed=5,
         call_timeout_s=20.0,
         actor=True,

@@ -18,9 +18,10 @@ import time
 
 import numpy as np
 import pytest
+from agent_parts import CPU
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.spec import AgentSpec, WorkerSpec
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
@@ -119,15 +120,13 @@ def test_shard_checkpoint_part_restores_into_a_new_shard_and_refuses_another_cap
 def test_env_worker_stores_each_rollout_in_the_named_shard_and_takes_only_newer_weights():
     factory = make_env_factory("CartPole-v1")
     obs_space, act_space = probe_spaces(factory)
-    weights = Learner(
-        obs_space, act_space, DQNOptions(hiddens=HIDDENS, device="cpu")
-    ).get_weights()[1]
+    weights = Learner(obs_space, act_space, DQNConfig(hiddens=HIDDENS), CPU).get_weights()[1]
     source = WeightsSource(7, weights)
     shards = [shard(0, learning_starts=10**6), shard(1, learning_starts=10**6)]
     spec = WorkerSpec(
-        AgentSpec("dqn", DQNOptions(hiddens=HIDDENS)), RolloutSpec(n_step=3, fragment_length=20)
+        AgentSpec("dqn", DQNConfig(hiddens=HIDDENS)), RolloutSpec(n_step=3, fragment_length=20)
     )
-    worker = EnvWorkerActor(3, factory, shards, source, spec, epsilon=0.2, seed=3)
+    worker = EnvWorkerActor(3, factory, shards, source, spec, exploration=0.2, seed=3)
 
     async def scenario():
         first = await worker.sample_into(1)
@@ -242,7 +241,7 @@ def test_learner_actor_hands_every_batchs_priorities_back_to_its_shard(pipeline)
 
     shards = [shard(0), shard(1)]
     spaces = probe_spaces(make_env_factory("CartPole-v1"))
-    agent = AgentSpec("dqn", DQNOptions(hiddens=HIDDENS, device="cpu", pipeline=pipeline))
+    agent = AgentSpec("dqn", DQNConfig(hiddens=HIDDENS, pipeline=pipeline), CPU)
 
     async def scenario():
         for k, s in enumerate(shards):

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.checkpoint import CheckpointError, read_manifest
 from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
@@ -26,7 +25,7 @@ def config(**overrides) -> ApexConfig:
         "checkpoint.keep": 2,
         # a quarter of the preset's step size: the policy moves less per update, so the
         # evaluations right after a resume measure the resume, not CartPole's swings
-        "learner.lr": 1e-3,
+        "dqn.lr": 1e-3,
         "seed": 1,
     }
     return ApexConfig.preset("cartpole").override({**base, **overrides})
@@ -75,13 +74,7 @@ def greedy_return_of(ckpt, cfg: ApexConfig) -> float:
     from apex_dask.experiment.checkpoint import load_checkpoint
 
     online = load_checkpoint(ckpt)[0]["learner"]["online"]
-    lc = cfg.learner
-    player = EnvWorker(
-        make_env_factory(cfg.env.env_id),
-        epsilon=0.0,
-        seed=7,
-        options=DQNOptions(hiddens=lc.hiddens, dueling=lc.dueling),
-    )
+    player = EnvWorker(make_env_factory(cfg.env.env_id), epsilon=0.0, seed=7, config=cfg.agent)
     player.set_weights(1, {k: np.asarray(v) for k, v in online.items()})
     try:
         return float(player.evaluate(20, seed=11)["return_mean"])
@@ -185,7 +178,7 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_removes_leftovers(trained,
 
 
 def test_a_checkpoint_of_another_network_is_refused(trained, client):
-    other = config(**{"learner.hiddens": [64]})
+    other = config(**{"dqn.hiddens": [64]})
     with pytest.raises(CheckpointError, match="learner.npz: does not fit this learner"):
         ApexDriver(other, client, resume_from=trained["root"])
 

@@ -237,3 +237,22 @@ def test_the_health_strip_is_green_while_all_holds_and_names_what_broke():
     assert HealthStrip.BAD_STYLE in text
     assert "learner.priority_sender failed x2" in text and "sampling violated x3" in text
     assert "2 task failures, 3 invariant violations" in text
+
+
+def test_each_agents_declared_metrics_are_drawn_from_its_builders_declaration():
+    """r2d2's ``learner/state_staleness`` (``chart="sync"``) is a line of the sync chart
+    because its builder declares it; the JSON document lists every declared metric."""
+    from apex_dask.algo.agents.registry import AGENTS, declared_metrics
+
+    store = MetricsStore()
+    page = ApexDashboard(store)
+    synced = {m.name for b in AGENTS.values() for m in b.metrics if m.chart == "sync"}
+    assert synced == {"learner/state_staleness"}
+    assert synced <= set(page.sync.sources)
+    ingest(store, 1.0, **{"learner/state_staleness": 3.5, "sync/policy_lag": 2.0})
+    page.update()
+    assert page.sync.sources["learner/state_staleness"].data["value"] == [3.5]
+    listed = store.to_json()["agent_metrics"]
+    assert set(listed) == set(declared_metrics()) >= {"env/noise_scale/<i>", *synced}
+    assert listed["env/noise_scale/<i>"]["agents"] == ["dpg"]
+    assert "noise scale" in listed["env/noise_scale/<i>"]["meaning"]

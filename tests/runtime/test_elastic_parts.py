@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 
-from apex_dask.algo.agents.r2d2.options import R2D2Options
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.r2d2.worker import R2D2EnvWorker
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.pomdp import POMDP_CARTPOLE_ID
@@ -115,13 +115,13 @@ def test_r2d2_sequence_items_handed_over_arrive_bit_identical_and_sample_as_sent
     CartPole, across fragment boundaries and episode ends) handed over: the new
     shard's contents equal the old one's array for array, and a batch sampled through
     the old handle (forwarded) holds exactly the items added at those slots."""
-    options = R2D2Options(hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3)
+    options = R2D2Config(hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3)
     worker = R2D2EnvWorker(
         make_env_factory(POMDP_CARTPOLE_ID),
         epsilon=0.5,
         seed=3,
         rollout=RolloutSpec(fragment_length=17, num_envs=2),
-        options=options,
+        config=options,
     )
     rollouts = [worker.sample() for _ in range(6)]
     sent = {k: np.concatenate([r.batch[k] for r in rollouts]) for k in rollouts[0].batch}

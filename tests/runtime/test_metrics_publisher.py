@@ -144,6 +144,7 @@ def test_plugin_pickles_with_its_settings_but_not_its_data():
         ("replay/12/sample_s", "apex_replay_sample_seconds", {"shard": "12"}),
         ("replay/size", "apex_replay_size_all", {}),
         ("env/epsilon/3", "apex_env_epsilon", {"worker": "3"}),
+        ("env/noise_scale/2", "apex_env_noise_scale", {"worker": "2"}),
         ("learner/queue_size/q90", "apex_learner_queue_size_quantile", {"quantile": "0.9"}),
         ("learner/queue_size/std", "apex_learner_queue_size_std", {}),
         ("time_s", "apex_time_seconds", {}),

@@ -35,7 +35,7 @@ def small_config() -> ApexConfig:
     return ApexConfig.preset("cartpole").override(
         {
             "replay.learning_starts": 200,
-            "learner.hiddens": (32,),
+            "dqn.hiddens": (32,),
             "report.min_iter_time_s": 0.2,
             "report.timesteps_per_iteration": 200,
             "eval.interval_s": 0.5,
@@ -66,7 +66,7 @@ def build(cfg: ApexConfig) -> RunState:
 
     def worker(i: int, epsilon: float) -> EnvWorkerActor:
         spec = worker_spec(cfg)
-        return EnvWorkerActor(i, factory, shards, learner, spec, epsilon=epsilon, seed=i + 1)
+        return EnvWorkerActor(i, factory, shards, learner, spec, exploration=epsilon, seed=i + 1)
 
     slots = [EnvSlot(i, None, worker(i, e), "in-process", float(e)) for i, e in enumerate(eps)]
     evaluator = EnvSlot(-1, None, worker(-1, 0.0), "in-process", 0.0)

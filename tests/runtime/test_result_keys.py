@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
+from apex_dask.algo.agents.registry import AGENTS
 from apex_dask.config import ApexConfig
 from apex_dask.local import run_local
 from apex_dask.runtime.orchestration.driver import train
@@ -23,23 +26,30 @@ ITERATIONS = 3
 
 
 def documented() -> dict[str, set[str]]:
-    """``{"dask": names, "local": names}`` from the table of ``docs/metrics.md``."""
-    out: dict[str, set[str]] = {"dask": set(), "local": set(), "cuda": set(), "r2d2": set()}
+    """``{"dask": names, "local": names, "cuda": names, <agent>: names, ...}`` from the
+    tables of ``docs/metrics.md`` (the shared table and the agents' generated one)."""
+    agents = set(AGENTS)
+    out: dict[str, set[str]] = {k: set() for k in ("dask", "local", "cuda", *agents)}
     in_table = False
     for line in DOC.read_text().splitlines():
         if line.startswith("| name | meaning | in results |"):
             in_table = True
             continue
         if in_table and not line.startswith("|"):
-            break
+            in_table = False
         if not in_table or line.startswith("| ---"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         names = set(re.findall(r"`([^`]+)`", cells[0]))
         where = cells[-1]
-        assert where in ("both", "dask", "local", "cuda", "r2d2"), f"bad runner column: {line}"
-        if where in ("cuda", "r2d2"):  # both runners, a CUDA learner / algo r2d2 only: absent
-            out[where] |= names  # on this CPU and in the DQN runs below
+        if where == "cuda":  # both runners, a CUDA learner only: absent on this CPU
+            out[where] |= names
+            continue
+        if where not in ("both", "dask", "local"):  # both runners, those agents only
+            listed = {a.strip() for a in where.split(",")}
+            assert listed <= agents, f"bad runner column: {line}"
+            for a in listed:
+                out[a] |= names
             continue
         for runner in ("dask", "local"):
             if where in ("both", runner):
@@ -52,7 +62,7 @@ def folded(results: list[dict[str, float]]) -> set[str]:
     for result in results:
         for key in result:
             key = re.sub(r"^replay/\d+/", "replay/<k>/", key)
-            key = re.sub(r"^env/epsilon/\d+$", "env/epsilon/<i>", key)
+            key = re.sub(r"^env/([a-z_]+)/\d+$", r"env/\1/<i>", key)
             key = re.sub(r"^env/\d+/", "env/<i>/", key)
             key = re.sub(r"^health/task_failures/[^/]+$", "health/task_failures/<task>", key)
             key = re.sub(
@@ -88,19 +98,51 @@ def test_the_cuda_only_rows_are_the_learners_device_metrics():
     assert documented()["cuda"] == set(DEVICE_METRICS)
 
 
-def test_the_r2d2_only_rows_are_what_the_r2d2_learner_adds():
+@pytest.mark.parametrize("algo", sorted(AGENTS))
+def test_each_agents_rows_are_what_its_builder_declares(algo):
+    declared = {m.name for m in AGENTS[algo].declared_metrics()}
+    assert documented()[algo] == declared
+
+
+def test_the_r2d2_learner_reports_what_its_builder_declares():
     from gymnasium import spaces
 
     from apex_dask.algo.agents.r2d2.learner import R2D2Learner
 
     learner = R2D2Learner(spaces.Box(-1.0, 1.0, (2,)), spaces.Discrete(2))
-    assert documented()["r2d2"] == set(learner.device_stats())
+    declared = {m.name for m in AGENTS["r2d2"].metrics}
+    assert set(learner.agent_stats()) == declared == {"learner/state_staleness"}
+
+
+def test_the_agent_table_is_generated_from_the_declarations():
+    done = subprocess.run(
+        [sys.executable, str(DOC.parents[1] / "scripts" / "metrics_doc.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_in_process_results_have_exactly_the_documented_keys(config):
     results = list(run_local(config, stop={"iterations": ITERATIONS}))
     assert len(results) == ITERATIONS
-    assert folded(results) == documented()["local"]
+    assert folded(results) == documented()["local"] | documented()["dqn"]
+
+
+@pytest.mark.parametrize("preset", ["pendulum", "cartpole_pomdp"])
+def test_the_other_agents_in_process_results_have_exactly_their_documented_keys(preset):
+    cfg = ApexConfig.preset(preset).override(
+        {
+            "replay.learning_starts": 64,
+            "report.min_iter_time_s": 0.2,
+            "report.timesteps_per_iteration": 200,
+            "eval.interval_s": 0.0,
+            "eval.episodes": 1,
+        }
+    )
+    results = list(run_local(cfg, stop={"iterations": 2}))
+    assert folded(results) == documented()["local"] | documented()[cfg.algo]
 
 
 @pytest.mark.slow
@@ -122,7 +164,7 @@ def test_dask_results_have_exactly_the_documented_keys(config, client):
     cfg = config.override({"replay.placement": "learner_host"})
     results = train(cfg, client, stop={"iterations": ITERATIONS})
     assert len(results) >= ITERATIONS
-    assert folded(results) == documented()["dask"]
+    assert folded(results) == documented()["dask"] | documented()["dqn"]
     last = results[-1]
     assert 0 < last["learner/shared_batches"] <= last["flow/batches_received"]
     assert last["learner/local_shards"] == 0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agent_parts import CPU
 from gymnasium import spaces
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.replay.sample import ReplaySample
 from apex_dask.runtime.actors.shared_batches import SharedBatchReader, SharedBatchWriter
 
@@ -148,7 +149,7 @@ def test_pipelined_priorities_read_a_whole_update_after_the_release_name_their_o
     slot was released and refilled with batch k+1: they must still name batch k's items."""
     rng = np.random.default_rng(5)
     writer, reader = SharedBatchWriter(slots=1, prefix="apextest"), SharedBatchReader()
-    lr, sent = Learner(OBS, ACT, DQNOptions(hiddens=(16,), device="cpu", pipeline=True)), []
+    lr, sent = Learner(OBS, ACT, DQNConfig(hiddens=(16,), pipeline=True), CPU), []
     try:
         samples = []
         for _ in range(4):

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from apex_dask.algo.agents.config import LearnerConfig
 from apex_dask.algo.agents.device_batches import FinishedUpdate
 
 __all__ = [
@@ -141,19 +142,39 @@ class LearnerProtocol(Protocol):
 
     def device_stats(self) -> dict[str, float]: ...
 
+    def agent_stats(self) -> dict[str, float]: ...
+
 
 class LearnerBase:
     """Counters, the weights snapshot and the plain ``submit``/``drain`` of a learner.
 
-    A subclass sets ``online`` (the module whose weights env workers act with)
-    and ``device``, implements ``update``, and calls :meth:`_count` once per
-    update. A pipelined subclass overrides ``submit``, ``drain``,
-    ``check_finite`` and ``device_stats``.
+    A subclass calls :meth:`_init_shared` with the shared ``learner`` section (the
+    process's torch threads, the device, the clip and the target period), sets
+    ``online`` (the module whose weights env workers act with), implements
+    ``update``, and calls :meth:`_count` once per update. A pipelined subclass
+    overrides ``submit``, ``drain``, ``check_finite`` and ``device_stats``; one whose
+    agent declares metrics (its builder's ``metrics``) returns them from
+    :meth:`agent_stats`.
     """
 
     online: torch.nn.Module
     device: str = "cpu"
     pipeline: bool = False
+
+    def _init_shared(self, learner: LearnerConfig | None) -> LearnerConfig:
+        """What every learner reads of the shared section: ``num_threads`` (for the whole
+        process: ``torch.set_num_threads``), ``device``, ``grad_clip`` and
+        ``target_update_freq``; the counters start. Returns the section (default if None)."""
+        lc = learner if learner is not None else LearnerConfig()
+        if lc.num_threads is not None:
+            torch.set_num_threads(int(lc.num_threads))
+        if lc.target_update_freq < 1:
+            raise ValueError(f"target_update_freq must be >= 1, got {lc.target_update_freq}")
+        self.device = resolve_device(lc.device)
+        self.grad_clip = float(lc.grad_clip)
+        self.target_update_freq = int(lc.target_update_freq)
+        self._init_counters()
+        return lc
 
     def _init_counters(self) -> None:
         self.steps_trained = 0
@@ -197,6 +218,10 @@ class LearnerBase:
 
     def device_stats(self) -> dict[str, float]:
         """Device metrics (CUDA only); ``{}`` here."""
+        return {}
+
+    def agent_stats(self) -> dict[str, float]:
+        """The metrics its agent declares (its builder's ``metrics``); ``{}`` here."""
         return {}
 
     def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:

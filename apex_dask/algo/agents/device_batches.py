@@ -46,6 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from apex_dask.algo.agents.config import AMP_MODES, MEMORY_FORMATS
+
 __all__ = [
     "AMP_MODES",
     "MEMORY_FORMATS",
@@ -58,27 +60,25 @@ __all__ = [
     "device_memory",
 ]
 
-AMP_MODES = ("off", "bf16")
-"""Values of ``learner.amp``: no autocast, or autocast of the forward passes to bfloat16."""
-MEMORY_FORMATS = ("contiguous", "channels_last")
-"""Values of ``learner.memory_format`` (the CNN's weights and image inputs)."""
 
-
-def check_device_options(device: str, *, amp: str, compile: bool, memory_format: str) -> None:
-    """Raise ``ValueError`` (one line naming the option and the fix) when ``device`` cannot
-    run the options: bf16 autocast needs a CUDA device with bfloat16 or a CPU;
-    ``compile`` needs triton on CUDA and a C compiler on CPU."""
+def check_device_options(
+    device: str, *, amp: str, compile: bool, memory_format: str, section: str
+) -> None:
+    """Raise ``ValueError`` (one line naming the option, as ``<section>.<key>``, and the
+    fix) when ``device`` cannot run the options: bf16 autocast needs a CUDA device with
+    bfloat16 or a CPU; ``compile`` needs triton on CUDA and a C compiler on CPU."""
+    s = section
     if amp not in AMP_MODES:
-        raise ValueError(f"learner.amp must be one of {AMP_MODES}, got {amp!r}")
+        raise ValueError(f"{s}.amp must be one of {AMP_MODES}, got {amp!r}")
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(
-            f"learner.memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}"
+            f"{s}.memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}"
         )
     cuda = torch.device(device).type == "cuda"
     if amp == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         name = torch.cuda.get_device_name(torch.device(device))
         raise ValueError(
-            f"learner.amp: bf16 needs bfloat16 support, which {name} lacks; set learner.amp: off"
+            f"{s}.amp: bf16 needs bfloat16 support, which {name} lacks; set {s}.amp: off"
         )
     if compile:
         import importlib.util
@@ -86,11 +86,11 @@ def check_device_options(device: str, *, amp: str, compile: bool, memory_format:
 
         if cuda and importlib.util.find_spec("triton") is None:
             raise ValueError(
-                "learner.compile: true needs triton on a CUDA device (pip install triton); set learner.compile: false"
+                f"{s}.compile: true needs triton on a CUDA device (pip install triton); set {s}.compile: false"
             )
         if not cuda and not any(shutil.which(c) for c in ("cc", "gcc", "clang", "g++")):
             raise ValueError(
-                "learner.compile: true needs a C compiler on a CPU learner; set learner.compile: false"
+                f"{s}.compile: true needs a C compiler on a CPU learner; set {s}.compile: false"
             )
 
 

@@ -1,56 +1,84 @@
-"""What an agent is to the rest of the package: its builder's contract and the specs it makes.
+"""What crosses from the config to an agent's parts: the specs, the policy contract, metrics.
 
-An agent is a folder (``agents/dqn/``, ``agents/dpg/``) with the same role
-names in each: ``options`` (one typed object its parts share), ``networks``,
-``loss``, ``learner``, ``worker``, ``policy`` and ``builder``. The builder
-(an :class:`AgentBuilder`) is the only way in: it reads the run's config,
-checks it, and makes every part. :mod:`apex_dask.algo.agents.registry` maps
-the config's ``algo`` string to a builder, once; nothing else branches on it.
+The specs are plain data, made once per run from the config (the agent's own
+section and the shared ``learner`` section, the same objects the config holds)
+and sent to every actor as they are::
 
-The specs are plain data, made once per run from the config and sent to
-every actor as they are::
-
-    agent = registry.agent(cfg.algo)
-    spec = agent.agent_spec(cfg)                     # AgentSpec("dqn", DQNOptions(...))
+    spec = registry.agent(cfg.algo).agent_spec(cfg)   # AgentSpec("dqn", DQNConfig(...), ...)
     learner = registry.make_learner(spec, obs_space, act_space, seed=0)
     worker = registry.make_env_worker(WorkerSpec(spec, rollout), factory,
-                                      epsilon=0.4, seed=1, where="env worker 0")
+                                      exploration=0.4, seed=1, where="env worker 0")
+
+An agent's builder (:class:`~apex_dask.algo.agents.builder.AgentBuilder`) makes the
+parts; this module holds only what the rest of the package reads of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
+from apex_dask.algo.agents.config import AgentConfig, LearnerConfig
 from apex_dask.algo.rollout.spec import RolloutSpec
 
-if TYPE_CHECKING:  # the config tree is read, never imported, by the algorithm layer
-    from gymnasium import spaces
+__all__ = ["AgentMetric", "AgentSpec", "Policy", "ScriptedPolicy", "Weights", "WorkerSpec"]
 
-    from apex_dask.algo.agents.base import LearnerProtocol
-    from apex_dask.algo.rollout.worker import ActingWorker
-
-__all__ = ["AgentBuilder", "AgentSpec", "Policy", "ScriptedPolicy", "WorkerSpec"]
+Weights = Mapping[str, Any]
+"""A network's weights as the learner publishes them: ``{name: array}``."""
 
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """Which agent (``algo``, a registry name) with which options (its own frozen
-    dataclass, e.g. :class:`~apex_dask.algo.agents.dqn.options.DQNOptions`)."""
+    """Which agent (``algo``, a registry name) with its own config section and the shared
+    ``learner`` section."""
 
     algo: str
-    options: Any
+    config: AgentConfig
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What every env worker of a run is built with (each adds its epsilon, seed and name)."""
+    """What every env worker of a run is built with (each adds its exploration, seed and
+    name)."""
 
     agent: AgentSpec
     rollout: RolloutSpec
+
+
+@dataclass(frozen=True)
+class AgentMetric:
+    """A metric an agent adds to every agent's (its learner's :meth:`agent_stats` keys):
+    listed by the ``/apex`` page, ``/apex/metrics.json`` and ``docs/metrics.md``."""
+
+    name: str
+    """The metric's name, e.g. ``learner/state_staleness``."""
+    meaning: str
+    """What it measures (the ``docs/metrics.md`` row)."""
+    label: str
+    """Its line's legend on the ``/apex`` page."""
+    chart: str = "agent"
+    """The ``/apex`` chart it is drawn in: ``sync`` (weight syncs and policy lag: units of
+    learner updates), ``agent`` (a chart of the agents' own metrics) or empty (none: a
+    metric per env worker)."""
+
+
+@dataclass(frozen=True)
+class ScriptedPolicy:
+    """A greedy policy as a TorchScript program (``program``), with what its JSON says
+    about it: what runs ``inside`` the program, what it ``output`` s and, where it is
+    not ``policy(obs)``, how to ``call`` it. A recurrent program takes its ``state``
+    (the shapes of its tensors, zeros at each episode's start):
+    ``action, *state = program(obs[None], *state)``."""
+
+    program: Any
+    inside: list[str]
+    output: str
+    call: str | None = None
+    state: tuple[tuple[int, ...], ...] = ()
 
 
 class Policy(Protocol):
@@ -64,104 +92,6 @@ class Policy(Protocol):
         """An episode begins (a recurrent policy's state goes back to zero)."""
         ...
 
-
-@dataclass(frozen=True)
-class ScriptedPolicy:
-    """A greedy policy as a TorchScript program (``program``), with what its JSON says
-    about it: what runs ``inside`` the program, what it ``output`` s and, where it is
-    not ``policy(obs)``, how to ``call`` it (a recurrent program takes its state)."""
-
-    program: Any
-    inside: list[str]
-    output: str
-    call: str | None = None
-
-
-class AgentBuilder(Protocol):
-    """What an agent's builder makes (see the module docstring). ``cfg`` is the run's
-    :class:`~apex_dask.config.ApexConfig`, read by attribute."""
-
-    name: str
-    """The registry name (``algo`` in the config)."""
-
-    def check_config(self, cfg: Any) -> tuple[str, Any, str] | None:
-        """A setting this agent cannot run with, as ``(key, value, why)``; None if none."""
-        ...
-
-    def check_spaces(
-        self, observation_space: spaces.Space, action_space: spaces.Space, options: Any = None
-    ) -> str | None:
-        """Why this agent cannot act in an env with these spaces (naming the agent, the
-        wrapper or the setting that can), with ``options`` (its :meth:`agent_spec`'s; None:
-        the spaces alone), or None."""
-        ...
-
-    def agent_spec(self, cfg: Any) -> AgentSpec:
-        """This agent's options from the config."""
-        ...
-
-    def exploration_ladder(self, cfg: Any, num_workers: int) -> np.ndarray:
-        """Each env worker's exploration (epsilon, or noise scale), worker 0 the most."""
-        ...
-
-    def make_learner(
-        self, options: Any, observation_space: spaces.Space, action_space: spaces.Space, seed: int
-    ) -> LearnerProtocol:
-        """The learner."""
-        ...
-
-    def make_worker(
-        self,
-        options: Any,
-        rollout: RolloutSpec,
-        env_factory: Callable[[], Any],
-        *,
-        epsilon: float,
-        seed: int,
-        where: str,
-    ) -> ActingWorker:
-        """An env worker acting with exploration ``epsilon``."""
-        ...
-
-    def make_network(
-        self, options: Any, observation_space: spaces.Space, action_space: spaces.Space
-    ) -> Any:
-        """The network whose weights the learner publishes (a ``torch.nn.Module``)."""
-        ...
-
-    def network_size(
-        self, options: Any, observation_space: spaces.Space, action_space: spaces.Space
-    ) -> tuple[int, int]:
-        """``(parameters, activations per sample)`` of :meth:`make_network`'s network, without
-        building it (the pre-start memory check runs before torch is imported)."""
-        ...
-
-    def item_bytes(self, cfg: Any, observation_space: spaces.Space) -> int | None:
-        """Bytes of one stored replay item when it is not a transition (None: a transition,
-        ``obs`` and ``next_obs``, the estimate of :func:`apex_dask.cli.checks.replay_bytes`)."""
-        ...
-
-    def network_keys(self, cfg: Any) -> str:
-        """The config keys (with their values) that shape the network: what a user
-        compares when saved weights do not fit."""
-        ...
-
-    def make_policy(
-        self,
-        options: Any,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        weights: Mapping[str, Any],
-    ) -> Policy:
-        """The greedy policy of trained weights (``WeightsMismatch`` if they do not fit)."""
-        ...
-
-    def scripted_policy(
-        self,
-        options: Any,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        weights: Mapping[str, Any],
-    ) -> ScriptedPolicy:
-        """The greedy policy as a TorchScript program, for ``--export``."""
+    def program(self) -> ScriptedPolicy:
+        """The same greedy policy as a TorchScript program (``--export``)."""
         ...

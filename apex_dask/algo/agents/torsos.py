@@ -21,12 +21,13 @@
   scaled by :func:`input_scale` (read from the space's bounds), rank-2 frames given
   a channel axis, HWC permuted to CHW.
 
-The arithmetic of their sizes, without torch, is :mod:`apex_dask.algo.agents.torso_size`
-(the pre-start memory estimate; a test holds the two together).
+Their sizes, for the pre-start memory estimate, are counted on the modules themselves
+(built on torch's ``meta`` device: :meth:`~apex_dask.algo.agents.builder.AgentBuilder.network_size`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,11 +36,12 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from apex_dask.algo.agents.config import ENCODERS
 from apex_dask.algo.agents.noisy import NoisyLinear
-from apex_dask.algo.agents.torso_size import ENCODERS, IMPALA_CHANNELS, image_chw
 
 __all__ = [
     "ENCODERS",
+    "IMPALA_CHANNELS",
     "ChannelNorm",
     "ImpalaStage",
     "ResidualBlock",
@@ -50,7 +52,27 @@ __all__ = [
     "is_image_space",
     "linear_layer",
     "mlp_layers",
+    "net_on_cpu",
 ]
+
+
+IMPALA_CHANNELS = (16, 32, 32)
+"""Channels of the IMPALA encoder's three stages (times ``impala_scale``)."""
+
+
+def image_chw(
+    shape: Sequence[int], channels_last: bool | None = None
+) -> tuple[tuple[int, int, int], bool]:
+    """``((C, H, W), channels_last)`` of a frame shape: rank 2 is one channel; for rank 3
+    ``channels_last=None`` guesses HWC when the last axis is the smallest."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 2:
+        return (1, *shape), False
+    if channels_last is None:
+        channels_last = shape[2] <= min(shape[0], shape[1])
+    if channels_last:
+        return (shape[2], shape[0], shape[1]), True
+    return (shape[0], shape[1], shape[2]), False
 
 
 def linear_layer(in_features: int, out_features: int, noisy_sigma0: float | None) -> nn.Module:
@@ -146,9 +168,26 @@ def conv_encoder(
             c = out
     layers.append(nn.Flatten())
     net = nn.Sequential(*layers)
-    with torch.no_grad():
-        flat = int(net(torch.zeros(1, *shape_chw)).shape[1])
+    with torch.no_grad():  # on the CPU: built on torch's `meta` device, an empty copy
+        probe = net if next(net.parameters()).device.type == "cpu" else net_on_cpu(net)
+        flat = int(probe(torch.zeros(1, *shape_chw, device="cpu")).shape[1])
     return net, flat
+
+
+def net_on_cpu(module: nn.Module) -> nn.Module:
+    """An uninitialised CPU copy of ``module`` (built on torch's ``meta`` device): its
+    shapes, to run a pass whose values do not matter. Its memory is allocated, not
+    written, until read."""
+    out = copy.deepcopy(module)
+    for m in out.modules():  # tensor by tensor: `to_empty` inside a device context is slow
+        for group in (m._parameters, m._buffers):
+            for name, t in group.items():
+                if t is not None:
+                    empty = torch.empty(t.shape, dtype=t.dtype, device="cpu")
+                    group[name] = (
+                        nn.Parameter(empty, t.requires_grad) if name in m._parameters else empty
+                    )
+    return out
 
 
 def image_input(obs: torch.Tensor, scale: float, channels_last: bool) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 ::
 
-    spec = AgentSpec("dqn", DQNOptions(hiddens=(64, 64)))
+    spec = AgentSpec("dqn", DQNConfig(hiddens=(64, 64)))
     policy = make_policy(spec, env.observation_space, env.action_space, weights)
     ret, length = play_episode(env, policy, seed=7, epsilon=0.0, rng=episode_rng(0, 7))
     out = play_episodes(factory, spec, weights, [7, 8, 9], base_seed=0, epsilon=0.05)

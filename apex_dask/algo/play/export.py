@@ -2,7 +2,7 @@
 
 ::
 
-    export_policy("pong.pt", AgentSpec("dqn", DQNOptions(hiddens=(512,))), obs_space,
+    export_policy("pong.pt", AgentSpec("dqn", DQNConfig(hiddens=(512,))), obs_space,
                   act_space, weights, about={"env_id": "ALE/Pong-v5", "env_kwargs": {}})
 
     # elsewhere, with torch only:

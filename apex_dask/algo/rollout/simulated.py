@@ -5,7 +5,7 @@ on one machine (``simulate.env_steps_per_s``; ``benchmarks/scale.py``): no env
 is stepped and no network runs, everything around the worker (its actor, the
 shards, the weight syncs, the learner, the driver) is the real one::
 
-    w = SimulatedWorker(factory, rollout_spec, index=3, epsilon=0.1, seed=3, steps_per_s=35)
+    w = SimulatedWorker(factory, rollout_spec, index=3, exploration=0.1, seed=3, steps_per_s=35)
     out = w.sample()        # sleeps until the rollout is due, then a Rollout
     index, number, place = read_stamps(out.batch)   # per item
 
@@ -125,7 +125,7 @@ class SimulatedWorker:
         rollout: RolloutSpec,
         *,
         index: int,
-        epsilon: float,
+        exploration: float,
         seed: int,
         steps_per_s: float,
     ) -> None:
@@ -134,7 +134,7 @@ class SimulatedWorker:
         self.env_factory = env_factory
         self.env: Any = None
         self._eval_env: Any = None
-        self.index, self.epsilon = int(index), float(epsilon)
+        self.index, self.exploration = int(index), float(exploration)
         self.observation_space, self.action_space = _spaces_of(env_factory, rollout.make_timeout_s)
         rng = np.random.default_rng(seed)
         self._template = _template(self.observation_space, self.action_space, rollout, rng)
@@ -162,7 +162,7 @@ class SimulatedWorker:
         self.rollouts += 1
         self.steps_sampled += self.steps
         return Rollout(
-            batch, self._priorities.copy(), self.steps, self.weights_version, self.epsilon
+            batch, self._priorities.copy(), self.steps, self.weights_version, self.exploration
         )
 
     def set_weights(self, version: int, weights: Any) -> None:

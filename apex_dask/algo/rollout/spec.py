@@ -22,32 +22,32 @@ stepped in turn, :class:`~apex_dask.algo.envs.sync.GuardedEnvs`)."""
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """How every env worker of a run steps its envs and cuts its rollouts."""
+    """How every env worker of a run steps its envs and cuts its rollouts: the config keys
+    each field comes from (``experiment.builder.worker_spec``), documented there. The
+    defaults are written once, here: those keys' defaults are these."""
 
     n_step: int = 3
-    """Steps summed in a transition's return before bootstrapping."""
+    """``learner.n_step``."""
     gamma: float = 0.99
-    """Discount factor."""
+    """``learner.gamma``."""
     fragment_length: int = 50
-    """Vector steps per rollout (of every env of the worker)."""
+    """``workers.rollout_fragment_length`` (vector steps: of every env of the worker)."""
     num_envs: int = 1
-    """Envs the worker steps together, one forward pass per step."""
+    """``workers.envs_per_worker``."""
     vector_mode: str = "sync"
-    """One of :data:`VECTOR_MODES`."""
+    """``workers.vector_mode``: one of :data:`VECTOR_MODES`."""
     frame_stack: int | None = None
-    """Observations are stacks of this many frames, sent each frame once (None: whole)."""
+    """``replay.frame_stack``."""
     make_timeout_s: float = 60.0
-    """Seconds making one env may take."""
+    """``env.make_timeout_s``."""
     step_timeout_s: float | None = None
-    """Seconds one ``step``/``reset`` may take (None: unbounded)."""
+    """``env.step_timeout_s``."""
     restart_failed_envs: bool = True
-    """Make a failed env again (else the first env error ends the run)."""
+    """``workers.restart_failed_envs``."""
     max_env_errors_per_1k_steps: int = 10
-    """With restarts: more env errors than this within the worker's last 1,000 env steps
-    end the run."""
+    """``workers.max_env_errors_per_1k_steps``."""
     max_consecutive_env_errors: int = 5
-    """With restarts: one env failing this many times in a row without a completed step
-    ends the run."""
+    """``workers.max_consecutive_env_errors``."""
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,14 @@ class Rollout:
     ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs, done,
     discount``); ``priorities``: float32 |td| per transition; ``steps``: env steps
     made; the episodes that ended in it; the weights version it acted with; the
-    worker's exploration (epsilon, or the noise scale).
+    worker's exploration parameter (its agent's: an epsilon, DPG's noise scale).
     """
 
     batch: dict[str, np.ndarray]
     priorities: np.ndarray
     steps: int
     weights_version: int
-    epsilon: float
+    exploration: float
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
 

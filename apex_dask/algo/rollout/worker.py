@@ -13,7 +13,9 @@ hooks and a :class:`~apex_dask.algo.rollout.vector_nstep.VectorNStepAdder` as
 - ``_episodes_ended(mask)``: envs whose episode ended or failed (noise resets);
 - ``_end_fragment()``: the values of the states the envs act on next;
 - ``_begin_eval_episode()``: a greedy evaluation episode begins (a recurrent
-  policy's state goes back to zero).
+  policy's state goes back to zero);
+- ``_greedy(obs)``: the greedy action of one observation, for evaluation (the env's
+  action is that plus ``_action_offset``: a Discrete space's ``start``).
 
 Each agent's worker (in its folder under ``agents/``) is one: DQN's
 epsilon-greedy over Q-values, DPG's deterministic policy plus noise, R2D2's
@@ -43,7 +45,9 @@ class ActingWorker:
 
     adder: Any
     frame_stack: int | None = None
-    epsilon: float = 0.0
+    exploration: float = 0.0
+    _action_offset: int = 0
+    """The worker's exploration parameter (its agent's: an epsilon, DPG's noise scale)."""
 
     def __init__(
         self, env_factory: Callable[[], gym.Env], rollout: RolloutSpec, *, seed: int, where: str
@@ -137,6 +141,9 @@ class ActingWorker:
     def _begin_eval_episode(self) -> None:
         """A greedy evaluation episode begins (a recurrent policy resets its state)."""
 
+    def _greedy(self, obs: np.ndarray) -> Any:
+        raise NotImplementedError
+
     # -- rollouts -------------------------------------------------------
     def sample(self) -> Rollout:
         """Run ``fragment_length`` steps of every env; the completed transitions and stats.
@@ -184,7 +191,7 @@ class ActingWorker:
         if self.frame_stack is not None:
             batch = encode_batch(batch, self.frame_stack)
         return Rollout(
-            batch, priorities, steps, self.weights_version, self.epsilon, returns, lengths
+            batch, priorities, steps, self.weights_version, self.exploration, returns, lengths
         )
 
     def _count_episodes(self, step: VectorStep, returns: list, lengths: list) -> int:

@@ -19,6 +19,7 @@ import argparse
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,11 @@ def run(args: argparse.Namespace) -> int:
     """Check everything, then sweep; the exit code."""
     from apex_dask.cli.sweep.study import SweepLock, import_optuna
 
-    folder, spec, resuming = _prepare(args)
+    with warnings.catch_warnings(record=True) as moved:  # a moved or retired key: one line
+        warnings.simplefilter("always", FutureWarning)
+        folder, spec, resuming = _prepare(args)
+    for line in dict.fromkeys(str(w.message) for w in moved if w.category is FutureWarning):
+        print(f"{PREFIX} note: {line}", flush=True)
     import_optuna()
     trials = plan_trials(args.trials, folder, spec, resuming)
     k = args.concurrent or spec.concurrent or 1

@@ -3,13 +3,13 @@
 ::
 
     spec = load_sweep("space.yaml")     # SweepError (one line, exit 2) on anything wrong
-    spec.trial_config({"learner.lr": 1e-3})   # the config one trial runs
+    spec.trial_config({"dqn.lr": 1e-3})   # the config one trial runs
 
 The file (every key but ``space`` optional; docs/sweeps.md)::
 
     base: {preset: cartpole, set: {eval.interval_s: 2}}   # or config: FILE.yaml (+ set)
     space:
-      learner.lr: {loguniform: [3.0e-5, 1.0e-3]}
+      dqn.lr: {loguniform: [3.0e-5, 1.0e-3]}
       replay.alpha: {uniform: [0.4, 0.7]}
     objective: {metric: eval/return_mean, mode: max, use: best}   # use: best | final
     budget: {time_s: 600}                  # or env_steps: N (per trial)

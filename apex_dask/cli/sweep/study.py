@@ -42,7 +42,7 @@ after each journal write in turn). How:
 **Grid keys** are run by enqueueing each grid point as a trial's fixed
 parameters (round-robin over ``--trials``); the other keys come from the
 sampler (TPE by default, seeded). Optuna's own ``GridSampler`` would take
-neither list values (``learner.hiddens``) nor sampled keys beside the grid,
+neither list values (``dqn.hiddens``) nor sampled keys beside the grid,
 and counts a failed point as visited, so an interrupted one would never re-run.
 """
 

@@ -126,19 +126,19 @@ def _target_freq(value: Any, ctx: Ctx) -> Outcome:
 
 
 def q_hiddens(ctx: Ctx) -> Outcome:
-    """RLlib's Q-net hidden layers as apex_dask's ``learner.hiddens``."""
+    """RLlib's Q-net hidden layers as apex_dask's ``dqn.hiddens``."""
     head = list(ctx.value("hiddens") or [])
     if ctx.image:
         if not head:
             return Refused("apex_dask puts at least one layer after the conv net; give hiddens")
-        return Mapped({"learner.hiddens": head}, "the layer(s) after the conv net")
+        return Mapped({"dqn.hiddens": head}, "the layer(s) after the conv net")
     trunk = list(ctx.value("model.fcnet_hiddens") or [])
     trunk += list(ctx.value("model.post_fcnet_hiddens") or [])
     layers = trunk + head
     if not layers:
         return Refused("apex_dask's Q-net needs at least one hidden layer")
     return Mapped(
-        {"learner.hiddens": layers},
+        {"dqn.hiddens": layers},
         f"model.fcnet_hiddens {trunk} then hiddens {head}, one shared stack "
         "(RLlib put the hiddens layers in each dueling stream)",
     )
@@ -278,9 +278,9 @@ DQN_RULES = [
         lambda v, ctx: (
             Ignored("RLlib's DDPG trains with actor_lr and critic_lr")
             if ctx.ddpg
-            else Mapped({"learner.lr": v})
+            else Mapped({"dqn.lr": v})
         ),
-        "learner.lr",
+        "dqn.lr",
         "APEX_DDPG: ignored (actor_lr, critic_lr)",
     ),
     rule(
@@ -309,13 +309,13 @@ DQN_RULES = [
     rule(
         ("hiddens",),
         _hiddens,
-        "learner.hiddens",
+        "dqn.hiddens",
         "vector observations: model.fcnet_hiddens + post_fcnet_hiddens + hiddens as one "
         "stack; Atari: hiddens after the conv net",
         APEX,
     ),
-    rule(("dueling",), to("learner.dueling"), "learner.dueling", "", APEX),
-    rule(("double_q",), to("learner.double_q"), "learner.double_q", "", APEX),
+    rule(("dueling",), to("dqn.dueling"), "dqn.dueling", "", APEX),
+    rule(("double_q",), to("dqn.double_q"), "dqn.double_q", "", APEX),
     rule(
         ("training_intensity",),
         _training_intensity,

@@ -1,9 +1,9 @@
 """RLlib keys of the value head, exploration and resources (``run: APEX``, and those
 APEX_DDPG shares).
 
-* The value head: ``num_atoms`` > 1 is the C51 head (``learner.num_atoms`` over
-  ``learner.v_min``..``learner.v_max``), ``noisy`` noisy nets (``learner.noisy``,
-  ``learner.sigma0``). RLlib kept its per-worker epsilons on top of noisy layers, so a
+* The value head: ``num_atoms`` > 1 is the C51 head (``dqn.num_atoms`` over
+  ``dqn.v_min``..``dqn.v_max``), ``noisy`` noisy nets (``dqn.noisy``,
+  ``dqn.sigma0``). RLlib kept its per-worker epsilons on top of noisy layers, so a
   converted ``noisy: true`` keeps them too (``workers.epsilon_with_noisy``). At their
   no-op values (``num_atoms: 1``, ``noisy: false``) they, ``v_min``, ``v_max`` and
   ``sigma0`` change nothing.
@@ -53,7 +53,7 @@ def _num_atoms(value: Any, ctx: Ctx) -> Outcome:
         return Refused("give a whole number of atoms (1: no distributional head)")
     if n == 1:
         return Mapped({}, "no distributional head")
-    return Mapped({"learner.num_atoms": int(n)}, "the C51 head")
+    return Mapped({"dqn.num_atoms": int(n)}, "the C51 head")
 
 
 def _value_head(what: str):
@@ -74,7 +74,7 @@ def _noisy(value: Any, ctx: Ctx) -> Outcome:
     if not value:
         return Mapped({}, "no noisy nets")
     return Mapped(
-        {"learner.noisy": True, "workers.epsilon_with_noisy": True},
+        {"dqn.noisy": True, "workers.epsilon_with_noisy": True},
         "noisy layers; RLlib kept the per-worker epsilons on top, and so does this",
     )
 
@@ -83,7 +83,7 @@ def _sigma0(value: Any, ctx: Ctx) -> Outcome:
     if ctx.value("noisy", False) is True:
         if not number(value) or value <= 0:
             return Refused("give a positive sigma0")
-        return Mapped({"learner.sigma0": float(value)})
+        return Mapped({"dqn.sigma0": float(value)})
     return Mapped({}, "no effect with noisy: false")
 
 
@@ -155,20 +155,20 @@ EXPLORE_RULES = [
     rule(
         ("num_atoms",),
         _num_atoms,
-        "learner.num_atoms",
+        "dqn.num_atoms",
         "1: nothing; > 1: the C51 head",
         APEX,
     ),
-    rule(("v_min",), _value_head("v_min"), "learner.v_min", "with num_atoms > 1", APEX),
-    rule(("v_max",), _value_head("v_max"), "learner.v_max", "with num_atoms > 1", APEX),
+    rule(("v_min",), _value_head("v_min"), "dqn.v_min", "with num_atoms > 1", APEX),
+    rule(("v_max",), _value_head("v_max"), "dqn.v_max", "with num_atoms > 1", APEX),
     rule(
         ("noisy",),
         _noisy,
-        "learner.noisy",
+        "dqn.noisy",
         "true: noisy nets, epsilons kept (workers.epsilon_with_noisy)",
         APEX,
     ),
-    rule(("sigma0",), _sigma0, "learner.sigma0", "with noisy: true", APEX),
+    rule(("sigma0",), _sigma0, "dqn.sigma0", "with noisy: true", APEX),
     rule(
         ("parameter_noise",),
         noop((False,), "no parameter noise", "parameter-space noise is not available"),

@@ -2,7 +2,7 @@
 
 apex_dask's Q-net is an MLP with ReLU layers for vector observations and the
 Nature-DQN conv net (32x8x8/4, 64x4x4/2, 64x3x3/1) for Atari frames, then
-``learner.hiddens``; what RLlib's ``model`` asked beyond that is refused in one
+``dqn.hiddens``; what RLlib's ``model`` asked beyond that is refused in one
 line. APEX_DDPG does not read ``model`` (without ``use_state_preprocessor``).
 """
 
@@ -52,9 +52,7 @@ def _fc(value: Any, ctx: Ctx) -> Outcome:
 def _post_fc(value: Any, ctx: Ctx) -> Outcome:
     if ctx.image:
         if value:
-            return Refused(
-                "apex_dask puts learner.hiddens after the conv net; give them as hiddens"
-            )
+            return Refused("apex_dask puts dqn.hiddens after the conv net; give them as hiddens")
         return Mapped({}, "none")
     return q_hiddens(ctx)
 
@@ -98,13 +96,13 @@ _MODEL_SPECS = [
     (
         ("model.fcnet_hiddens",),
         _fc,
-        "learner.hiddens",
+        "dqn.hiddens",
         "vector observations: the layers before `hiddens` (see hiddens); Atari: unused",
     ),
     (
         ("model.post_fcnet_hiddens",),
         _post_fc,
-        "learner.hiddens",
+        "dqn.hiddens",
         "vector observations: between fcnet_hiddens and hiddens",
     ),
     (

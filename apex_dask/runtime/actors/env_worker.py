@@ -57,7 +57,8 @@ def _take_warnings() -> tuple[str, ...]:
 
 class EnvWorkerActor:
     """An env worker of the run's agent (made by the agent's builder from ``spec``:
-    :class:`~apex_dask.algo.agents.spec.WorkerSpec`), exploring with ``epsilon``.
+    :class:`~apex_dask.algo.agents.spec.WorkerSpec`), exploring with ``exploration`` (its agent's parameter:
+    an epsilon, DPG's noise scale).
 
     ``sample_into(k)`` runs one rollout of ``fragment_length`` env steps with
     the worker's current (possibly stale) weights, computes its initial
@@ -85,7 +86,7 @@ class EnvWorkerActor:
         learner: Any,
         spec: WorkerSpec,
         *,
-        epsilon: float,
+        exploration: float,
         seed: int,
         call_timeout_s: float = 60.0,
         run: str = "",
@@ -93,7 +94,7 @@ class EnvWorkerActor:
         simulate_steps_per_s: float | None = None,
         metrics_interval_s: float = 1.0,
     ) -> None:
-        from apex_dask.algo.agents.registry import make_env_worker
+        from apex_dask.algo.agents.registry import agent, make_env_worker
         from apex_dask.runtime.actors.animation import EvalAnimation, rendering
 
         self._animation = EvalAnimation(run) if animation else None
@@ -116,13 +117,13 @@ class EnvWorkerActor:
                 env_factory,
                 spec.rollout,
                 index=index,
-                epsilon=epsilon,
+                exploration=exploration,
                 seed=seed,
                 steps_per_s=simulate_steps_per_s,
             )
         else:
             self._worker = make_env_worker(
-                spec, env_factory, epsilon=epsilon, seed=seed, where=where
+                spec, env_factory, exploration=exploration, seed=seed, where=where
             )
         if self._animation is not None:  # the evaluator's eval env renders rgb_array frames
             modes = (getattr(self._worker.env, "metadata", None) or {}).get("render_modes") or []
@@ -131,7 +132,8 @@ class EnvWorkerActor:
                 self._pool.submit(self._warm_render)  # pygame's start-up, off the eval's path
             else:
                 self._animation = None
-        self.epsilon = float(epsilon)
+        self.exploration = float(exploration)
+        self._exploration_name = agent(spec.agent.algo).exploration
         self._closed = False
         self.rollouts_sent = 0
         self.steps_sampled = 0
@@ -314,7 +316,7 @@ class EnvWorkerActor:
             self._calls.replaced("learner")
 
     async def stats(self) -> dict[str, float]:
-        """``env/<i>/*`` counters and this worker's epsilon."""
+        """``env/<i>/*`` counters and this worker's exploration parameter."""
         return self._metrics()
 
     async def transport(self) -> dict[str, Any]:
@@ -352,7 +354,8 @@ class EnvWorkerActor:
             }
         return self.failures.metrics() | env_metrics(
             i,
-            epsilon=self.epsilon,
+            exploration=self.exploration,
+            exploration_name=self._exploration_name,
             steps_sampled=self.steps_sampled,
             steps_per_s=self.steps_sampled / max(1e-9, time.monotonic() - self._t0),
             rollouts_sent=self.rollouts_sent,

@@ -20,6 +20,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 from distributed.dashboard.components import DashboardComponent, add_periodic_callback
 
+from apex_dask.runtime.observability.agent_metrics import charted
 from apex_dask.runtime.observability.dashboard_header import (
     EMPTY_TEXT,
     EvalAnimation,
@@ -322,7 +323,7 @@ class ApexDashboard(DashboardComponent):
             "Weight syncs and policy lag",
             [
                 Line("sync/policy_lag", "policy lag", c[1]),
-                Line("learner/state_staleness", "stored-state age (r2d2)", c[3]),
+                *(Line(n, label, c[3 + k]) for k, (n, label) in enumerate(charted("sync"))),
                 Line("sync/weight_syncs", "weight syncs", c[7], right=True),
             ],
             "versions behind",
@@ -363,8 +364,10 @@ class ApexDashboard(DashboardComponent):
             x_range=x,
             **kw,
         )
+        own = [Line(n, label, c[k % 10]) for k, (n, label) in enumerate(charted("agent"))]
+        self.agent = own and TimeSeriesFigure(store, "Agent metrics", own, "value", x_range=x, **kw)
         names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
-        names += ("sync", "blocked", "workers", "device")
+        names += ("sync", "blocked", "workers", "device") + (("agent",) if own else ())
         self.figures = [getattr(self, name) for name in names]
         self.animation = EvalAnimation(store)
         beside = {id(self.returns): row(self.returns.root, self.animation.root)}

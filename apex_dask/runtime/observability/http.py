@@ -43,7 +43,7 @@ ROUTE = "/apex"  # the Ape-X dashboard page
 JSON_ROUTE = "apex/metrics.json"
 
 _SHARD = re.compile(r"^replay/(\d+)/(.+)$")
-_WORKER = re.compile(r"^env/epsilon/(-?\d+)$")
+_WORKER = re.compile(r"^env/([a-z_]+)/(-?\d+)$")  # an env worker's exploration parameter
 _ENV = re.compile(r"^env/(-?\d+)/(.+)$")
 _QUANTILE = re.compile(r"^(.+)/q(\d+)$")
 _HEALTH = re.compile(r"^health/(task_failures|invariant_violations)/(.+)$")
@@ -58,7 +58,8 @@ def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
     trailing ``_s`` becomes ``_seconds``; everything gets the ``apex_`` prefix.
     Per-entity names become labels: ``replay/<k>/size`` ->
     ``apex_replay_size{shard="k"}``, ``env/epsilon/<i>`` ->
-    ``apex_env_epsilon{worker="i"}``, ``env/<i>/<x>`` ->
+    ``apex_env_epsilon{worker="i"}`` (so each agent's exploration parameter,
+    ``env/noise_scale/<i>`` too), ``env/<i>/<x>`` ->
     ``apex_env_worker_<x>{worker="i"}`` (``-1``: the evaluator), ``<name>/q<p>`` ->
     ``<family>_quantile{quantile="p/100"}``, ``health/task_failures/<name>`` ->
     ``apex_health_task_failures{task="<name>"}``, ``health/invariant_violations/<law>``
@@ -73,8 +74,8 @@ def prometheus_name(metric: str) -> tuple[str, dict[str, str]]:
         labels["shard"] = m.group(1)
         base = "replay/" + m.group(2)
     elif (w := _WORKER.match(metric)) is not None:
-        labels["worker"] = w.group(1)
-        base = "env/epsilon"
+        labels["worker"] = w.group(2)
+        base = f"env/{w.group(1)}"
     elif (e := _ENV.match(metric)) is not None:
         labels["worker"] = e.group(1)
         base = "env/worker/" + e.group(2)
@@ -153,7 +154,7 @@ def _help(metric: str, labels: dict[str, str]) -> str:
     if "shard" in labels:
         metric = _SHARD.sub(r"replay/<k>/\2", metric)
     if "worker" in labels:
-        metric = _ENV.sub(r"env/<i>/\2", _WORKER.sub("env/epsilon/<i>", metric))
+        metric = _ENV.sub(r"env/<i>/\2", _WORKER.sub(r"env/\1/<i>", metric))
     return _QUANTILE.sub(r"\1/q<p>", metric)
 
 

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from apex_dask.runtime.observability.agent_metrics import listing
 from apex_dask.runtime.observability.metrics_series import BYTES_PER_POINT, Point, Series
 from apex_dask.runtime.observability.metrics_view import RunView, name_filter
 
@@ -306,8 +307,8 @@ class MetricsStore:
         """The ``/apex/metrics.json`` document of ``run`` (default the newest).
 
         ``{"run", "out", "done", "generation", "started", "updated", "sources":
-        {source: t}, "latest": {name: v}, "series": {name: [[t, v], ...]},
-        "runs": [summary, ...]}``; ``names`` are shell-style patterns
+        {source: t}, "agent_metrics": {name: {"agents", "meaning"}}, "latest": {name: v},
+        "series": {name: [[t, v], ...]}, "runs": [summary, ...]}``; ``names`` are shell-style patterns
         (``replay/*/size``); NaN and infinities become ``null``. KeyError for a
         ``run`` that is not kept. Safe to call from another thread: the lock is
         held only to copy the run's summary, then one series at a time, so the
@@ -336,6 +337,7 @@ class MetricsStore:
                 "started": data.started,
                 "updated": data.updated,
                 "sources": dict(data.sources),
+                "agent_metrics": listing(),  # what each agent adds, from its declaration
             }
             latest = dict(data.latest)
             every = list(data._series)

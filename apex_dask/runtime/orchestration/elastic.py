@@ -351,7 +351,7 @@ class Elasticity(Job):
         s.add_slot(slot)
         s.counters.elastic.env_workers_added += 1
         s.change(
-            f"env worker {i} (epsilon {slot.epsilon:.4g}) added on Dask worker {where.name}{since}"
+            f"env worker {i} (exploration {slot.exploration:.4g}) added on Dask worker {where.name}{since}"
         )
         if not s.halting:
             self.start_env(slot)

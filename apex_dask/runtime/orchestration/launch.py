@@ -114,7 +114,7 @@ class ActorSet:
         """The handle of the (created) actor of ``fut``, bound to the driver's client."""
         return bind(self._refs[fut.key], self.client)
 
-    def _env_worker(self, index: int, epsilon: float, seed: int, where: str) -> Any:
+    def _env_worker(self, index: int, exploration: float, seed: int, where: str) -> Any:
         animation = index < 0 and self.config.eval.animation  # the evaluator's
         return self._submit(
             EnvWorkerActor,
@@ -123,7 +123,7 @@ class ActorSet:
             list(self.shard_refs),
             self.learner_ref,
             self._worker_spec,
-            epsilon=float(epsilon),
+            exploration=float(exploration),
             seed=int(seed),
             call_timeout_s=self.timeout,
             run=self.run_id,
@@ -253,7 +253,7 @@ class ActorSet:
         self.replaced += 1
         role = ("eval", 0) if slot.index < 0 else ("worker", slot.index)
         seed = derive_seed(self.config.seed, *role) + 7919 * self.replaced
-        fut = self._env_worker(slot.index, slot.epsilon, seed & 0x7FFFFFFF, where.address)
+        fut = self._env_worker(slot.index, slot.exploration, seed & 0x7FFFFFFF, where.address)
         handle = await self._created(fut, where)  # ActorNotCreated if ``where`` leaves meanwhile
         self.placement = self.placement.moved(slot.index, where)
         return fut, handle, where.address
@@ -264,15 +264,15 @@ class ActorSet:
         return [float(e) for e in exploration_ladder(self.config)]
 
     async def add_env_worker(self, index: int, where: WorkerInfo) -> EnvSlot:
-        """A new env worker in slot ``index`` (its ladder epsilon) on ``where`` (a worker
+        """A new env worker in slot ``index`` (its ladder exploration) on ``where`` (a worker
         that joined); its slot. It has no weights: the plan syncs it before it acts."""
         self.replaced += 1
         seed = derive_seed(self.config.seed, "worker", index) + 7919 * self.replaced
-        epsilon = self.ladder()[index]
-        fut = self._env_worker(index, epsilon, seed & 0x7FFFFFFF, where.address)
+        exploration = self.ladder()[index]
+        fut = self._env_worker(index, exploration, seed & 0x7FFFFFFF, where.address)
         handle = await self._created(fut, where)
         self.placement = self.placement.moved(index, where)
-        return EnvSlot(index, fut, handle, where.address, epsilon)
+        return EnvSlot(index, fut, handle, where.address, exploration)
 
     async def move_shard(self, k: int, where: WorkerInfo) -> tuple[ShardHandle, Any, Any]:
         """A new, empty replay shard ``k`` on ``where`` beside the old one, which lives on

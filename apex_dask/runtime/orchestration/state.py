@@ -45,7 +45,7 @@ class EnvSlot:
     future: Any
     handle: EnvWorkerHandle
     address: str
-    epsilon: float
+    exploration: float
     steps_since_sync: int = 0
     version: int = -1
     syncing: bool = False

@@ -1,34 +1,42 @@
 """The DPG agent's builder: Ape-X DPG, DDPG with TD3's options (``algo: dpg``).
 
-It reads the ``dpg`` section and the learner's shared keys (``adam_eps``,
-``grad_clip``, ``target_update_freq``, ``device``, ``num_threads``); see
-:class:`~apex_dask.algo.agents.spec.AgentBuilder` for what each method makes.
+It reads its own section (:class:`~apex_dask.algo.agents.dpg.config.DPGConfig`) and
+the shared ``learner`` section; see :class:`~apex_dask.algo.agents.builder.AgentBuilder`
+for what each method makes. Each env worker explores with a noise scale (in half
+ranges of the action space): ``env/noise_scale/<i>``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.agents.dpg.options import DPGOptions
-from apex_dask.algo.agents.spec import AgentSpec, ScriptedPolicy
-from apex_dask.algo.rollout.spec import RolloutSpec
+from apex_dask.algo.agents.builder import AgentBuilder
+from apex_dask.algo.agents.config import Problem
+from apex_dask.algo.agents.dpg.config import DPGConfig
+from apex_dask.algo.agents.spec import AgentSpec, Weights, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made
     from apex_dask.algo.agents.base import LearnerProtocol
+    from apex_dask.algo.agents.dpg.policy import DPGPolicy
     from apex_dask.algo.rollout.worker import ActingWorker
 
 __all__ = ["BUILDER", "DPGBuilder"]
 
 
-class DPGBuilder:
+class DPGBuilder(AgentBuilder):
     """Makes the DPG agent's parts (see the module docstring)."""
 
     name = "dpg"
+    config = DPGConfig
+    exploration = "noise_scale"
+    exploration_meaning = (
+        "noise scale sigma_i of env worker `i`, in half ranges of the action space "
+        "(`dpg.noise_base`, `dpg.noise_alpha`)"
+    )
 
-    def check_config(self, cfg: Any) -> tuple[str, Any, str] | None:
+    def check_config(self, cfg: Any) -> Problem | None:
         if cfg.replay.frame_stack is not None:
             return (
                 "replay.frame_stack",
@@ -38,7 +46,7 @@ class DPGBuilder:
         return None
 
     def check_spaces(
-        self, observation_space: Any, action_space: Any, options: Any = None
+        self, observation_space: Any, action_space: Any, config: DPGConfig | None = None
     ) -> str | None:
         from gymnasium import spaces
 
@@ -64,115 +72,55 @@ class DPGBuilder:
             )
         return None
 
-    def agent_spec(self, cfg: Any) -> AgentSpec:
-        d, lc = cfg.dpg, cfg.learner
-        options = DPGOptions(
-            actor_hiddens=tuple(d.actor_hiddens),
-            critic_hiddens=tuple(d.critic_hiddens),
-            twin_q=d.twin_q,
-            actor_lr=d.actor_lr,
-            critic_lr=d.critic_lr,
-            adam_eps=lc.adam_eps,
-            grad_clip=lc.grad_clip,
-            policy_delay=d.policy_delay,
-            smooth_target_policy=d.smooth_target_policy,
-            target_noise=d.target_noise,
-            target_noise_clip=d.target_noise_clip,
-            tau=d.tau,
-            target_update_freq=lc.target_update_freq,
-            use_huber=d.use_huber,
-            device=lc.device,
-            num_threads=lc.num_threads,
-            noise=d.noise,
-            ou_theta=d.ou_theta,
-        )
-        return AgentSpec(self.name, options)
-
     def exploration_ladder(self, cfg: Any, num_workers: int) -> np.ndarray:
+        """Each worker's noise scale: ``dpg.noise_base ** (1 + dpg.noise_alpha * i / (N - 1))``."""
         from apex_dask.algo.agents.dpg.noise import noise_ladder
 
-        return noise_ladder(num_workers, cfg.dpg.noise_base, cfg.dpg.noise_alpha)
+        return noise_ladder(num_workers, cfg.agent.noise_base, cfg.agent.noise_alpha)
+
+    def make_network(self, config: DPGConfig, observation_space: Any, action_space: Any) -> Any:
+        from apex_dask.algo.agents.dpg.networks import build_dpg_model
+
+        c = config
+        return build_dpg_model(
+            observation_space, action_space, c.actor_hiddens, c.critic_hiddens, c.twin_q
+        )
+
+    def sample_forward(
+        self,
+        network: Any,
+        config: DPGConfig,
+        observation_space: Any,
+        action_space: Any,
+        device: str,
+    ) -> None:
+        """The actor on one observation, and the critic(s) on it and the actor's action."""
+        import torch
+
+        obs = torch.zeros((1, *observation_space.shape), device=device)
+        network.critic(obs, network.actor(obs))
 
     def make_learner(
-        self, options: DPGOptions, observation_space: Any, action_space: Any, seed: int
+        self, spec: AgentSpec, observation_space: Any, action_space: Any, seed: int
     ) -> LearnerProtocol:
         from apex_dask.algo.agents.dpg.learner import DPGLearner
 
-        return DPGLearner(observation_space, action_space, options, seed=seed)
+        return DPGLearner(observation_space, action_space, spec.config, spec.learner, seed=seed)
 
     def make_worker(
-        self,
-        options: DPGOptions,
-        rollout: RolloutSpec,
-        env_factory: Callable[[], Any],
-        *,
-        epsilon: float,
-        seed: int,
-        where: str,
+        self, spec: WorkerSpec, env_factory: Any, *, exploration: float, seed: int, where: str
     ) -> ActingWorker:
         from apex_dask.algo.agents.dpg.worker import DPGEnvWorker
 
-        return DPGEnvWorker(
-            env_factory, sigma=epsilon, seed=seed, rollout=rollout, options=options, where=where
-        )
-
-    def make_network(self, options: DPGOptions, observation_space: Any, action_space: Any) -> Any:
-        from apex_dask.algo.agents.dpg.networks import build_dpg_model
-
-        o = options
-        return build_dpg_model(
-            observation_space, action_space, o.actor_hiddens, o.critic_hiddens, o.twin_q
-        )
-
-    def network_size(
-        self, options: DPGOptions, observation_space: Any, action_space: Any
-    ) -> tuple[int, int]:
-        """By arithmetic: the actor and the critic(s) are MLPs (no torch import)."""
-        obs_dim = int(np.prod(observation_space.shape))
-        act_dim = int(np.prod(action_space.shape))
-        params = acts = 0
-        critics = 2 if options.twin_q else 1
-        for sizes, copies in (
-            ([obs_dim, *options.actor_hiddens, act_dim], 1),
-            ([obs_dim + act_dim, *options.critic_hiddens, 1], critics),
-        ):
-            for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-                params += copies * (a + 1) * b
-                acts += copies * b
-        return params, acts
-
-    def item_bytes(self, cfg: Any, observation_space: Any) -> int | None:
-        """None: its replay items are transitions."""
-        return None
-
-    def network_keys(self, cfg: Any) -> str:
-        d = cfg.dpg
-        return (
-            f"dpg.actor_hiddens={list(d.actor_hiddens)}, "
-            f"dpg.critic_hiddens={list(d.critic_hiddens)}, dpg.twin_q={d.twin_q}"
-        )
+        kw = {"rollout": spec.rollout, "config": spec.agent.config, "where": where}
+        return DPGEnvWorker(env_factory, noise_scale=exploration, seed=seed, **kw)
 
     def make_policy(
-        self,
-        options: DPGOptions,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
-    ) -> Any:
+        self, config: DPGConfig, observation_space: Any, action_space: Any, weights: Weights
+    ) -> DPGPolicy:
         from apex_dask.algo.agents.dpg.policy import DPGPolicy
 
-        return DPGPolicy(observation_space, action_space, weights, options)
-
-    def scripted_policy(
-        self,
-        options: DPGOptions,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
-    ) -> ScriptedPolicy:
-        from apex_dask.algo.agents.dpg.policy import scripted_policy
-
-        return scripted_policy(observation_space, action_space, weights, options)
+        return DPGPolicy(observation_space, action_space, weights, config)
 
 
 BUILDER = DPGBuilder()

@@ -1,9 +1,9 @@
-"""The Ape-X DPG learner: DDPG with TD3's options, one update per replayed batch.
+"""The Ape-X DPG learner: DDPG with TD3's config, one update per replayed batch.
 
 The learner contract of :mod:`apex_dask.algo.agents.base`, so the learner actor,
 the in-process runner, checkpoints and metrics take it as they take DQN's::
 
-    learner = DPGLearner(obs_space, act_space, DPGOptions(twin_q=True, policy_delay=2))
+    learner = DPGLearner(obs_space, act_space, DPGConfig(twin_q=True, policy_delay=2))
     td_abs, metrics = learner.update(sample.data, sample.weights)
     shard.update_priorities(sample.indices, td_abs, sample.generations)
     version, weights = learner.get_weights()     # actor and critic, one flat dict
@@ -39,13 +39,13 @@ from apex_dask.algo.agents.base import (
     NonFiniteLossError,
     load_weights,
     module_weights,
-    resolve_device,
     to_numpy_tree,
     to_torch_tree,
 )
+from apex_dask.algo.agents.config import LearnerConfig
+from apex_dask.algo.agents.dpg.config import DPGConfig
 from apex_dask.algo.agents.dpg.loss import actor_loss, critic_loss, dpg_targets
 from apex_dask.algo.agents.dpg.networks import build_dpg_model
-from apex_dask.algo.agents.dpg.options import DPGOptions
 
 __all__ = ["DPGLearner"]
 
@@ -57,21 +57,18 @@ class DPGLearner(LearnerBase):
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        options: DPGOptions | None = None,
+        config: DPGConfig | None = None,
+        learner: LearnerConfig | None = None,
         *,
         seed: int = 0,
     ) -> None:
-        o = options if options is not None else DPGOptions()
-        if o.num_threads is not None:
-            torch.set_num_threads(int(o.num_threads))
+        o = config if config is not None else DPGConfig()
+        lc = self._init_shared(learner)
         if o.policy_delay < 1:
             raise ValueError(f"policy_delay must be >= 1, got {o.policy_delay}")
         if not 0.0 < o.tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {o.tau}")
-        self.device = resolve_device(o.device)
-        self.grad_clip = float(o.grad_clip)
         self.policy_delay, self.tau = int(o.policy_delay), float(o.tau)
-        self.target_update_freq = int(o.target_update_freq)
         self.smooth = bool(o.smooth_target_policy)
         self.target_noise, self.target_noise_clip = (
             float(o.target_noise),
@@ -86,13 +83,12 @@ class DPGLearner(LearnerBase):
         self.online = model.to(self.device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.actor_optimizer = torch.optim.Adam(
-            self.online.actor.parameters(), lr=o.actor_lr, eps=o.adam_eps
+            self.online.actor.parameters(), lr=o.actor_lr, eps=lc.adam_eps
         )
         self.critic_optimizer = torch.optim.Adam(
-            self.online.critic.parameters(), lr=o.critic_lr, eps=o.adam_eps
+            self.online.critic.parameters(), lr=o.critic_lr, eps=lc.adam_eps
         )
         self._noise_gen = torch.Generator().manual_seed(int(seed) + 1)
-        self._init_counters()
 
     def _tensor(self, arr: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(np.asarray(arr)).to(self.device, dtype=dtype, non_blocking=True)

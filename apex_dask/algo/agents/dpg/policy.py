@@ -1,7 +1,7 @@
 """The DPG agent's greedy policy: its deterministic actor mu(s), no noise.
 
 For play, with probability ``epsilon`` a step takes a uniform random action
-within the bounds. Exported (:func:`scripted_policy`), the program is the actor:
+within the bounds. Exported (:meth:`DPGPolicy.program`), the program is the actor:
 it takes observations as float32 and returns float32 action(s) within the
 action space's bounds (the tanh squashing and scaling are inside).
 """
@@ -17,11 +17,11 @@ import torch
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import check_weights, load_weights
+from apex_dask.algo.agents.dpg.config import DPGConfig
 from apex_dask.algo.agents.dpg.networks import NumpyDPG, action_bounds, build_dpg_model
-from apex_dask.algo.agents.dpg.options import DPGOptions
 from apex_dask.algo.agents.spec import ScriptedPolicy
 
-__all__ = ["DPGPolicy", "DeterministicProgram", "scripted_policy"]
+__all__ = ["DPGPolicy", "DeterministicProgram"]
 
 
 class DPGPolicy:
@@ -32,13 +32,16 @@ class DPGPolicy:
         observation_space: spaces.Space,
         action_space: spaces.Space,
         weights: Mapping[str, Any],
-        options: DPGOptions | None = None,
+        config: DPGConfig | None = None,
     ) -> None:
-        o = options if options is not None else DPGOptions()
+        o = config if config is not None else DPGConfig()
         model = build_dpg_model(
             observation_space, action_space, o.actor_hiddens, o.critic_hiddens, o.twin_q
         )
         check_weights(model, weights)
+        load_weights(model, weights)
+        self.model = model.eval()
+        self.action_space = action_space
         center, half = action_bounds(action_space)
         self.numpy_net = NumpyDPG({k: np.asarray(v) for k, v in weights.items()}, center, half)
         self.low, self.high = action_space.low, action_space.high
@@ -56,6 +59,23 @@ class DPGPolicy:
         action = self.numpy_net.policy(np.asarray(obs, np.float32)[None])[0]
         return np.clip(action, self.low, self.high).astype(self.dtype).reshape(self.shape)
 
+    def program(self) -> ScriptedPolicy:
+        """The actor as TorchScript (see the module docstring)."""
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore", DeprecationWarning)  # see play/export.py
+            program = torch.jit.script(DeterministicProgram(self.model.actor))
+        shape = list(self.action_space.shape)
+        output = (
+            f"float32 action(s) within the action space's bounds: {shape} for one "
+            f"observation, (B, {', '.join(str(s) for s in shape)}) for a batch"
+        )
+        inside = [
+            "observations as float32, no scaling (as the env workers)",
+            "the actor's ReLU MLP (state dict of the learner's online actor)",
+            "center + half * tanh(.), the action space's bounds",
+        ]
+        return ScriptedPolicy(program, inside, output)
+
 
 class DeterministicProgram(torch.nn.Module):
     """``forward(obs) -> action``: the actor on one observation (rank 1) or a batch."""
@@ -71,34 +91,3 @@ class DeterministicProgram(torch.nn.Module):
         if single:
             return actions[0]
         return actions
-
-
-def scripted_policy(
-    observation_space: spaces.Box,
-    action_space: spaces.Box,
-    weights: Mapping[str, Any],
-    options: DPGOptions,
-) -> ScriptedPolicy:
-    """The actor as TorchScript, from the whole model's weights (actor and critic, as the
-    learner publishes them); ``WeightsMismatch`` if they do not fit."""
-    o = options
-    model = build_dpg_model(
-        observation_space, action_space, o.actor_hiddens, o.critic_hiddens, o.twin_q
-    )
-    check_weights(model, weights)
-    load_weights(model, weights)
-    model.eval()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore", DeprecationWarning)  # see play/export.py
-        program = torch.jit.script(DeterministicProgram(model.actor))
-    shape = list(action_space.shape)
-    output = (
-        f"float32 action(s) within the action space's bounds: {shape} for one "
-        f"observation, (B, {', '.join(str(s) for s in shape)}) for a batch"
-    )
-    inside = [
-        "observations as float32, no scaling (as the env workers)",
-        "the actor's ReLU MLP (state dict of the learner's online actor)",
-        "center + half * tanh(.), the action space's bounds",
-    ]
-    return ScriptedPolicy(program, inside, output)

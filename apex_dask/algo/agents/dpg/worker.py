@@ -2,8 +2,8 @@
 
 Usage loop (every agent's worker's)::
 
-    worker = DPGEnvWorker(make_env_factory("Pendulum-v1"), sigma=0.3, seed=1,
-                          rollout=RolloutSpec(), options=DPGOptions())
+    worker = DPGEnvWorker(make_env_factory("Pendulum-v1"), noise_scale=0.3, seed=1,
+                          rollout=RolloutSpec(), config=DPGConfig())
     worker.set_weights(*learner.get_weights())      # a DPGLearner's actor and critic
     rollout = worker.sample()
     shard.add(rollout.batch, rollout.priorities)
@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dpg.config import DPGConfig
 from apex_dask.algo.agents.dpg.networks import NumpyDPG, action_bounds, build_dpg_model
 from apex_dask.algo.agents.dpg.noise import ActionNoise
-from apex_dask.algo.agents.dpg.options import DPGOptions
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.algo.rollout.vector_nstep import VectorNStepAdder
 from apex_dask.algo.rollout.worker import ActingWorker
@@ -53,8 +53,8 @@ __all__ = ["DPGEnvWorker"]
 class DPGEnvWorker(ActingWorker):
     """Envs plus a noisy deterministic policy; see the module docstring.
 
-    ``sigma`` is this worker's noise scale (in half ranges of the action space);
-    it is reported where the DQN worker reports epsilon. Before the first
+    ``noise_scale`` (sigma) is this worker's exploration (in half ranges of the action
+    space), reported as ``env/noise_scale/<i>``. Before the first
     :meth:`set_weights` the worker acts with its own random initial weights.
     """
 
@@ -62,14 +62,14 @@ class DPGEnvWorker(ActingWorker):
         self,
         env_factory: Callable[[], gym.Env],
         *,
-        sigma: float,
+        noise_scale: float,
         seed: int,
         rollout: RolloutSpec | None = None,
-        options: DPGOptions | None = None,
+        config: DPGConfig | None = None,
         where: str = "",
     ) -> None:
         r = rollout if rollout is not None else RolloutSpec()
-        o = options if options is not None else DPGOptions()
+        o = config if config is not None else DPGConfig()
         super().__init__(env_factory, replace(r, vector_mode="sync"), seed=seed, where=where)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -83,11 +83,11 @@ class DPGEnvWorker(ActingWorker):
         self._center, self._half = action_bounds(self.action_space)
         self._low, self._high = self._center - self._half, self._center + self._half
         self._net = NumpyDPG(module_weights(model), self._center, self._half)
-        self.epsilon = self.sigma = float(sigma)
+        self.exploration = self.noise_scale = float(noise_scale)
         self._action_offset = 0
         act_dim = len(self._center)
         shape = (self.num_envs, act_dim)
-        self.noise = ActionNoise(o.noise, self.sigma, shape, self.rng, o.ou_theta)
+        self.noise = ActionNoise(o.noise, self.noise_scale, shape, self.rng, o.ou_theta)
         self.adder = VectorNStepAdder(
             self.num_envs,
             r.n_step,

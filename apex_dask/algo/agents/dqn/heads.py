@@ -34,7 +34,7 @@ import math
 import numpy as np
 import torch
 
-from apex_dask.algo.agents.dqn.options import DQNOptions
+from apex_dask.algo.agents.dqn.config import DQNConfig
 
 __all__ = [
     "bin_edges",
@@ -48,17 +48,17 @@ __all__ = [
 ]
 
 
-def bin_edges(options: DQNOptions) -> np.ndarray:
+def bin_edges(config: DQNConfig) -> np.ndarray:
     """HL-Gauss: the ``num_bins + 1`` bin edges, float32."""
-    return np.linspace(options.v_min, options.v_max, options.num_bins + 1).astype(np.float32)
+    return np.linspace(config.v_min, config.v_max, config.num_bins + 1).astype(np.float32)
 
 
-def support(options: DQNOptions) -> np.ndarray | None:
+def support(config: DQNConfig) -> np.ndarray | None:
     """float32 values of the outputs: C51's atoms, HL-Gauss's bin centers; None (scalar)."""
-    if options.head == "c51":
-        return np.linspace(options.v_min, options.v_max, options.num_atoms).astype(np.float32)
-    if options.head == "hl_gauss":
-        edges = np.linspace(options.v_min, options.v_max, options.num_bins + 1)
+    if config.head == "c51":
+        return np.linspace(config.v_min, config.v_max, config.num_atoms).astype(np.float32)
+    if config.head == "hl_gauss":
+        edges = np.linspace(config.v_min, config.v_max, config.num_bins + 1)
         return ((edges[:-1] + edges[1:]) / 2).astype(np.float32)
     return None
 

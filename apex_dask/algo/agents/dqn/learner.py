@@ -2,7 +2,7 @@
 
 Usage loop (a runner or actor owns the queueing around it)::
 
-    learner = Learner(obs_space, act_space, DQNOptions(lr=5e-4, target_update_freq=500_000))
+    learner = Learner(obs_space, act_space, DQNConfig(lr=5e-4, target_update_freq=500_000))
     td_abs, metrics = learner.update(sample.data, sample.weights)
     shard.update_priorities(sample.indices, td_abs, sample.generations)  # new priorities
     version, weights = learner.get_weights()             # for env workers
@@ -65,10 +65,10 @@ from apex_dask.algo.agents.base import (
     NonFiniteLossError,
     load_weights,
     module_weights,
-    resolve_device,
     to_numpy_tree,
     to_torch_tree,
 )
+from apex_dask.algo.agents.config import LearnerConfig
 from apex_dask.algo.agents.device_batches import (
     AMP_MODES,
     MEMORY_FORMATS,
@@ -78,10 +78,10 @@ from apex_dask.algo.agents.device_batches import (
     check_device_options,
     device_memory,
 )
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.heads import bin_edges, support
 from apex_dask.algo.agents.dqn.loss import c51_loss, dqn_loss, hl_gauss_loss
 from apex_dask.algo.agents.dqn.networks import q_network
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.noisy import draw_noise
 
 __all__ = ["AMP_MODES", "MEMORY_FORMATS", "Learner", "NonFiniteLossError", "check_device_options"]
@@ -90,9 +90,9 @@ __all__ = ["AMP_MODES", "MEMORY_FORMATS", "Learner", "NonFiniteLossError", "chec
 class Learner(LearnerBase):
     """Online + target Q-networks and Adam; see the module docstring for the maths.
 
-    ``options.num_threads`` (if given) calls ``torch.set_num_threads`` for the
+    ``config.num_threads`` (if given) calls ``torch.set_num_threads`` for the
     whole process; ``seed`` fixes the initial weights without touching torch's
-    global random state; ``options.pipeline`` (None: on a CUDA device) picks the
+    global random state; ``config.pipeline`` (None: on a CUDA device) picks the
     pipelined path.
     """
 
@@ -100,26 +100,21 @@ class Learner(LearnerBase):
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        options: DQNOptions | None = None,
+        config: DQNConfig | None = None,
+        learner: LearnerConfig | None = None,
         *,
         seed: int = 0,
     ) -> None:
-        o = options if options is not None else DQNOptions()
-        if o.num_threads is not None:
-            torch.set_num_threads(int(o.num_threads))
-        if o.target_update_freq < 1:
-            raise ValueError(f"target_update_freq must be >= 1, got {o.target_update_freq}")
-        self.device = resolve_device(o.device)
+        o = config if config is not None else DQNConfig()
+        lc = self._init_shared(learner)
         check_device_options(
-            self.device, amp=o.amp, compile=o.compile, memory_format=o.memory_format
+            self.device, amp=o.amp, compile=o.compile, memory_format=o.memory_format, section="dqn"
         )
         cuda = torch.device(self.device).type == "cuda"
         self.pipeline = cuda if o.pipeline is None else bool(o.pipeline)
         self.amp = o.amp
         self.memory_format = o.memory_format
         self.double_q = bool(o.double_q)
-        self.grad_clip = float(o.grad_clip)
-        self.target_update_freq = int(o.target_update_freq)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             online = q_network(observation_space, action_space, o)
@@ -142,7 +137,7 @@ class Learner(LearnerBase):
         # the pipelined path skips a non-finite step on the device (fused Adam's found_inf)
         fused = {"fused": True} if self.pipeline else {}
         self.optimizer = torch.optim.Adam(
-            self.online.parameters(), lr=o.lr, eps=o.adam_eps, **fused
+            self.online.parameters(), lr=o.lr, eps=lc.adam_eps, **fused
         )
         # what the loss calls: Q-values (scalar head) or logits (C51, HL-Gauss)
         scalar = self.head == "scalar"
@@ -156,7 +151,6 @@ class Learner(LearnerBase):
         if self.pipeline:
             self._stager = BatchStager(self.device)
             self._results = ResultPipe(self.device)
-        self._init_counters()
 
     def _inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.memory_format == "channels_last":

@@ -33,9 +33,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.heads import support
 from apex_dask.algo.agents.dqn.numpy_net import NumpyMLPQ
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.torsos import (
     conv_encoder,
     image_chw,
@@ -96,15 +96,15 @@ class _QNetwork(nn.Module):
 
     head: _Head
 
-    def _init_head(self, features: int, num_actions: int, options: DQNOptions) -> None:
+    def _init_head(self, features: int, num_actions: int, config: DQNConfig) -> None:
         self.num_actions = num_actions
-        self.dueling = options.dueling
+        self.dueling = config.dueling
         self.head = _Head(
-            features, num_actions, options.dueling, options.num_outputs, options.noisy_sigma0
+            features, num_actions, config.dueling, config.num_outputs, config.noisy_sigma0
         )
-        values = support(options)
+        values = support(config)
         self.distributional = values is not None
-        if values is not None:  # not saved: made from the options
+        if values is not None:  # not saved: made from the config
             self.register_buffer("support", torch.from_numpy(values), persistent=False)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -130,10 +130,10 @@ class MLPQNetwork(_QNetwork):
         num_actions: int,
         hiddens: Sequence[int],
         dueling: bool,
-        options: DQNOptions | None = None,
+        config: DQNConfig | None = None,
     ) -> None:
         super().__init__()
-        o = options if options is not None else DQNOptions(hiddens=tuple(hiddens), dueling=dueling)
+        o = config if config is not None else DQNConfig(hiddens=tuple(hiddens), dueling=dueling)
         self.trunk, features = mlp_layers(
             obs_dim, hiddens, layer_norm=o.layer_norm, noisy_sigma0=o.noisy_sigma0
         )
@@ -155,10 +155,10 @@ class ConvQNetwork(_QNetwork):
         *,
         channels_last: bool,
         scale: float,
-        options: DQNOptions | None = None,
+        config: DQNConfig | None = None,
     ) -> None:
         super().__init__()
-        o = options if options is not None else DQNOptions(hiddens=tuple(hiddens), dueling=dueling)
+        o = config if config is not None else DQNConfig(hiddens=tuple(hiddens), dueling=dueling)
         self.channels_last = channels_last
         self.scale = scale
         self.conv, flat = conv_encoder(
@@ -176,11 +176,11 @@ class ConvQNetwork(_QNetwork):
 def q_network(
     observation_space: spaces.Space,
     action_space: spaces.Space,
-    options: DQNOptions,
+    config: DQNConfig,
     *,
     channels_last: bool | None = None,
 ) -> _QNetwork:
-    """The Q-network ``options`` describe for these spaces: ``module(obs_batch) ->
+    """The Q-network ``config`` describes for these spaces: ``module(obs_batch) ->
     (B, action_space.n)`` Q-values.
 
     ``action_space`` must be ``Discrete``; ``observation_space`` a ``Box`` of rank
@@ -193,7 +193,7 @@ def q_network(
             f"unsupported action space {action_space!r}: Q-learning needs a gymnasium Discrete space"
         )
     num_actions = int(action_space.n)
-    hiddens = tuple(int(h) for h in options.hiddens)
+    hiddens = tuple(int(h) for h in config.hiddens)
     if not isinstance(observation_space, spaces.Box):
         raise ValueError(
             f"unsupported observation space {observation_space!r}: "
@@ -201,7 +201,7 @@ def q_network(
         )
     shape = tuple(observation_space.shape)
     if len(shape) == 1:
-        return MLPQNetwork(shape[0], num_actions, hiddens, options.dueling, options)
+        return MLPQNetwork(shape[0], num_actions, hiddens, config.dueling, config)
     if not is_image_space(observation_space):
         raise ValueError(
             f"unsupported observation space {observation_space!r}: "
@@ -212,10 +212,10 @@ def q_network(
         chw,
         num_actions,
         hiddens,
-        options.dueling,
+        config.dueling,
         channels_last=last,
         scale=input_scale(observation_space),
-        options=options,
+        config=config,
     )
 
 
@@ -228,6 +228,6 @@ def build_q_network(
     channels_last: bool | None = None,
 ) -> _QNetwork:
     """A scalar-head Q-network of ReLU layers ``hiddens`` (:func:`q_network` with
-    ``DQNOptions(hiddens=hiddens, dueling=dueling)``)."""
-    options = DQNOptions(hiddens=tuple(int(h) for h in hiddens), dueling=dueling)
-    return q_network(observation_space, action_space, options, channels_last=channels_last)
+    ``DQNConfig(hiddens=hiddens, dueling=dueling)``)."""
+    config = DQNConfig(hiddens=tuple(int(h) for h in hiddens), dueling=dueling)
+    return q_network(observation_space, action_space, config, channels_last=channels_last)

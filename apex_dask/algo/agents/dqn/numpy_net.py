@@ -6,7 +6,7 @@ vector observations (batch-1 passes are several times faster than through torch)
 ``trunk.i.bias`` of a linear layer (2-D weight) or a LayerNorm (1-D weight, applied
 to the linear layer before it), ``trunk.i.weight_mu`` / ``weight_sigma`` / ``bias_mu`` /
 ``bias_sigma`` of a noisy layer; a ReLU ends each linear layer's group; then the head
-(``head.value`` + ``head.advantage``, or ``head.q``). ``options`` give the head's
+(``head.value`` + ``head.advantage``, or ``head.q``). ``config`` give the head's
 outputs per action and their support (C51, HL-Gauss).
 
 Noisy layers take their noise as an argument, ``[(f(eps_in), f(eps_out))]`` in the order
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.heads import expected_value_numpy, log_softmax_numpy, support
-from apex_dask.algo.agents.dqn.options import DQNOptions
 
 __all__ = ["NumpyMLPQ"]
 
@@ -71,8 +71,8 @@ class NumpyMLPQ:
     shape (B, A) or (A,), equal to the torch module's (within float rounding).
     """
 
-    def __init__(self, weights: Mapping[str, Any], options: DQNOptions | None = None) -> None:
-        o = options if options is not None else DQNOptions()
+    def __init__(self, weights: Mapping[str, Any], config: DQNConfig | None = None) -> None:
+        o = config if config is not None else DQNConfig()
         idx = sorted({int(k.split(".")[1]) for k in weights if k.startswith("trunk.")})
         # groups: [linear, layernorm or None], a ReLU after each
         self.layers: list[list[Any]] = []

@@ -6,7 +6,7 @@ mean weights). Vector observations run through the numpy MLP
 (:class:`~apex_dask.algo.agents.dqn.networks.NumpyMLPQ`, as the env workers do),
 images through torch.
 
-The exported program (:func:`scripted_policy`) is the Q-network with what the
+The exported program (:meth:`QPolicy.program`) is the Q-network with what the
 env worker applies to an observation inside it (the input scaling from the
 space's bounds, :func:`~apex_dask.algo.agents.dqn.networks.input_scale`, and the
 HWC -> CHW permutation), then ``argmax`` and the action space's ``start``. It
@@ -25,16 +25,16 @@ import torch
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import check_weights, load_weights
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.networks import (
     NumpyMLPQ,
     input_scale,
     is_image_space,
     q_network,
 )
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.spec import ScriptedPolicy
 
-__all__ = ["GreedyProgram", "QPolicy", "scripted_policy"]
+__all__ = ["GreedyProgram", "QPolicy"]
 
 
 class QPolicy:
@@ -45,9 +45,11 @@ class QPolicy:
         observation_space: spaces.Space,
         action_space: spaces.Space,
         weights: Mapping[str, Any],
-        options: DQNOptions | None = None,
+        config: DQNConfig | None = None,
     ) -> None:
-        o = options if options is not None else DQNOptions()
+        o = config if config is not None else DQNConfig()
+        self.config = o
+        self.observation_space, self.action_space = observation_space, action_space
         self.net = q_network(observation_space, action_space, o)
         check_weights(self.net, weights)
         load_weights(self.net, weights)
@@ -76,6 +78,39 @@ class QPolicy:
         q = self.q_values(np.asarray(obs, self.dtype)[None])[0]
         return int(np.argmax(q)) + self.offset
 
+    def program(self) -> ScriptedPolicy:
+        """The greedy policy as TorchScript (see the module docstring)."""
+        observation_space, action_space = self.observation_space, self.action_space
+        config, net = self.config, self.net
+        example = torch.as_tensor(np.stack([observation_space.sample() for _ in range(2)]))
+        rank = len(observation_space.shape)
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore", DeprecationWarning)  # see play/export.py
+            traced = torch.jit.trace(net, example)
+            program = torch.jit.script(GreedyProgram(traced, rank, int(action_space.start)))
+        inside = ["Q-network (state dict of the learner's online net)", "argmax over actions"]
+        if config.head != "scalar":
+            k = config.num_outputs
+            what = "atoms" if config.head == "c51" else "bins"
+            inside.insert(
+                1,
+                f"Q = expected value of the softmax over {k} {what} on "
+                f"[{config.v_min:g}, {config.v_max:g}] ({config.head})",
+            )
+        if config.noisy:
+            inside.insert(1, "noisy layers at their mean weights (no noise)")
+        if is_image_space(observation_space):
+            scale = input_scale(observation_space)
+            inside.insert(0, f"input scaling: observations as float32 times {scale:.10g}")
+            if rank == 3 and getattr(net, "channels_last", False):
+                inside.insert(1, "HWC -> CHW permutation")
+        else:
+            inside.insert(0, "observations as float32, no scaling (as the env workers)")
+        if action_space.start:
+            inside.append(f"plus the action space's start ({int(action_space.start)})")
+        output = "int64 action(s): a 0-d tensor for one observation, (B,) for a batch"
+        return ScriptedPolicy(program, inside, output)
+
 
 class GreedyProgram(torch.nn.Module):
     """``forward(obs) -> action``: one observation (rank of the space) or a batch."""
@@ -93,45 +128,3 @@ class GreedyProgram(torch.nn.Module):
         if single:
             return actions[0]
         return actions
-
-
-def scripted_policy(
-    observation_space: spaces.Box,
-    action_space: spaces.Discrete,
-    weights: Mapping[str, Any],
-    options: DQNOptions,
-) -> ScriptedPolicy:
-    """The greedy policy as TorchScript (see the module docstring); ``WeightsMismatch``
-    if the weights do not fit the network ``options`` build."""
-    net = q_network(observation_space, action_space, options)
-    check_weights(net, weights)
-    load_weights(net, weights)
-    net.eval()
-    example = torch.as_tensor(np.stack([observation_space.sample() for _ in range(2)]))
-    rank = len(observation_space.shape)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore", DeprecationWarning)  # see play/export.py
-        traced = torch.jit.trace(net, example)
-        program = torch.jit.script(GreedyProgram(traced, rank, int(action_space.start)))
-    inside = ["Q-network (state dict of the learner's online net)", "argmax over actions"]
-    if options.head != "scalar":
-        k = options.num_outputs
-        what = "atoms" if options.head == "c51" else "bins"
-        inside.insert(
-            1,
-            f"Q = expected value of the softmax over {k} {what} on "
-            f"[{options.v_min:g}, {options.v_max:g}] ({options.head})",
-        )
-    if options.noisy:
-        inside.insert(1, "noisy layers at their mean weights (no noise)")
-    if is_image_space(observation_space):
-        scale = input_scale(observation_space)
-        inside.insert(0, f"input scaling: observations as float32 times {scale:.10g}")
-        if rank == 3 and getattr(net, "channels_last", False):
-            inside.insert(1, "HWC -> CHW permutation")
-    else:
-        inside.insert(0, "observations as float32, no scaling (as the env workers)")
-    if action_space.start:
-        inside.append(f"plus the action space's start ({int(action_space.start)})")
-    output = "int64 action(s): a 0-d tensor for one observation, (B,) for a batch"
-    return ScriptedPolicy(program, inside, output)

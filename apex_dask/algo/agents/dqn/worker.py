@@ -3,7 +3,7 @@
 Usage loop (a runner or actor drives it)::
 
     worker = EnvWorker(make_env_factory("CartPole-v1"), epsilon=0.4, seed=1,
-                       rollout=RolloutSpec(fragment_length=50), options=DQNOptions())
+                       rollout=RolloutSpec(fragment_length=50), config=DQNConfig())
     worker.set_weights(*learner.get_weights())
     rollout = worker.sample()         # fragment_length env steps: a Rollout
     shard.add(rollout.batch, rollout.priorities)
@@ -80,10 +80,10 @@ import numpy as np
 import torch
 
 from apex_dask.algo.agents.base import module_weights
+from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.heads import c51_priorities_numpy, log_softmax_numpy, support
 from apex_dask.algo.agents.dqn.loss import td_errors_numpy
 from apex_dask.algo.agents.dqn.networks import NumpyMLPQ, q_network
-from apex_dask.algo.agents.dqn.options import DQNOptions
 from apex_dask.algo.agents.noisy import noise_numpy, noisy_layers
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.algo.rollout.vector_nstep import VectorNStepAdder
@@ -106,19 +106,19 @@ class EnvWorker(ActingWorker):
         epsilon: float,
         seed: int,
         rollout: RolloutSpec | None = None,
-        options: DQNOptions | None = None,
+        config: DQNConfig | None = None,
         where: str = "",
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
         r = rollout if rollout is not None else RolloutSpec()
-        o = options if options is not None else DQNOptions()
+        o = config if config is not None else DQNConfig()
         super().__init__(env_factory, r, seed=seed, where=where)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self._net = q_network(self.observation_space, self.action_space, o)
         self._net.eval()
-        self.options = o
+        self.config = o
         self._numpy_net: NumpyMLPQ | None = None
         if len(self.observation_space.shape) == 1:
             self._numpy_net = NumpyMLPQ(module_weights(self._net), o)
@@ -126,7 +126,7 @@ class EnvWorker(ActingWorker):
         self._noise_rng = np.random.default_rng([seed, 2]) if self._noisy else None
         self._support = support(o)
         self._c51 = o.head == "c51"
-        self.epsilon = float(epsilon)
+        self.exploration = self.epsilon = float(epsilon)
         self.double_q = bool(o.double_q)
         self.num_actions = int(self.action_space.n)
         self._action_offset = int(self.action_space.start)
@@ -205,7 +205,7 @@ class EnvWorker(ActingWorker):
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
         """Act with these weights (a learner's ``get_weights()``) from now on."""
         if self._numpy_net is not None:
-            self._numpy_net = NumpyMLPQ(weights, self.options)
+            self._numpy_net = NumpyMLPQ(weights, self.config)
         else:
             self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
         self.weights_version = int(version)

@@ -1,204 +1,114 @@
 """The R2D2 agent's builder: recurrent replay on the Ape-X plan (``algo: r2d2``).
 
-It reads the ``r2d2`` section (the LSTM, the sequences, eta, h's epsilon) and the
-learner's shared keys (``hiddens``, ``dueling``, ``encoder``, ``impala_scale``,
-``lr``, ``adam_eps``, ``grad_clip``, ``gamma``, ``n_step``, ``target_update_freq``,
-``device``, ``num_threads``) and the ``workers`` section's epsilon ladder; see
-:class:`~apex_dask.algo.agents.spec.AgentBuilder` for what each method makes.
+It reads its own section (:class:`~apex_dask.algo.agents.r2d2.config.R2D2Config`:
+the torso, the LSTM, the sequences, eta, h's epsilon), the shared ``learner``
+section and the ``workers`` section's epsilon ladder; see
+:class:`~apex_dask.algo.agents.builder.AgentBuilder` for what each method makes.
 Replay items are sequences (:mod:`apex_dask.algo.agents.r2d2.sequences`), so
 ``replay.capacity``, ``replay.learning_starts`` and ``learner.batch_size`` count
-sequences with this agent.
+sequences with this agent. Its learner adds ``learner/state_staleness``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apex_dask.algo.agents.r2d2.options import R2D2Options
-from apex_dask.algo.agents.spec import AgentSpec, ScriptedPolicy
-from apex_dask.algo.agents.torso_size import ENCODERS, conv_size, image_chw, mlp_size
-from apex_dask.algo.rollout.spec import RolloutSpec
+from apex_dask.algo.agents.builder import AgentBuilder, check_q_spaces
+from apex_dask.algo.agents.config import Problem
+from apex_dask.algo.agents.r2d2.config import R2D2Config
+from apex_dask.algo.agents.spec import AgentMetric, AgentSpec, Weights, WorkerSpec
 
 if TYPE_CHECKING:  # torch: imported when a part is made
     from apex_dask.algo.agents.base import LearnerProtocol
+    from apex_dask.algo.agents.r2d2.policy import R2D2Policy
     from apex_dask.algo.rollout.worker import ActingWorker
 
 __all__ = ["BUILDER", "R2D2Builder"]
 
-UNSUPPORTED = (  # (key, the value r2d2 runs with, what to do instead)
-    ("replay.frame_stack", None, "the LSTM sees one frame a step: set it to null"),
-    ("learner.noisy", False, "noisy nets are not built for the r2d2 agent yet"),
-    ("learner.num_atoms", 1, "distributional heads are not built for the r2d2 agent yet"),
-    ("learner.loss", "huber", "r2d2 trains h-rescaled values with a squared loss"),
-    ("learner.amp", "off", "bf16 autocast is not built for the r2d2 agent yet"),
-    ("learner.compile", False, "torch.compile is not built for the r2d2 agent yet"),
-    ("learner.memory_format", "contiguous", "channels_last is not built for r2d2 yet"),
-    ("learner.layer_norm", False, "LayerNorm torsos are not built for the r2d2 agent yet"),
+STATE_STALENESS = AgentMetric(
+    "learner/state_staleness",
+    "the mean age, in learner updates, of the stored recurrent states being replayed "
+    "(the learner's version at the update minus the weights version that computed each "
+    "item's stored state), over the last 20 batches; it grows with the replay's age and "
+    "with the time between weight syncs; the burn-in is there to make up for it",
+    "stored-state age (r2d2)",
+    chart="sync",
 )
 
 
-class R2D2Builder:
+class R2D2Builder(AgentBuilder):
     """Makes the R2D2 agent's parts (see the module docstring)."""
 
     name = "r2d2"
+    config = R2D2Config
+    metrics = (STATE_STALENESS,)
 
-    def check_config(self, cfg: Any) -> tuple[str, Any, str] | None:
-        for key, fine, why in UNSUPPORTED:
-            section, name = key.split(".")
-            value = getattr(getattr(cfg, section), name)
-            if value != fine:
-                return key, value, f"is not supported with algo=r2d2 ({why})"
-        if cfg.learner.encoder not in ENCODERS:
-            return "learner.encoder", cfg.learner.encoder, f"must be one of {', '.join(ENCODERS)}"
-        r = cfg.r2d2
-        if r.period > r.trace_length:
+    def check_config(self, cfg: Any) -> Problem | None:
+        if cfg.replay.frame_stack is not None:
             return (
-                "r2d2.period",
-                r.period,
-                f"must be <= r2d2.trace_length ({r.trace_length}), or steps between traces "
-                "are never trained",
+                "replay.frame_stack",
+                cfg.replay.frame_stack,
+                "is not supported with algo=r2d2 (the LSTM sees one frame a step: set it to null)",
             )
         return None
 
     def check_spaces(
-        self, observation_space: Any, action_space: Any, options: Any = None
+        self, observation_space: Any, action_space: Any, config: R2D2Config | None = None
     ) -> str | None:
-        from gymnasium import spaces
+        encoder = None if config is None else config.encoder
+        return check_q_spaces(self.name, observation_space, action_space, encoder)
 
-        if not isinstance(action_space, spaces.Discrete):
-            return (
-                "the r2d2 agent needs a Discrete action space; for a continuous Box use the "
-                "dpg agent (--set algo=dpg)"
-            )
-        obs = observation_space
-        if not isinstance(obs, spaces.Box) or len(obs.shape) not in (1, 2, 3):
-            return (
-                "the r2d2 agent's networks take an observation Box of rank 1 (vector) or 2-3 "
-                "(image): wrap the env (e.g. FlattenObservation)"
-            )
-        if options is not None and options.encoder == "impala" and len(obs.shape) == 1:
-            return "learner.encoder=impala is an image encoder: set learner.encoder=auto"
-        return None
-
-    def agent_spec(self, cfg: Any) -> AgentSpec:
-        lc, r = cfg.learner, cfg.r2d2
-        options = R2D2Options(
-            hiddens=tuple(lc.hiddens),
-            lstm_size=r.lstm_size,
-            dueling=lc.dueling,
-            encoder=lc.encoder,
-            impala_scale=lc.impala_scale,
-            burn_in=r.burn_in,
-            trace_length=r.trace_length,
-            period=r.period,
-            n_step=lc.n_step,
-            gamma=lc.gamma,
-            eta=r.eta,
-            rescale_eps=r.rescale_eps,
-            lr=lc.lr,
-            adam_eps=lc.adam_eps,
-            grad_clip=lc.grad_clip,
-            target_update_freq=lc.target_update_freq,
-            device=lc.device,
-            num_threads=lc.num_threads,
-        )
-        return AgentSpec(self.name, options)
-
-    def exploration_ladder(self, cfg: Any, num_workers: int) -> np.ndarray:
-        from apex_dask.algo.rollout.exploration import apex_epsilons
-
-        w = cfg.workers
-        return apex_epsilons(num_workers, w.epsilon_base, w.epsilon_alpha)
-
-    def make_learner(
-        self, options: R2D2Options, observation_space: Any, action_space: Any, seed: int
-    ) -> LearnerProtocol:
-        from apex_dask.algo.agents.r2d2.learner import R2D2Learner
-
-        return R2D2Learner(observation_space, action_space, options, seed=seed)
-
-    def make_worker(
-        self,
-        options: R2D2Options,
-        rollout: RolloutSpec,
-        env_factory: Callable[[], Any],
-        *,
-        epsilon: float,
-        seed: int,
-        where: str,
-    ) -> ActingWorker:
-        from apex_dask.algo.agents.r2d2.worker import R2D2EnvWorker
-
-        return R2D2EnvWorker(
-            env_factory, epsilon=epsilon, seed=seed, rollout=rollout, options=options, where=where
-        )
-
-    def make_network(self, options: R2D2Options, observation_space: Any, action_space: Any) -> Any:
+    def make_network(self, config: R2D2Config, observation_space: Any, action_space: Any) -> Any:
         from apex_dask.algo.agents.r2d2.networks import RecurrentQNetwork
 
-        return RecurrentQNetwork(observation_space, action_space, options)
+        return RecurrentQNetwork(observation_space, action_space, config)
 
-    def network_size(
-        self, options: R2D2Options, observation_space: Any, action_space: Any
-    ) -> tuple[int, int]:
-        """By arithmetic (no torch import); activations are per sequence item (its
-        ``T + 1`` steps)."""
-        o = options
-        shape = tuple(int(d) for d in observation_space.shape)
-        params = acts = 0
-        if len(shape) == 1:
-            features = shape[0]
-        else:
-            chw = image_chw(shape)[0]
-            params, acts, features = conv_size(
-                chw, encoder=o.encoder, layer_norm=False, impala_scale=o.impala_scale
-            )
-        p, a, features = mlp_size(features, o.hiddens, layer_norm=False, noisy=False)
-        h, n = o.lstm_size, int(action_space.n)
-        lstm = 4 * h * (features + h + 2)
-        head = (h + 1) * (n + 1) if o.dueling else (h + 1) * n
-        steps = o.sequence_length + 1
-        return params + p + lstm + head, steps * (acts + a + 6 * h + n + 1)
+    def sample_forward(
+        self,
+        network: Any,
+        config: R2D2Config,
+        observation_space: Any,
+        action_space: Any,
+        device: str,
+    ) -> None:
+        """One stored sequence: its ``burn_in + trace_length + 1`` steps unrolled."""
+        import torch
 
-    def network_keys(self, cfg: Any) -> str:
-        lc, r = cfg.learner, cfg.r2d2
-        return (
-            f"learner.hiddens={list(lc.hiddens)}, learner.dueling={lc.dueling}, "
-            f"learner.encoder={lc.encoder}, r2d2.lstm_size={r.lstm_size}"
-        )
+        steps = config.sequence_length + 1
+        obs = torch.zeros((1, steps, *observation_space.shape), device=device)
+        network.unroll(obs, network.initial_state(1, device=device))
 
     def item_bytes(self, cfg: Any, observation_space: Any) -> int | None:
         """Bytes of one stored sequence item: ``T + 1`` observations, the per-step keys
         and the stored state."""
-        r = cfg.r2d2
-        t = r.burn_in + r.trace_length
+        r = cfg.agent
+        t = r.sequence_length
         obs = int(np.prod(observation_space.shape)) * np.dtype(observation_space.dtype).itemsize
         return (t + 1) * obs + t * (8 + 4 * 4) + 2 * 4 * r.lstm_size + 8 + 48
 
+    def make_learner(
+        self, spec: AgentSpec, observation_space: Any, action_space: Any, seed: int
+    ) -> LearnerProtocol:
+        from apex_dask.algo.agents.r2d2.learner import R2D2Learner
+
+        return R2D2Learner(observation_space, action_space, spec.config, spec.learner, seed=seed)
+
+    def make_worker(
+        self, spec: WorkerSpec, env_factory: Any, *, exploration: float, seed: int, where: str
+    ) -> ActingWorker:
+        from apex_dask.algo.agents.r2d2.worker import R2D2EnvWorker
+
+        kw = {"rollout": spec.rollout, "config": spec.agent.config, "where": where}
+        return R2D2EnvWorker(env_factory, epsilon=exploration, seed=seed, **kw)
+
     def make_policy(
-        self,
-        options: R2D2Options,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
-    ) -> Any:
+        self, config: R2D2Config, observation_space: Any, action_space: Any, weights: Weights
+    ) -> R2D2Policy:
         from apex_dask.algo.agents.r2d2.policy import R2D2Policy
 
-        return R2D2Policy(observation_space, action_space, weights, options)
-
-    def scripted_policy(
-        self,
-        options: R2D2Options,
-        observation_space: Any,
-        action_space: Any,
-        weights: Mapping[str, Any],
-    ) -> ScriptedPolicy:
-        from apex_dask.algo.agents.r2d2.policy import scripted_policy
-
-        return scripted_policy(observation_space, action_space, weights, options)
+        return R2D2Policy(observation_space, action_space, weights, config)
 
 
 BUILDER = R2D2Builder()

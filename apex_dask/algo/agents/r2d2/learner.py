@@ -3,7 +3,7 @@
 The learner contract of :mod:`apex_dask.algo.agents.base`, so the learner actor, the
 in-process runner, checkpoints and metrics take it as they take DQN's::
 
-    learner = R2D2Learner(obs_space, act_space, R2D2Options())
+    learner = R2D2Learner(obs_space, act_space, R2D2Config())
     priorities, metrics = learner.update(sample.data, sample.weights)
     shard.update_priorities(sample.indices, priorities, sample.generations)
 
@@ -15,7 +15,7 @@ gradient norm clipped to ``grad_clip``); the new priorities are
 online net made every ``target_update_freq`` steps trained.
 
 ``steps_trained`` counts the real trained steps (so replay ratios stay in env
-steps); ``version`` grows by one per update. :meth:`device_stats` reports
+steps); ``version`` grows by one per update. :meth:`agent_stats` reports
 ``learner/state_staleness``: the mean age, in updates, of the stored states of the
 last batches (the learner's version minus the weights version that computed each
 state). A non-finite loss or gradient norm raises
@@ -39,13 +39,13 @@ from apex_dask.algo.agents.base import (
     NonFiniteLossError,
     load_weights,
     module_weights,
-    resolve_device,
     to_numpy_tree,
     to_torch_tree,
 )
+from apex_dask.algo.agents.config import LearnerConfig
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.r2d2.loss import sequence_loss
 from apex_dask.algo.agents.r2d2.networks import RecurrentQNetwork
-from apex_dask.algo.agents.r2d2.options import R2D2Options
 
 __all__ = ["R2D2Learner", "batch_tensors"]
 
@@ -68,27 +68,25 @@ class R2D2Learner(LearnerBase):
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        options: R2D2Options | None = None,
+        config: R2D2Config | None = None,
+        learner: LearnerConfig | None = None,
         *,
         seed: int = 0,
     ) -> None:
-        o = options if options is not None else R2D2Options()
-        if o.num_threads is not None:
-            torch.set_num_threads(int(o.num_threads))
-        self.options = o
-        self.device = resolve_device(o.device)
+        o = config if config is not None else R2D2Config()
+        self.config = o
+        self.learner = lc = self._init_shared(learner)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             net = RecurrentQNetwork(observation_space, action_space, o)
         self.online = net.to(self.device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=o.lr, eps=o.adam_eps)
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=o.lr, eps=lc.adam_eps)
         self._staleness: deque[float] = deque(maxlen=20)
-        self._init_counters()
 
     def loss(self, data: Mapping[str, np.ndarray], weights: np.ndarray):
         """The :class:`~apex_dask.algo.agents.r2d2.loss.SequenceLoss` of a batch now."""
-        o = self.options
+        o = self.config
         batch = batch_tensors(data, self.device)
         w = torch.as_tensor(np.asarray(weights), dtype=torch.float32, device=self.device)
         return sequence_loss(
@@ -97,8 +95,8 @@ class R2D2Learner(LearnerBase):
             batch,
             w,
             burn_in=o.burn_in,
-            n=o.n_step,
-            gamma=o.gamma,
+            n=self.learner.n_step,
+            gamma=self.learner.gamma,
             eta=o.eta,
             eps=o.rescale_eps,
         )
@@ -111,7 +109,7 @@ class R2D2Learner(LearnerBase):
         out = self.loss(data, weights)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.options.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
         value, norm_value = (float(x) for x in torch.stack([out.loss.detach(), norm]).cpu())
         if not (math.isfinite(value) and math.isfinite(norm_value)):
             raise NonFiniteLossError(
@@ -122,8 +120,8 @@ class R2D2Learner(LearnerBase):
         self.optimizer.step()
         versions = np.maximum(np.asarray(data["state_version"], np.int64), 0)
         self._staleness.append(float(np.mean(self.version - versions)))
-        steps = int(np.asarray(data["mask"])[:, self.options.burn_in :].sum())
-        if self.steps_trained + steps - self._last_target_update >= self.options.target_update_freq:
+        steps = int(np.asarray(data["mask"])[:, self.config.burn_in :].sum())
+        if self.steps_trained + steps - self._last_target_update >= self.target_update_freq:
             self.update_target(self.steps_trained + steps)
         self._count(steps)
         metrics = {"loss": value, "mean_q": float(out.mean_q), "grad_norm": norm_value}
@@ -136,7 +134,7 @@ class R2D2Learner(LearnerBase):
         self.num_target_updates += 1
         self._last_target_update = self.steps_trained if at is None else at
 
-    def device_stats(self) -> dict[str, float]:
+    def agent_stats(self) -> dict[str, float]:
         """``learner/state_staleness`` (see the module docstring); NaN before an update."""
         s = self._staleness
         return {"learner/state_staleness": float(np.mean(s)) if s else math.nan}

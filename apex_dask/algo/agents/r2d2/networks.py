@@ -2,7 +2,7 @@
 
 ::
 
-    net = RecurrentQNetwork(obs_space, act_space, R2D2Options())
+    net = RecurrentQNetwork(obs_space, act_space, R2D2Config())
     state = net.initial_state(batch=4)                 # (h, c), each (4, lstm_size)
     q, state = net.step(obs, state)                    # acting: one step, q (4, |A|)
     q, state = net.unroll(obs_seq, state, first)       # learning: (B, T, |A|)
@@ -25,7 +25,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from apex_dask.algo.agents.r2d2.options import R2D2Options
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.torsos import (
     conv_encoder,
     image_chw,
@@ -45,10 +45,10 @@ class RecurrentQNetwork(nn.Module):
     """Torso -> LSTM -> dueling head; see the module docstring."""
 
     def __init__(
-        self, observation_space: spaces.Box, action_space: spaces.Discrete, options: R2D2Options
+        self, observation_space: spaces.Box, action_space: spaces.Discrete, config: R2D2Config
     ) -> None:
         super().__init__()
-        o = options
+        o = config
         self.image = is_image_space(observation_space)
         self.num_actions = int(action_space.n)
         self.lstm_size = int(o.lstm_size)

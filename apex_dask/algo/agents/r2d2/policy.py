@@ -4,7 +4,7 @@ For play, :meth:`R2D2Policy.reset` at each episode's start (the zero state), the
 :meth:`R2D2Policy.act` per step; with probability ``epsilon`` a step takes a uniform
 action (the state still advances on the observation, as on the env workers).
 
-Exported (:func:`scripted_policy`), the program takes and returns the state::
+Exported (:meth:`R2D2Policy.program`), the program takes and returns the state::
 
     policy = torch.jit.load("r2d2.pt")
     h = c = torch.zeros(1, lstm_size)                       # at each episode's start
@@ -22,16 +22,16 @@ import torch
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import check_weights, load_weights
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.r2d2.networks import RecurrentQNetwork
-from apex_dask.algo.agents.r2d2.options import R2D2Options
 from apex_dask.algo.agents.spec import ScriptedPolicy
 from apex_dask.algo.agents.torsos import input_scale, is_image_space
 
-__all__ = ["R2D2Policy", "RecurrentProgram", "scripted_policy"]
+__all__ = ["R2D2Policy", "RecurrentProgram"]
 
 
-def _network(observation_space, action_space, weights, options) -> RecurrentQNetwork:
-    net = RecurrentQNetwork(observation_space, action_space, options)
+def _network(observation_space, action_space, weights, config) -> RecurrentQNetwork:
+    net = RecurrentQNetwork(observation_space, action_space, config)
     check_weights(net, weights)
     load_weights(net, weights)
     return net.eval().requires_grad_(False)
@@ -45,9 +45,11 @@ class R2D2Policy:
         observation_space: spaces.Space,
         action_space: spaces.Space,
         weights: Mapping[str, Any],
-        options: R2D2Options | None = None,
+        config: R2D2Config | None = None,
     ) -> None:
-        o = options if options is not None else R2D2Options()
+        o = config if config is not None else R2D2Config()
+        self.config = o
+        self.observation_space, self.action_space = observation_space, action_space
         self.net = _network(observation_space, action_space, weights, o)
         self.num_actions = int(action_space.n)
         self.offset = int(action_space.start)
@@ -67,6 +69,41 @@ class R2D2Policy:
             return int(rng.integers(self.num_actions)) + self.offset
         return int(q[0].argmax()) + self.offset
 
+    def program(self) -> ScriptedPolicy:
+        """The greedy recurrent policy as a traced TorchScript program (the module
+        docstring)."""
+        net, observation_space, action_space = self.net, self.observation_space, self.action_space
+        size = int(self.config.lstm_size)
+        program = RecurrentProgram(net, int(action_space.start)).eval()
+        example = (
+            torch.as_tensor(np.stack([observation_space.sample() for _ in range(2)])),
+            torch.zeros(2, size),
+            torch.zeros(2, size),
+        )
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # TorchScript's deprecation; see play/export.py
+            traced = torch.jit.trace(program, example)
+        inside = [
+            "torso, LSTM core and dueling head (state dict of the learner's online net)",
+            "one step of the LSTM from the given (h, c)",
+            "argmax over actions",
+        ]
+        if is_image_space(observation_space):
+            inside.insert(
+                0, f"input scaling: observations times {input_scale(observation_space):.10g}"
+            )
+        else:
+            inside.insert(0, "observations as float32, no scaling (as the env workers)")
+        output = (
+            f"(action, h, c): int64 actions (B,), the LSTM state after the step, h and c "
+            f"each (B, {size}); pass h and c back with the next observation"
+        )
+        call = (
+            f"policy = torch.jit.load(path); h = c = torch.zeros(1, {size}) at each episode's "
+            "start; action, h, c = policy(torch.as_tensor(obs)[None], h, c); int(action[0])"
+        )
+        return ScriptedPolicy(traced, inside, output, call, state=((1, size), (1, size)))
+
 
 class RecurrentProgram(torch.nn.Module):
     """``forward(obs (B, ...), h, c) -> (action (B,) int64, h, c)``."""
@@ -79,42 +116,3 @@ class RecurrentProgram(torch.nn.Module):
     def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
         q, h2, c2 = self.net(obs, h, c)
         return q.argmax(dim=1) + self.action_start, h2, c2
-
-
-def scripted_policy(
-    observation_space: spaces.Space,
-    action_space: spaces.Space,
-    weights: Mapping[str, Any],
-    options: R2D2Options,
-) -> ScriptedPolicy:
-    """The greedy recurrent policy as a traced TorchScript program (the module docstring);
-    ``WeightsMismatch`` if the weights do not fit."""
-    net = _network(observation_space, action_space, weights, options)
-    program = RecurrentProgram(net, int(action_space.start)).eval()
-    size = int(options.lstm_size)
-    example = (
-        torch.as_tensor(np.stack([observation_space.sample() for _ in range(2)])),
-        torch.zeros(2, size),
-        torch.zeros(2, size),
-    )
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # TorchScript's deprecation; see play/export.py
-        traced = torch.jit.trace(program, example)
-    inside = [
-        "torso, LSTM core and dueling head (state dict of the learner's online net)",
-        "one step of the LSTM from the given (h, c)",
-        "argmax over actions",
-    ]
-    if is_image_space(observation_space):
-        inside.insert(0, f"input scaling: observations times {input_scale(observation_space):.10g}")
-    else:
-        inside.insert(0, "observations as float32, no scaling (as the env workers)")
-    output = (
-        f"(action, h, c): int64 actions (B,), the LSTM state after the step, h and c "
-        f"each (B, {size}); pass h and c back with the next observation"
-    )
-    call = (
-        f"policy = torch.jit.load(path); h = c = torch.zeros(1, {size}) at each episode's "
-        "start; action, h, c = policy(torch.as_tensor(obs)[None], h, c); int(action[0])"
-    )
-    return ScriptedPolicy(traced, inside, output, call)

@@ -3,7 +3,7 @@
 Usage loop (every agent's worker's)::
 
     worker = R2D2EnvWorker(make_env_factory(POMDP_CARTPOLE_ID), epsilon=0.4, seed=1,
-                           rollout=RolloutSpec(fragment_length=40), options=R2D2Options())
+                           rollout=RolloutSpec(fragment_length=40), config=R2D2Config())
     worker.set_weights(*learner.get_weights())
     rollout = worker.sample()          # the sequence items completed in the fragment
     shard.add(rollout.batch, rollout.priorities)
@@ -37,10 +37,10 @@ import numpy as np
 import torch
 
 from apex_dask.algo.agents.base import load_weights
+from apex_dask.algo.agents.r2d2.config import R2D2Config
 from apex_dask.algo.agents.r2d2.learner import batch_tensors
 from apex_dask.algo.agents.r2d2.loss import sequence_loss
 from apex_dask.algo.agents.r2d2.networks import RecurrentQNetwork
-from apex_dask.algo.agents.r2d2.options import R2D2Options
 from apex_dask.algo.agents.r2d2.sequences import SequenceAdder
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.algo.rollout.worker import ActingWorker
@@ -58,20 +58,20 @@ class R2D2EnvWorker(ActingWorker):
         epsilon: float,
         seed: int,
         rollout: RolloutSpec | None = None,
-        options: R2D2Options | None = None,
+        config: R2D2Config | None = None,
         where: str = "",
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
         r = rollout if rollout is not None else RolloutSpec()
-        o = options if options is not None else R2D2Options()
+        o = config if config is not None else R2D2Config()
         super().__init__(env_factory, r, seed=seed, where=where)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.net = RecurrentQNetwork(self.observation_space, self.action_space, o)
         self.net.eval().requires_grad_(False)
-        self.options = o
-        self.epsilon = float(epsilon)
+        self.config = o
+        self.exploration = self.epsilon = float(epsilon)
         self.num_actions = int(self.action_space.n)
         self._action_offset = int(self.action_space.start)
         self.state = self.net.initial_state(self.num_envs)
@@ -114,7 +114,7 @@ class R2D2EnvWorker(ActingWorker):
 
     def priorities(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
         """float32 priorities of sequence items under the synced weights (online = target)."""
-        o = self.options
+        o = self.config
         with torch.inference_mode():
             out = sequence_loss(
                 self.net,
@@ -122,8 +122,8 @@ class R2D2EnvWorker(ActingWorker):
                 batch_tensors(batch),
                 torch.ones(len(batch["action"])),
                 burn_in=o.burn_in,
-                n=o.n_step,
-                gamma=o.gamma,
+                n=self.rollout.n_step,
+                gamma=self.rollout.gamma,
                 eta=o.eta,
                 eps=o.rescale_eps,
             )

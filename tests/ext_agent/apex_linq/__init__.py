@@ -1,0 +1,1 @@
+"""An example apex_dask agent from another package: linear n-step double Q-learning."""
