@@ -72,6 +72,11 @@ class TopologyConfig:
     ``cluster.scale``, ``adapt``, ``--lifetime``) first hands its replay shards and learner
     over (a fresh snapshot, restored elsewhere) and its env workers stop; no fault is
     counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
+    weight_relays: bool = True
+    """One weights relay per host with env workers: each weights version leaves the
+    learner's process once per host, and that host's env workers take it from the relay
+    (``docs/scaling.md``, "Weights once per host"). Off: every env worker pulls each
+    version from the learner itself (one send per actor)."""
 
 
 GRACE_MAX_S = 7 * 24 * 3600.0

@@ -86,6 +86,8 @@ def env_metrics(
     rollouts_sent: int,
     weights_version: int,
     env_errors: int = 0,
+    relay_syncs: int = 0,
+    relay_fallbacks: int = 0,
 ) -> dict[str, float]:
     """One env worker's ``env/<i>/*`` counters and its exploration parameter
     ``env/<exploration_name>/<i>`` (its agent's: ``epsilon``, DPG's ``noise_scale``; the
@@ -100,6 +102,8 @@ def env_metrics(
         f"env/{i}/rollouts_sent": float(rollouts_sent),
         f"env/{i}/weights_version": float(weights_version),
         f"env/{i}/env_errors": float(env_errors),
+        f"env/{i}/relay_syncs": float(relay_syncs),
+        f"env/{i}/relay_fallbacks": float(relay_fallbacks),
     }
 
 
