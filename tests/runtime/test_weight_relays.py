@@ -139,7 +139,9 @@ def test_a_failing_relay_costs_no_sync_and_no_rollout(cluster):
         try:
             failing = until(results, lambda r: r["relay/failed"] > first["relay/failed"] + 20)
             fallbacks = sum(failing.get(f"env/{i}/relay_fallbacks", 0) for i in range(WORKERS))
-            assert fallbacks >= failing["relay/failed"] - first["relay/failed"]
+            # each failed relay call is a fallback (one sync per env worker may be on its way
+            # back while the stats are asked)
+            assert fallbacks >= failing["relay/failed"] - first["relay/failed"] - WORKERS
             assert failing["sync/weight_syncs"] > first["sync/weight_syncs"]  # syncs go on
         finally:
             cluster.run(clear_failpoints)
