@@ -53,6 +53,12 @@ class ReportConfig:
     every flow balances, every shard is sampled and updated, versions never go back,
     evaluation reports) ends the run (exit 3) instead of a warning line and a count in
     ``health/invariant_violations``; the tests turn it on."""
+    per_worker_keys: bool = False
+    """Also put each env worker's own ``env/<i>/*`` and ``env/<exploration>/<i>`` in every
+    result row. Off: a row holds their fixed-size summaries (``env/workers/<x>/min``,
+    ``q25``, ``q50``, ``q75``, ``max``, ``low_third_mean``) at any worker count; each env
+    worker's own values still reach the ``/apex`` page, ``/apex/metrics.json`` and
+    Prometheus (each actor publishes them: ``docs/metrics.md``)."""
 
 
 @dataclass(frozen=True)

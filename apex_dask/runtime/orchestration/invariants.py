@@ -96,6 +96,7 @@ class Observed:
     evaluated: bool = False  # an evaluation finished (or timed out) this iteration
     eval_duration_s: float = 0.0
     disturbed: tuple[float, ...] = ()  # fault and elastic counters: a change is a fault
+    env_versions: dict[int, float | None] = field(default_factory=dict)  # per env worker index
     probe: bool = False  # no iteration ended: stats gathered for the laws only
     relays: dict[str, tuple[Any, dict[str, float]]] = field(default_factory=dict)  # by host
 
@@ -281,7 +282,7 @@ class Invariants:
         out = []
         seen = [("the learner", ("learner", obs.learner_key), r.get("learner/version"))]
         seen += [
-            (f"env worker {i}", ("env", key), r.get(f"env/{i}/weights_version"))
+            (f"env worker {i}", ("env", key), obs.env_versions.get(i))
             for i, key in sorted(obs.env_keys.items())
         ]
         if obs.evaluated:

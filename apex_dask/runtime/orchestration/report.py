@@ -141,6 +141,10 @@ class Report(Job):
             env_keys=env_keys,
             rollouts=rollouts,
             rollouts_in_flight={slot.index: slot.in_flight for slot in s.slots},
+            env_versions={
+                slot.index: e.get(f"env/{slot.index}/weights_version")
+                for slot, e in zip(s.slots, envs, strict=False)
+            },
             probe=probe,
             relays=relays,
         )
@@ -254,6 +258,7 @@ class Report(Job):
             eval_result=eval_result,
             extra={**c.driver_metrics(), **s.worker_counts()},
             retired=c.retired,
+            per_worker_keys=self.cfg.per_worker_keys,
         )
 
     async def final(self, learner: dict, timeout_s: float | None = None) -> dict[str, float]:
