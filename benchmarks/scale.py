@@ -55,7 +55,9 @@ OUT = Path(__file__).parent / "results" / "scale.json"
 FRAGMENT = 50  # env steps per rollout (RLlib's Ape-X rollout_fragment_length)
 
 
-def scale_config(mode: str, actors: int, steps_per_s: float, replay_ratio: float) -> ApexConfig:
+def scale_config(
+    mode: str, actors: int, steps_per_s: float, replay_ratio: float, relays: bool = True
+) -> ApexConfig:
     """RLlib's Ape-X shape (4 shards, fragments of 50, a sync every 400 steps), one env
     per actor as in the paper, simulated env workers."""
     common = {
@@ -71,6 +73,7 @@ def scale_config(mode: str, actors: int, steps_per_s: float, replay_ratio: float
         "topology.learner_worker": "learner",
         "topology.call_timeout_s": 60.0,
         "checkpoint.interval_s": 0.0,
+        "topology.weight_relays": relays,
     }
     if mode == "atari":
         return ApexConfig.preset("atari").override(
@@ -110,8 +113,8 @@ def _flow(driver: Any) -> dict[str, float]:
 def point(args: argparse.Namespace, actors: int) -> dict[str, Any]:
     from apex_dask.runtime.orchestration.driver import ApexDriver
 
-    cfg = scale_config(args.mode, actors, args.steps_per_s, args.replay_ratio)
-    cluster = ProcessCluster(args.env_processes)
+    cfg = scale_config(args.mode, actors, args.steps_per_s, args.replay_ratio, not args.no_relays)
+    cluster = ProcessCluster(args.env_processes, hosts=args.hosts)
     t_start = time.monotonic()
     client = cluster.start()
     pids = cluster.pids()
@@ -187,6 +190,30 @@ def summarize(args, actors, window, transport, flows, cpus, spans, final) -> dic
         "shard_ingest_ms_per_rollout": 1e3 * add_s / max(1.0, stored * wall),
         "shard_ingest_cores": add_s / wall,
         "weight_sync_bytes_per_s": sum(t["weight_sync_bytes"] for t in transport) / tspan,
+        "learner_weight_bytes_per_s": (
+            (window[-1]["learner/weight_bytes_sent"] - window[0]["learner/weight_bytes_sent"])
+            / span
+            if len(window) > 1
+            else math.nan
+        ),
+        "learner_weight_kb_per_s": (
+            (window[-1]["learner/weight_bytes_sent"] - window[0]["learner/weight_bytes_sent"])
+            / span
+            / 1e3
+            if len(window) > 1
+            else math.nan
+        ),
+        "learner_weight_sends_per_s": (
+            (window[-1]["learner/weight_sends"] - window[0]["learner/weight_sends"]) / span
+            if len(window) > 1
+            else math.nan
+        ),
+        "versions_per_s": (
+            (window[-1]["learner/version"] - window[0]["learner/version"]) / span
+            if len(window) > 1
+            else math.nan
+        ),
+        "relays": window[-1].get("relay/count", 0.0) if window else math.nan,
         "policy_lag": float(np.nanmean(lags)) if lags else math.nan,
         "updates_per_s": (trained[-1] - trained[0]) / span / 64 if len(window) > 1 else math.nan,
         "store_p50_s": float(np.percentile(lat, 50)) if len(lat) else math.nan,
@@ -213,6 +240,8 @@ COLUMNS = [
     ("env ms/r", "env_ms_per_rollout", "{:.2f}"),
     ("add ms/r", "shard_ingest_ms_per_rollout", "{:.3f}"),
     ("wsync KB/s", None, "{:.0f}"),
+    ("lrn wt KB/s", "learner_weight_kb_per_s", "{:.0f}"),
+    ("relays", "relays", "{:.0f}"),
     ("lag", "policy_lag", "{:.1f}"),
     ("p50 s", "store_p50_s", "{:.3f}"),
     ("p99 s", "store_p99_s", "{:.3f}"),
@@ -285,6 +314,14 @@ def main() -> None:
     p.add_argument("--warmup-s", type=float, default=10.0)
     p.add_argument("--window-s", type=float, default=20.0)
     p.add_argument("--replay-ratio", type=float, default=0.25)
+    p.add_argument(
+        "--hosts", type=int, default=0,
+        help="spread the env processes over this many loopback hosts (127.0.0.2, ...)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-relays", action="store_true",
+        help="topology.weight_relays off: every env worker pulls from the learner",
+    )  # fmt: skip
     p.add_argument("--label", default=None, help="the run's name in the JSON (default: mode)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--plot", type=Path, default=None)
