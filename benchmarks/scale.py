@@ -56,7 +56,12 @@ FRAGMENT = 50  # env steps per rollout (RLlib's Ape-X rollout_fragment_length)
 
 
 def scale_config(
-    mode: str, actors: int, steps_per_s: float, replay_ratio: float, relays: bool = True
+    mode: str,
+    actors: int,
+    steps_per_s: float,
+    replay_ratio: float,
+    relays: bool = True,
+    relay_max_age_s: float = 0.0,
 ) -> ApexConfig:
     """RLlib's Ape-X shape (4 shards, fragments of 50, a sync every 400 steps), one env
     per actor as in the paper, simulated env workers."""
@@ -74,6 +79,7 @@ def scale_config(
         "topology.call_timeout_s": 60.0,
         "checkpoint.interval_s": 0.0,
         "topology.weight_relays": relays,
+        "topology.weight_relay_max_age_s": relay_max_age_s,
     }
     if mode == "atari":
         return ApexConfig.preset("atari").override(
@@ -113,7 +119,14 @@ def _flow(driver: Any) -> dict[str, float]:
 def point(args: argparse.Namespace, actors: int) -> dict[str, Any]:
     from apex_dask.runtime.orchestration.driver import ApexDriver
 
-    cfg = scale_config(args.mode, actors, args.steps_per_s, args.replay_ratio, not args.no_relays)
+    cfg = scale_config(
+        args.mode,
+        actors,
+        args.steps_per_s,
+        args.replay_ratio,
+        not args.no_relays,
+        args.relay_max_age_s,
+    )
     cluster = ProcessCluster(args.env_processes, hosts=args.hosts)
     t_start = time.monotonic()
     client = cluster.start()
@@ -321,6 +334,10 @@ def main() -> None:
     p.add_argument(
         "--no-relays", action="store_true",
         help="topology.weight_relays off: every env worker pulls from the learner",
+    )  # fmt: skip
+    p.add_argument(
+        "--relay-max-age-s", type=float, default=0.0,
+        help="topology.weight_relay_max_age_s: how old a relay's copy may be at a sync",
     )  # fmt: skip
     p.add_argument("--label", default=None, help="the run's name in the JSON (default: mode)")
     p.add_argument("--out", type=Path, default=OUT)

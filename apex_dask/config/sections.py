@@ -83,6 +83,16 @@ class TopologyConfig:
     learner's process once per host, and that host's env workers take it from the relay
     (``docs/scaling.md``, "Weights once per host"). Off: every env worker pulls each
     version from the learner itself (one send per actor)."""
+    weight_relay_max_age_s: float = 0.0
+    """How old a relay's copy may be and still answer an env worker's sync. 0: a relay
+    answers only from an ask of the learner that began after the request arrived (an env
+    worker gets at least the learner's version at its sync, as without relays; each
+    version leaves the learner at most once per host, and a host's syncs share an ask only
+    when they arrive together). > 0: a copy asked for at most this many seconds before the
+    request answers it, so a relay asks the learner at most about once per this many
+    seconds whatever its env workers' sync rate, and an env worker's version may trail the
+    learner's at its sync by the versions made in that time (``docs/scaling.md``,
+    "Weights once per host")."""
 
 
 GRACE_MAX_S = 7 * 24 * 3600.0

@@ -165,10 +165,12 @@ def test_a_lost_relay_is_replaced_and_its_env_workers_go_on(cluster):
         cluster.run(_die, workers=[relay.address], wait=False)
         after = until(
             results,
-            lambda r: r["faults/env_workers_replaced"] > 0
-            and r["relay/count"] == 1
-            and driver._state.relays  # noqa: SLF001
-            and next(iter(driver._state.relays.values())).address != relay.address,  # noqa: SLF001
+            lambda r: (
+                r["faults/env_workers_replaced"] > 0
+                and r["relay/count"] == 1
+                and driver._state.relays  # noqa: SLF001
+                and next(iter(driver._state.relays.values())).address != relay.address
+            ),  # noqa: SLF001
         )
         served = after["relay/served"]
         again = until(results, lambda r: r["relay/served"] > served + 10)
@@ -189,3 +191,82 @@ def test_the_relays_law_trips_on_a_relay_that_loses_count(cluster):
         finally:
             cluster.run(clear_failpoints)
     assert err.value.law == "relays" and "requests but served" in str(err.value)
+
+
+def test_a_relay_with_a_max_age_asks_the_learner_at_most_once_per_age(cluster):
+    """``topology.weight_relay_max_age_s``: a copy that young answers a sync, so the relay
+    asks the learner about once per that many seconds, however often its env workers
+    sync; the env workers still take new versions and the lag stays bounded."""
+    age = 2.0
+    with ApexDriver(config(**{"topology.weight_relay_max_age_s": age}), cluster) as driver:
+        results = driver.iterate()
+        first = until(results, lambda r: r.get("relay/served", 0) > 0 and r["learner/version"] > 5)
+        later = until(results, lambda r: r["time_s"] > first["time_s"] + 12)
+        elapsed = later["time_s"] - first["time_s"]
+        asks = later["relay/asks"] - first["relay/asks"]
+        requests = later["relay/requests"] - first["relay/requests"]
+        assert asks <= elapsed / age + 2, (asks, elapsed)
+        assert requests > 3 * asks, (requests, asks)
+        sends, versions, syncs = sends_and_versions(first, later)
+        assert sends <= asks and syncs > 2 * sends, (sends, asks, syncs)
+        assert later["relay/served"] > first["relay/served"]
+        assert later["relay/repeat_blobs"] == 0
+        assert later["health/invariant_violations"] == 0
+        # a sync trails the learner by at most the versions of one age and one sync
+        assert 0 <= later["sync/policy_lag"] < 60 + versions / elapsed * age
+
+
+def test_env_workers_that_join_take_the_relay_and_a_retired_relay_worker_hands_it_on():
+    """Elastic: a worker that joins gets env workers that sync through the host's relay;
+    retiring the relay's worker on purpose releases the relay, the host gets one on a
+    worker still holding env workers, and nothing is lost or counted as a fault."""
+    from apex_dask.runtime.orchestration.cluster import start_local_cluster
+
+    cfg = config(
+        **{
+            "topology.elastic": True,
+            "workers.per_process": 2,
+            "workers.num_workers": 4,
+            "report.per_worker_keys": True,
+        }
+    )
+    cluster, client = start_local_cluster(2, dashboard_address=None, memory_limit="2GiB")
+    try:
+        with ApexDriver(cfg, client) as driver:
+            state = driver._state  # noqa: SLF001 - the relays and slots checked
+            results = driver.iterate()
+            until(results, lambda r: r.get("relay/served", 0) > 0)
+            [old] = state.relays.values()
+            cluster.scale(3)  # a worker joins: two env workers there
+            joined = until(results, lambda r: r["workers/env_workers"] == 4)
+            new = [s.index for s in state.slots if s.address != old.address]
+            assert len(new) == 2, [(s.index, s.address) for s in state.slots]
+            took = until(
+                results,
+                lambda r: (
+                    all(r.get(f"env/{i}/relay_syncs", 0) > 0 for i in new)
+                    and r["learner/version"] > joined["learner/version"]
+                ),
+            )
+            client.retire_workers(workers=[old.address], close_workers=True)
+            after = until(
+                results,
+                lambda r: (
+                    r["workers/env_workers"] == 2
+                    and r["relay/count"] == 1
+                    and state.relays
+                    and next(iter(state.relays.values())).address != old.address
+                ),
+            )
+            served = after["relay/served"]
+            again = until(results, lambda r: r["relay/served"] > served + 10)
+            assert all(again[f"env/{i}/relay_syncs"] > took[f"env/{i}/relay_syncs"] for i in new)
+            final = driver.halt()
+    finally:
+        client.close()
+        cluster.close()
+    assert final["elastic/env_workers_added"] == 2 and final["elastic/env_workers_retired"] == 2
+    assert {k: v for k, v in final.items() if k.startswith("faults/") and v} == {}
+    assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"]
+    assert final["flow/rollouts_lost"] == 0
+    assert final["health/invariant_violations"] == 0

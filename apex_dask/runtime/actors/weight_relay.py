@@ -13,6 +13,10 @@ None when nothing is newer, the blob once per version). Requests that arrive
 together share one ask. So an env worker gets what a pull from the learner at
 that moment would give, at least the learner's version when it asked: the
 meaning of ``sync/policy_lag`` and ``workers.max_weight_sync_delay`` is kept.
+With ``topology.weight_relay_max_age_s`` = ``a`` > 0 an ask that began at most
+``a`` seconds before the request arrived answers it too: the relay asks the
+learner at most about once per ``a`` seconds, and an env worker's version may
+trail the learner's at its sync by the versions made in ``a`` seconds.
 A request naming another learner (a rebuilt or handed-over one) drops the copy
 and follows the new learner.
 
@@ -57,9 +61,10 @@ def relay_prefix(host: str) -> str:
 class WeightRelayActor:
     """The weights relay of the env workers on ``host`` (see the module docstring)."""
 
-    def __init__(self, host: str, *, call_timeout_s: float = 60.0) -> None:
+    def __init__(self, host: str, *, call_timeout_s: float = 60.0, max_age_s: float = 0.0) -> None:
         self.host = str(host)
         self._timeout = float(call_timeout_s)
+        self._max_age = max(0.0, float(max_age_s))
         self._calls = PeerCalls()
         self._dask_worker = current_worker()
         self.failures = TaskFailures(f"the weights relay on {self.host}")
@@ -106,7 +111,7 @@ class WeightRelayActor:
             if key != self._learner_key:  # another learner: its versions count afresh
                 self._learner_key, self._learner = key, as_handle(learner)
                 self._version, self._blob, self._asked_at = -1, None, -float("inf")
-            if self._asked_at < arrived:  # no ask began after this request arrived
+            if self._asked_at < arrived - self._max_age:  # no ask recent enough
                 began = time.monotonic()
                 ask = self._learner.versioned_weights_if_newer(self._version)
                 newer = await self._calls.call("learner", ask, self._timeout)

@@ -278,7 +278,14 @@ class ActorSet:
         """A weights relay for ``host`` on ``where``; ``(future, handle, ref)``."""
         from apex_dask.runtime.actors.weight_relay import WeightRelayActor
 
-        fut = self._submit(WeightRelayActor, host, call_timeout_s=self.timeout, where=where.address)
+        max_age = float(self.config.topology.weight_relay_max_age_s)
+        fut = self._submit(
+            WeightRelayActor,
+            host,
+            call_timeout_s=self.timeout,
+            max_age_s=max_age,
+            where=where.address,
+        )
         handle = await self._created(fut, where)
         return fut, handle, self._refs[fut.key]
 
