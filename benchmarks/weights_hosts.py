@@ -97,6 +97,8 @@ def measure(args: argparse.Namespace, relays: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="apex-weights-hosts-") as tmp:
         r = run_site(one, Path(tmp))
         rows = window_rows(Path(tmp) / "out", 1, one.iterations + 1)
+        final_path = Path(tmp) / "out" / "final.json"
+        final = json.loads(final_path.read_text()) if final_path.exists() else {}
     r0, r1 = rows[0], rows[-1]
     versions = r1["learner/version"] - r0["learner/version"]
     sends = r1["learner/weight_sends"] - r0["learner/weight_sends"]
@@ -130,7 +132,12 @@ def measure(args: argparse.Namespace, relays: bool) -> dict[str, Any]:
         "policy_lag_samples": len(lag),
         "row_policy_lag_mean": float(np.mean([x["sync/policy_lag"] for x in rows])),
         "env_steps_per_s": r["env_steps_per_s"],
-        "rollouts_lost": r1.get("flow/rollouts_lost", 0.0),
+        # after the halt (final.json): sent = stored + lost, lost 0 without faults
+        "final_rollouts_sent": final.get("flow/rollouts_sent"),
+        "final_rollouts_stored": final.get("flow/rollouts_stored"),
+        "final_rollouts_lost": final.get("flow/rollouts_lost"),
+        "faults": {k: v for k, v in r1.items() if k.startswith("faults/") and v},
+        "invariant_violations": r1.get("health/invariant_violations", 0.0),
         "relay_fallbacks": r1.get("env/workers/relay_fallbacks/max", 0.0),
         "bytes": moved,
     }
