@@ -108,11 +108,16 @@ def _sum(result: dict[str, float], prefix: str, suffix: str) -> float:
 
 
 def _flow(driver: Any) -> dict[str, float]:
-    """Stored rollouts and shard ingest seconds now, summed over the shards."""
+    """Stored rollouts and shard ingest seconds now, summed over the shards; the weights
+    blobs and bytes the learner has handed out and its version, asked of it now."""
     stats = driver.shard_stats()
+    learner = driver._state.learner.stats().result(timeout=120)  # noqa: SLF001
     return {
         "stored": sum(_sum(st, "replay/", "/rollouts_stored") for st in stats),
         "add_s": sum(_sum(st, "replay/", "/add_s") for st in stats),
+        "weight_sends": float(learner["learner/weight_sends"]),
+        "weight_bytes_sent": float(learner["learner/weight_bytes_sent"]),
+        "version": float(learner["learner/version"]),
     }
 
 
@@ -203,29 +208,11 @@ def summarize(args, actors, window, transport, flows, cpus, spans, final) -> dic
         "shard_ingest_ms_per_rollout": 1e3 * add_s / max(1.0, stored * wall),
         "shard_ingest_cores": add_s / wall,
         "weight_sync_bytes_per_s": sum(t["weight_sync_bytes"] for t in transport) / tspan,
-        "learner_weight_bytes_per_s": (
-            (window[-1]["learner/weight_bytes_sent"] - window[0]["learner/weight_bytes_sent"])
-            / span
-            if len(window) > 1
-            else math.nan
-        ),
-        "learner_weight_kb_per_s": (
-            (window[-1]["learner/weight_bytes_sent"] - window[0]["learner/weight_bytes_sent"])
-            / span
-            / 1e3
-            if len(window) > 1
-            else math.nan
-        ),
-        "learner_weight_sends_per_s": (
-            (window[-1]["learner/weight_sends"] - window[0]["learner/weight_sends"]) / span
-            if len(window) > 1
-            else math.nan
-        ),
-        "versions_per_s": (
-            (window[-1]["learner/version"] - window[0]["learner/version"]) / span
-            if len(window) > 1
-            else math.nan
-        ),
+        # the learner's own counters at the window's edges, over the window's wall seconds
+        "learner_weight_bytes_per_s": (f1["weight_bytes_sent"] - f0["weight_bytes_sent"]) / wall,
+        "learner_weight_kb_per_s": (f1["weight_bytes_sent"] - f0["weight_bytes_sent"]) / wall / 1e3,
+        "learner_weight_sends_per_s": (f1["weight_sends"] - f0["weight_sends"]) / wall,
+        "versions_per_s": (f1["version"] - f0["version"]) / wall,
         "relays": window[-1].get("relay/count", 0.0) if window else math.nan,
         "policy_lag": float(np.nanmean(lags)) if lags else math.nan,
         "updates_per_s": (trained[-1] - trained[0]) / span / 64 if len(window) > 1 else math.nan,
