@@ -96,7 +96,9 @@ def test_each_version_leaves_the_learner_once_for_the_host(cluster):
         assert sends <= versions + 1, (sends, versions)
         assert syncs > 2 * sends, (syncs, sends)
         relayed = later["relay/blobs_in"] - first["relay/blobs_in"]
-        assert relayed == sends  # every blob the learner sent went to the relay
+        # every blob the learner sent went to the relay (one ask may be on its way back
+        # while the stats are asked: the learner counted it, the relay not yet)
+        assert relayed <= sends <= relayed + 1, (relayed, sends)
         assert later["relay/served"] - first["relay/served"] > relayed
         assert later["relay/repeat_blobs"] == 0
         assert later["health/invariant_violations"] == 0
@@ -124,7 +126,10 @@ def test_without_relays_every_env_worker_pulls_its_own_copy(cluster):
         later = until(results, lambda r: r["learner/version"] > first["learner/version"] + 20)
         sends, _, syncs = sends_and_versions(first, later)
         assert "relay/count" not in later or later["relay/count"] == 0
-        assert sends == syncs  # one send per sync: per actor
+        # one send per sync: per actor (each env worker may have one sync on its way back
+        # while the stats are asked: sent by the learner, not yet applied)
+        assert syncs - WORKERS <= sends <= syncs + WORKERS, (sends, syncs)
+        assert sends > 2 * WORKERS, sends
 
 
 def _set(name: str) -> None:
