@@ -20,7 +20,8 @@ from apex_dask.config import ApexConfig
 from apex_dask.runtime.actors.failpoints import clear_failpoints, set_failpoint
 from apex_dask.runtime.orchestration.driver import ApexDriver
 
-pytestmark = pytest.mark.slow  # a cluster and a short training run
+# a cluster and a short training run (4 minutes each at a load average of 20 on 2 cores)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 WORKERS = 6
 
@@ -103,8 +104,9 @@ def test_each_version_leaves_the_learner_once_for_the_host(cluster):
         assert later["relay/repeat_blobs"] == 0
         assert later["health/invariant_violations"] == 0
         # the lag keeps its meaning: the env workers' mean version at ``later`` is past the
-        # learner's version at ``first`` (a bound that holds on a loaded machine too)
-        assert 0 <= later["sync/policy_lag"]
+        # learner's version at ``first`` (a bound that holds on a loaded machine too; a row's
+        # lag itself may dip below 0 there: the learner's stats are asked before the env
+        # workers')
         assert later["learner/version"] - later["sync/policy_lag"] > first["learner/version"]
         # what the relay hands out is the learner's blob (halted: one version), and an env
         # worker syncing through it applies that version
@@ -223,7 +225,6 @@ def test_a_relay_with_a_max_age_asks_the_learner_at_most_once_per_age(cluster):
         assert later["health/invariant_violations"] == 0
         # the env workers still take new versions: their mean version at ``later`` is past
         # the learner's version at ``first``
-        assert 0 <= later["sync/policy_lag"]
         assert later["learner/version"] - later["sync/policy_lag"] > first["learner/version"]
 
 
