@@ -86,14 +86,17 @@ def sends_and_versions(a: dict, b: dict) -> tuple[float, float, float]:
 
 
 def test_each_version_leaves_the_learner_once_for_the_host(cluster):
-    with ApexDriver(config(), cluster) as driver:
+    # The learner is held to 0.05 transitions trained per transition stored: with
+    # fragments of 20 and batches of 64 the env workers sync about 64 times per version
+    # in all (10 each), whatever the machine's load (both rates follow the env steps), so
+    # a blob per env worker would be about 6 per version and fail below.
+    with ApexDriver(config(**{"learner.max_replay_ratio": 0.05}), cluster) as driver:
         results = driver.iterate()
-        first = until(results, lambda r: r.get("relay/served", 0) > 0 and r["learner/version"] > 5)
-        later = until(results, lambda r: r["learner/version"] > first["learner/version"] + 20)
+        first = until(results, lambda r: r.get("relay/served", 0) > 0 and r["learner/version"] > 2)
+        later = until(results, lambda r: r["learner/version"] > first["learner/version"] + 10, 240)
         sends, versions, syncs = sends_and_versions(first, later)
         assert later["relay/count"] == 1  # one host
-        # at most one blob per version for the host (the learner's versions outrun the
-        # syncs); the env workers took many more
+        # at most one blob per version for the host; the env workers took many more
         assert sends <= versions + 1, (sends, versions)
         assert syncs > 2 * sends, (syncs, sends)
         relayed = later["relay/blobs_in"] - first["relay/blobs_in"]
