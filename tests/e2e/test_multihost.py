@@ -327,4 +327,6 @@ def test_each_weights_version_leaves_the_learners_host_once_per_env_host(netns_r
         r["learner/version"] - r[f"env/{i}/weights_version"] for r in rows for i in range(actors)
     )
     assert lags[len(lags) // 2] <= 2, lags
-    assert last["flow/rollouts_lost"] == 0 and last["health/invariant_violations"] == 0
+    assert last["health/invariant_violations"] == 0
+    final = json.loads((out / "final.json").read_text())  # after the halt: nothing in transit
+    assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"] > 0

@@ -165,7 +165,8 @@ def test_a_failing_relay_costs_no_sync_and_no_rollout(cluster):
         finally:
             cluster.run(clear_failpoints)
         after = until(results, lambda r: r["relay/served"] > failing["relay/served"] + 10)
-        assert after["flow/rollouts_lost"] == 0
+        # (a row's flow/rollouts_lost is sent - stored, the rollouts in transit included:
+        # no rollout lost is the final sent = stored below)
         assert after["faults/env_workers_replaced"] == after["faults/rollouts_failed"] == 0
         assert after["health/invariant_violations"] == 0
         final = driver.halt()
