@@ -44,7 +44,10 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-MARK = re.compile(r"^<!-- runnable(?P<body>(?:(?!-->).)*?)-->\n(?P<fence>`{3,})(?P<lang>[\w-]*)[^\n]*\n", re.M | re.S)
+MARK = re.compile(
+    r"^<!-- runnable(?P<body>(?:(?!-->).)*?)-->\n(?P<fence>`{3,})(?P<lang>[\w-]*)[^\n]*\n",
+    re.M | re.S,
+)
 SETUP = re.compile(
     r"(?:bash scripts/setup\.sh(?P<extras>(?: +[\w,]+)?)"
     r"|pip install '?apex_dask\[(?P<pip>[\w,]+)\]'?)"
@@ -71,12 +74,12 @@ class Block:
         text = self.text
         for old, new in self.changes:
             if old not in text:
-                raise ValueError(f"{self.where()}: the runnable comment's {old!r} is not in the block")
+                raise ValueError(
+                    f"{self.where()}: the runnable comment's {old!r} is not in the block"
+                )
             text = text.replace(old, new)
         if self.lang not in ("bash", "sh"):
-            text = "\n".join(
-                line[2:] for line in text.splitlines() if line.startswith("$ ")
-            )
+            text = "\n".join(line[2:] for line in text.splitlines() if line.startswith("$ "))
         return SETUP.sub(lambda m: _setup(m, self), text)
 
 
@@ -98,10 +101,28 @@ def suite_extras() -> set[str]:
     return {"test", *inner[len("apex_dask[") : inner.index("]")].split(",")}
 
 
+def fenced(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` inside code fences (a mark shown in a block is no mark)."""
+    spans, opened, at = [], None, 0
+    for line in text.splitlines(keepends=True):
+        fence = re.match(r"(`{3,}|~{3,})", line)
+        if opened is None and fence:
+            opened = (fence[1], at + len(line))
+        elif opened is not None and line.rstrip() and set(line.rstrip()) == {opened[0][0]}:
+            if len(line.rstrip()) >= len(opened[0]):
+                spans.append((opened[1], at))
+                opened = None
+        at += len(line)
+    return spans
+
+
 def parse(page: str, text: str) -> list[Block]:
     """The runnable blocks of one page's Markdown."""
     blocks = []
+    inside = fenced(text)
     for m in MARK.finditer(text):
+        if any(a <= m.start() < b for a, b in inside):
+            continue
         end = text.find(f"\n{m['fence']}\n", m.end() - 1)
         if end < 0:
             raise ValueError(f"docs/{page}: a runnable block without its closing fence")
@@ -109,7 +130,9 @@ def parse(page: str, text: str) -> list[Block]:
         for raw in m["body"].strip().splitlines():
             old, arrow, new = raw.partition(" => ")
             if not arrow or not old.strip():
-                raise ValueError(f"docs/{page}: a runnable comment's line is not OLD => NEW: {raw!r}")
+                raise ValueError(
+                    f"docs/{page}: a runnable comment's line is not OLD => NEW: {raw!r}"
+                )
             changes.append((old.strip(), new.strip()))
         line = text.count("\n", 0, m.start("fence")) + 1
         blocks.append(Block(page, line, m["lang"], text[m.end() : end + 1], changes))
@@ -169,9 +192,14 @@ def test_a_mark_that_no_longer_fits_its_block_is_an_error():
     (block,) = parse("x.md", text)
     with pytest.raises(ValueError, match="'--stop-time 300' is not in the block"):
         block.script()
+    shown = "````markdown\n" + text + "````\n"  # a mark shown as an example is no mark
+    assert parse("x.md", shown) == []
+    assert len(parse("x.md", shown + text)) == 1
     with pytest.raises(ValueError, match="not OLD => NEW"):
         parse("x.md", "<!-- runnable\n--stop-time 300\n-->\n```bash\ntrue\n```\n")
-    (block,) = parse("x.md", "<!-- runnable -->\n```bash\nbash scripts/setup.sh nosuch && true\n```\n")
+    (block,) = parse(
+        "x.md", "<!-- runnable -->\n```bash\nbash scripts/setup.sh nosuch && true\n```\n"
+    )
     with pytest.raises(ValueError, match=r"extras \['nosuch'\]"):
         block.script()
 

@@ -56,7 +56,7 @@ def text(site: Path, page: str) -> str:
 def plain(s: str) -> str:
     """``s`` without Markdown's code and emphasis marks, its spaces collapsed."""
     s = " ".join(re.sub(r"[`*]", "", s).split())
-    return re.sub(r" ([,.;:)])", r"\1", s)
+    return re.sub(r"([(\[]) ", r"\1", re.sub(r" ([,.;:)\]])", r"\1", s))
 
 
 def test_every_nav_page_is_built(site):
@@ -97,15 +97,17 @@ def test_config_reference_lists_every_key_with_type_default_and_presets(site):
     plugins = set(agents()) - set(AGENTS)  # other packages' agents: not the package's docs
     expected = [k for k in docs if k.split(".")[0] not in plugins]
     assert any(k.startswith("r2d2.") for k in expected) and len(expected) > 100
-    for key in expected:  # each key once, with its anchor and its documentation
-        assert raw.count(f'id="{key}"') == 1, f"{key}: not one row"
+    for key in expected:  # each key once, a heading with its anchor, and its documentation
+        assert raw.count(f'id="{key}"') == 1, f"{key}: not one heading"
         assert plain(" ".join(docs[key].split()[:6])) in page, key
     # types and defaults from the dataclasses, the presets' values from PRESETS
-    assert re.search(r"replay\.alpha float 0\.6 ", page), "replay.alpha's row"
+    assert re.search(r"replay\.alpha ¶ Type float, default 0\.6\. ", page), "replay.alpha"
     assert PRESETS["cartpole"]["dqn"]["lr"] == 4e-3
-    assert re.search(r"dqn\.lr float [0-9.e-]+ cartpole: 0\.004", page)
+    assert re.search(
+        r"dqn\.lr ¶ Type float, default [0-9.e-]+\. Presets: [^¶]*cartpole: 0\.004", page
+    )
     assert PRESETS["cartpole_pomdp"]["r2d2"]["lstm_size"] == 64
-    assert re.search(r"r2d2\.lstm_size int \d+ cartpole_pomdp: 64", page)
+    assert re.search(r"r2d2\.lstm_size ¶ Type int, default \d+\. Presets: cartpole_pomdp: 64", page)
 
 
 def test_cli_reference_lists_every_flag_of_the_three_commands(site):
@@ -214,13 +216,17 @@ def test_a_broken_site_fails_the_strict_build(tmp_path, what, monkeypatch):
 SEARCHED_KEY = "replay.alpha"
 SCREENSHOT = ROOT / "docs" / "img" / "site_search.png"
 
-# True once the search (opened by ?q=, the theme's shared-search link) lists a result that
-# links to the key's row of the config reference; the page's own search runs in a web
-# worker over the built search index, so this waits for the index to load and answer.
+# True once the search (opened by ?q=, the theme's shared-search link) lists first the
+# config reference with the key's own entry; the search runs in a web worker over the
+# built search index, so this waits for the index to load and answer.
 FOUND_JS = """
 (() => {
-  const items = [...document.querySelectorAll(".md-search-result__item a")];
-  return items.some(a => a.href.includes("reference/config/#%s"));
+  const first = document.querySelector(".md-search-result__item");
+  if (!first) return false;
+  return [...first.querySelectorAll("a")].some(a => {
+    const href = a.getAttribute("href") || "";
+    return href.includes("reference/config/") && href.endsWith("#%s");
+  });
 })()
 """
 # True once the search has answered a query with nothing.
@@ -257,8 +263,8 @@ def served(site):
 
 @pytest.mark.slow
 def test_chromium_searches_the_built_site_for_a_config_key(served, tmp_path):
-    """Real Chromium opens the built site, its search finds a config key's row in the
-    reference, and the screenshot of the results is kept as docs/img/site_search.png;
+    """Real Chromium opens the built site, its search lists a config key's own entry in
+    the reference first, and the screenshot of the results is kept as docs/img/site_search.png;
     a word no page holds finds nothing (so the first check can fail)."""
     sys.path.insert(0, str(ROOT / "tests" / "runtime"))
     from browser import require_chromium, screenshot

@@ -108,7 +108,7 @@ def config_page() -> str:
         "(`KEY: VALUE` under its section, or the dotted key), or from Python with",
         '`ApexConfig.preset("cartpole").override({"KEY": VALUE})`.',
         "",
-        "The **presets** column shows what each preset (`--preset NAME`) sets where it",
+        "Under each key, **Presets** shows what each preset (`--preset NAME`) sets where it",
         "sets the key; the default applies otherwise. The shared sections apply to every",
         "agent; an agent's section (named as the agent: "
         + ", ".join(f"`{a}`" for a in AGENTS)
@@ -125,14 +125,17 @@ def config_page() -> str:
         title = section if section != "run" else "run (top level)"
         agent = f" (the `{section}` agent's section)" if section in AGENTS else ""
         lines += [f"## {title}{agent}", ""]
-        lines += ["| key | type | default | presets | meaning |", "| --- | --- | --- | --- | --- |"]
-        for key, typ, default in keys:
+        for key, typ, default in keys:  # a heading each: the search lists the key itself
             set_by = [f"`{p}`: {_value(flat[key])}" for p, flat in presets.items() if key in flat]
-            lines.append(
-                f'| <span id="{key}"></span>`{key}` | `{_cell(typ)}` | {_value(default)} '
-                f"| {'<br>'.join(set_by)} | {_cell(docs.get(key, ''))} |"
-            )
-        lines.append("")
+            presets_line = f" Presets: {'; '.join(set_by)}." if set_by else ""
+            lines += [
+                f"### {key} {{#{key}}}",
+                "",
+                f"Type `{_cell(typ)}`, default {_value(default)}.{presets_line}",
+                "",
+                _cell(docs.get(key, "")),
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -160,7 +163,12 @@ def _flag_rows(parser: argparse.ArgumentParser, group: Any) -> list[str]:
         names = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.dest}`"
         metavar = ""
         if action.nargs != 0:
-            metavar = formatter._format_args(action, formatter._get_default_metavar_for_optional(action) if action.option_strings else action.dest)
+            metavar = formatter._format_args(
+                action,
+                formatter._get_default_metavar_for_optional(action)
+                if action.option_strings
+                else action.dest,
+            )
         default = action.default
         shown = ""
         if default not in (None, argparse.SUPPRESS, False, []) and action.nargs != 0:

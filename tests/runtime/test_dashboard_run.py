@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import re
 import threading
 import time
