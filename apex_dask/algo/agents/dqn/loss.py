@@ -13,6 +13,12 @@ with importance weights w_i from prioritized replay. The new priority of item
 i is |td_i| (the replay shard adds its eps). The same maths in numpy
 (:func:`td_errors_numpy`) gives env workers their initial priorities.
 
+Every loss takes an optional ``online_next``: the network whose values at s' choose
+``a*`` (default: ``online``). With noisy layers the learner passes the online net
+under a noise sample of its own (:func:`~apex_dask.algo.agents.noisy.noise_twin`), so
+Q(s, a), the argmax at s' and the target's value use three independent samples, as in
+NoisyNet's double-DQN loss (Fortunato et al. 2018, eq. 16).
+
 The distributional heads (:mod:`apex_dask.algo.agents.dqn.heads` has their maths) take
 the networks' ``logits`` (B, A, K) and choose ``a*`` by the expected values:
 
@@ -70,6 +76,7 @@ def dqn_loss(
     *,
     double_q: bool = True,
     huber_delta: float = 1.0,
+    online_next: nn.Module | None = None,
 ) -> LossOutput:
     """Weighted Huber loss of the n-step (double) DQN target; see the module docstring.
 
@@ -79,7 +86,8 @@ def dqn_loss(
     q_taken = q.gather(1, batch["action"].long().unsqueeze(1)).squeeze(1)
     with torch.no_grad():
         q_next_target = target(batch["next_obs"])
-        q_next_online = online(batch["next_obs"]) if double_q else None
+        chooser = online if online_next is None else online_next
+        q_next_online = chooser(batch["next_obs"]) if double_q else None
         y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
     td = q_taken - y
     loss = weighted_td_loss(td, weights, delta=huber_delta)
@@ -107,6 +115,7 @@ def c51_loss(
     *,
     double_q: bool = True,
     bounds: tuple[float, float] | None = None,
+    online_next: Logits | None = None,
 ) -> LossOutput:
     """C51's weighted cross-entropy; ``td_abs`` holds each item's cross-entropy (the new
     priorities). ``online`` / ``target``: the networks' ``logits``; ``atoms`` (N,);
@@ -114,7 +123,8 @@ def c51_loss(
     logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
     with torch.no_grad():
         logp_next = _log_probs(target, batch["next_obs"])
-        chooser = _log_probs(online, batch["next_obs"]) if double_q else logp_next
+        pick = online if online_next is None else online_next
+        chooser = _log_probs(pick, batch["next_obs"]) if double_q else logp_next
         best = _expected(chooser, atoms).argmax(dim=1)
         probs = _taken(logp_next, best).exp()
         m = categorical_projection(probs, batch["reward"], batch["discount"], atoms, bounds)
@@ -135,6 +145,7 @@ def hl_gauss_loss(
     *,
     double_q: bool = True,
     bounds: tuple[float, float] | None = None,
+    online_next: Logits | None = None,
 ) -> LossOutput:
     """HL-Gauss's weighted cross-entropy; ``td_abs`` is |Q(s, a) - y| on the expected
     values (the new priorities). ``centers`` (K,), ``edges`` (K + 1,) of the bins."""
@@ -142,8 +153,9 @@ def hl_gauss_loss(
     q_taken = _expected(logp_taken.detach(), centers)
     with torch.no_grad():
         q_next_target = _expected(_log_probs(target, batch["next_obs"]), centers)
+        pick = online if online_next is None else online_next
         q_next_online = (
-            _expected(_log_probs(online, batch["next_obs"]), centers) if double_q else None
+            _expected(_log_probs(pick, batch["next_obs"]), centers) if double_q else None
         )
         y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
         probs = hl_gauss_target(y, edges, sigma, bounds)
