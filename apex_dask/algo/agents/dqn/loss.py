@@ -94,16 +94,30 @@ def dqn_loss(
     return LossOutput(loss=loss, td_abs=td.detach().abs(), mean_q=q_taken.detach().mean())
 
 
-def _log_probs(logits: Logits, obs: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(logits(obs).float(), dim=2)
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[i, index[i]]`` of (B, A, K) outputs: (B, K)."""
+    return x[torch.arange(x.shape[0], device=x.device), index.long()]
 
 
-def _taken(logp: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    return logp[torch.arange(logp.shape[0], device=logp.device), action.long()]
+def _taken_log_probs(logits: Logits, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """log p(s, a) (B, K) of the replayed actions: the log-softmax of their logits only
+    (the other actions' distributions take no part in the loss or its gradient)."""
+    return torch.log_softmax(_rows(logits(batch["obs"]).float(), batch["action"]), dim=1)
 
 
-def _expected(logp: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    return (logp.exp() * values).sum(dim=-1)
+def _next_probs(
+    pick: Logits,
+    next_logits: torch.Tensor,
+    next_obs: torch.Tensor,
+    values: torch.Tensor,
+    double_q: bool,
+) -> torch.Tensor:
+    """The target's probabilities (B, K) at a*: a* by the expected values of ``pick``'s
+    distributions at s' (double Q), else of the target's (``next_logits`` (B, A, K));
+    one softmax of the target's row at a*."""
+    chooser = pick(next_obs).float() if double_q else next_logits
+    best = (torch.softmax(chooser, dim=2) @ values).argmax(dim=1)
+    return torch.softmax(_rows(next_logits, best), dim=1)
 
 
 def c51_loss(
@@ -120,17 +134,15 @@ def c51_loss(
     """C51's weighted cross-entropy; ``td_abs`` holds each item's cross-entropy (the new
     priorities). ``online`` / ``target``: the networks' ``logits``; ``atoms`` (N,);
     ``bounds``: ``(v_min, v_max)`` as numbers (no device sync to read them)."""
-    logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
+    logp_taken = _taken_log_probs(online, batch)
     with torch.no_grad():
-        logp_next = _log_probs(target, batch["next_obs"])
         pick = online if online_next is None else online_next
-        chooser = _log_probs(pick, batch["next_obs"]) if double_q else logp_next
-        best = _expected(chooser, atoms).argmax(dim=1)
-        probs = _taken(logp_next, best).exp()
+        next_logits = target(batch["next_obs"]).float()
+        probs = _next_probs(pick, next_logits, batch["next_obs"], atoms, double_q)
         m = categorical_projection(probs, batch["reward"], batch["discount"], atoms, bounds)
     ce = -(m * logp_taken).sum(dim=1)
     loss = (weights * ce).mean()
-    mean_q = _expected(logp_taken.detach(), atoms).mean()
+    mean_q = (logp_taken.detach().exp() @ atoms).mean()
     return LossOutput(loss=loss, td_abs=ce.detach(), mean_q=mean_q)
 
 
@@ -149,15 +161,13 @@ def hl_gauss_loss(
 ) -> LossOutput:
     """HL-Gauss's weighted cross-entropy; ``td_abs`` is |Q(s, a) - y| on the expected
     values (the new priorities). ``centers`` (K,), ``edges`` (K + 1,) of the bins."""
-    logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
-    q_taken = _expected(logp_taken.detach(), centers)
+    logp_taken = _taken_log_probs(online, batch)
+    q_taken = logp_taken.detach().exp() @ centers
     with torch.no_grad():
-        q_next_target = _expected(_log_probs(target, batch["next_obs"]), centers)
         pick = online if online_next is None else online_next
-        q_next_online = (
-            _expected(_log_probs(pick, batch["next_obs"]), centers) if double_q else None
-        )
-        y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
+        next_logits = target(batch["next_obs"]).float()
+        probs_next = _next_probs(pick, next_logits, batch["next_obs"], centers, double_q)
+        y = batch["reward"] + batch["discount"] * (probs_next @ centers)
         probs = hl_gauss_target(y, edges, sigma, bounds)
     ce = -(probs * logp_taken).sum(dim=1)
     loss = (weights * ce).mean()

@@ -144,6 +144,8 @@ def test_fragment_noise_is_drawn_once_per_fragment_and_used_by_every_pass():
             worker.sample()
             assert worker.draws == before + i + 1  # one new draw per fragment
             assert worker._fragment_noise is not noise
+            for (f_in, f_out), (g_in, g_out) in zip(noise, worker._fragment_noise, strict=True):
+                assert not np.allclose(f_in, g_in) and not np.allclose(f_out, g_out)
             if i == 1:
                 worker.set_weights(7, module_weights(teacher._net))
         assert worker.checked >= 4 * 10
