@@ -25,6 +25,10 @@ per env step, no priorities). DPG acts on continuous actions, not on these envs:
 ``benchmarks/continuous.py`` measures it.
 
     python benchmarks/acting.py --preset minatar --agents --seconds 60
+    python benchmarks/acting.py --preset minatar --agents --clock cpu --seconds 30
+
+(``--clock cpu``: env steps per CPU second of the acting thread, for a loaded machine;
+``--variants`` picks settings, plain DQN always comes first as the reference.)
 
     python benchmarks/acting.py --preset atari --envs 1 8
     python benchmarks/acting.py --preset minatar --envs 1 16
@@ -180,10 +184,18 @@ TARGETS = (
 
 
 def measure_agents(
-    preset: str, over: dict, variants: list[str], epsilon: float, seconds: float, rounds: int
+    preset: str,
+    over: dict,
+    variants: list[str],
+    epsilon: float,
+    seconds: float,
+    rounds: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[dict]:
     """Each agent setting's worker rate and its own env+network limit, taking turns. The
-    env alone is measured once (every setting steps the preset's env)."""
+    env alone is measured once (every setting steps the preset's env). ``clock``: wall
+    time, or the thread's CPU time (``--clock cpu``: rates per CPU second, which load
+    from other processes hardly moves; the envs step in this thread)."""
     from apex_dask.algo.agents.registry import make_env_worker
 
     rng = np.random.default_rng(0)
@@ -208,10 +220,10 @@ def measure_agents(
     rates: dict[tuple[str, str], list[float]] = {key: [] for key in kinds}
     for _ in range(rounds):
         for key, work in kinds.items():
-            done, t0 = 0, time.perf_counter()
-            while (wall := time.perf_counter() - t0) < window:
+            done, t0 = 0, clock()
+            while (spent := clock() - t0) < window:
                 done += work()
-            rates[key].append(done / wall)
+            rates[key].append(done / spent)
     for worker in workers:
         worker.close()
     env = statistics.median(rates[("", "env")])
@@ -270,6 +282,9 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--agents", action="store_true", help="every agent's worker side by side")
+    ap.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="--agents: rates per wall or CPU s"
+    )
     ap.add_argument(
         "--variants", nargs="+", choices=list(AGENT_VARIANTS), default=list(AGENT_VARIANTS)
     )
@@ -336,9 +351,15 @@ def agents_main(args: argparse.Namespace, cfg: ApexConfig, over: dict) -> None:
     if args.envs:
         over = {**over, "workers.envs_per_worker": args.envs[0]}
     variants = list(dict.fromkeys(["dqn", *args.variants]))  # plain DQN: the reference
-    rows = measure_agents(args.preset, over, variants, args.epsilon, args.seconds, args.rounds)
+    if cfg.workers.vector_mode != "sync" and args.clock == "cpu":
+        sys.exit("acting: --clock cpu needs the envs in this thread: --vector-mode sync")
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    rows = measure_agents(
+        args.preset, over, variants, args.epsilon, args.seconds, args.rounds, clock
+    )
     n = args.envs[0] if args.envs else cfg.workers.envs_per_worker
-    print(f"{cfg.env.env_id} ({args.preset}), {n} env(s) per worker, one torch thread")
+    per = "CPU second" if args.clock == "cpu" else "second"
+    print(f"{cfg.env.env_id} ({args.preset}), {n} env(s) per worker, one torch thread, per {per}")
     print(f"env alone: {rows[0]['env_steps_per_s']:.0f} env steps/s")
     head = f"{'agent':<20} {'forward':>9} {'limit':>8} {'worker':>8} {'of limit':>8} {'x dqn':>6}"
     print(head)
@@ -354,7 +375,8 @@ def agents_main(args: argparse.Namespace, cfg: ApexConfig, over: dict) -> None:
         print(f"{t['what']}: {t['value']:.2f} (target >= {t['target']}): {verdict}")
     out = args.out or RESULTS / f"acting_agents_{args.preset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {**_meta(args, cfg), "num_envs": n, "rows": rows, "targets": targets}
+    doc = {**_meta(args, cfg), "clock": args.clock, "num_envs": n, "rows": rows}
+    doc["targets"] = targets
     doc["load_avg_end"] = os.getloadavg()[0]
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out}")
