@@ -156,7 +156,7 @@ def _agent_probes(worker, rng: np.random.Generator) -> dict[str, Callable[[], in
         def forward() -> int:
             with torch.inference_mode():
                 for _ in range(10):
-                    q, state[0] = worker.net.step(x, state[0])
+                    q, state[0] = worker.net.step_cell(x, state[0])
                     q.argmax(dim=1).numpy()
             return 10 * n
 

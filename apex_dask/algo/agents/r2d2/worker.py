@@ -10,7 +10,8 @@ Usage loop (every agent's worker's)::
 
 Acting (the loop itself is :class:`~apex_dask.algo.rollout.worker.ActingWorker`'s):
 each vector step makes one torch pass of the LSTM over every env's observation
-from that env's recurrent state, then per env with probability ``epsilon`` a uniform
+from that env's recurrent state (one fused LSTM cell,
+``RecurrentQNetwork.step_cell``), then per env with probability ``epsilon`` a uniform
 action, else ``argmax_a Q``. The state before each step goes to the
 :class:`~apex_dask.algo.agents.r2d2.sequences.SequenceAdder` with the weights
 version that computed it; an env whose episode ends (or whose step failed) starts
@@ -102,7 +103,7 @@ class R2D2EnvWorker(ActingWorker):
         h, c = self.state
         self.adder.set_states(h.numpy(), c.numpy(), self.weights_version)
         with torch.inference_mode():
-            q, self.state = self.net.step(torch.as_tensor(self._obs), self.state)
+            q, self.state = self.net.step_cell(torch.as_tensor(self._obs), self.state)
         actions = q.argmax(dim=1).numpy().astype(np.int64)
         explore = self.rng.random(self.num_envs) < self.epsilon
         if explore.any():
