@@ -23,8 +23,9 @@ would make every Q-value NaN from the first step.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,9 +36,6 @@ from apex_dask.experiment.checkpoint import (
     save_checkpoint,
 )
 from apex_dask.experiment.checkpoint_folder import remove_leftovers, resume_candidates, skip_line
-
-if TYPE_CHECKING:
-    from apex_dask.local.runner import LocalApex
 
 __all__ = [
     "load_newest_runner_checkpoint",
@@ -61,7 +59,27 @@ _WEIGHTS = ("online", "target")
 """The learner part's networks; every value must be finite."""
 
 
-def save_runner(apex: LocalApex, path: str | Path) -> Path:
+class Stateful(Protocol):
+    """A part that saves and restores itself: the learner and each shard."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class Runner(Protocol):
+    """What a checkpoint holds of the in-process runner (``LocalApex``): its learner, its
+    shards, its random generator, its config, and the counters and lists named in
+    ``_COUNTERS`` and ``_LISTS`` (attributes of the same names)."""
+
+    learner: Stateful
+    shards: Sequence[Stateful]
+    rng: np.random.Generator
+    config: Any
+    steps_sampled: int
+
+
+def save_runner(apex: Runner, path: str | Path) -> Path:
     """Write ``apex``'s checkpoint directory (atomically)."""
     runner: dict[str, Any] = {name: getattr(apex, name) for name in (*_COUNTERS, *_LISTS)}
     runner["rng"] = apex.rng.bit_generator.state
@@ -138,7 +156,7 @@ def load_runner_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, 
     return parts, meta
 
 
-def restore_runner(apex: LocalApex, parts: dict[str, Any]) -> None:
+def restore_runner(apex: Runner, parts: dict[str, Any]) -> None:
     """Load a checkpoint's parts into a freshly built ``apex``."""
     apex.learner.load_state_dict(parts["learner"])
     for k, shard in enumerate(apex.shards):
