@@ -431,3 +431,39 @@ def test_the_scan_finds_a_plan_reference(tmp_path):
 def test_no_orchestration_helper_keeps_the_plan(name):
     """Helpers get the run state and their collaborators, never the plan."""
     assert _plan_references(ORCHESTRATION / name) == []
+
+
+def _wired_after_construction(path: pathlib.Path) -> list[str]:
+    """Assignments to a helper's attribute (``self.faults.restart = ...``): a collaborator
+    given after the helper was built, not in its constructor. The run state's fields
+    (``self.state.halting``) are state, not wiring."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for t in targets:
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Attribute)
+                and isinstance(t.value.value, ast.Name)
+                and t.value.value.id == "self"
+                and t.value.attr != "state"
+            ):
+                found.append(f"line {node.lineno}: {ast.unparse(t)}")
+    return found
+
+
+def test_the_wiring_scan_finds_a_late_collaborator(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "class Plan:\n"
+        "    def __init__(self):\n"
+        "        self.state.halting = False\n"
+        "        self.faults.restart = self.store.start\n"
+    )
+    assert _wired_after_construction(probe) == ["line 4: self.faults.restart"]
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_OWNERS))
+def test_the_plan_gives_its_helpers_their_collaborators_when_it_builds_them(name):
+    assert _wired_after_construction(ORCHESTRATION / name) == []
