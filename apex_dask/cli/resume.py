@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apex_dask.cli.checks import UsageError, stop_flags
+from apex_dask.cli.checks import UsageError
+from apex_dask.cli.resolve import stop_flags
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.checkpoint import CheckpointError
 from apex_dask.experiment.checkpoint_folder import pick_checkpoint

@@ -241,7 +241,7 @@ def test_the_memory_estimate_matches_a_shard_of_sequence_items(preset):
     from types import SimpleNamespace
 
     from apex_dask.algo.agents.registry import make_env_worker
-    from apex_dask.cli.checks import replay_bytes
+    from apex_dask.cli.memory import replay_bytes
     from apex_dask.config import ApexConfig
     from apex_dask.experiment.builder import env_factory, worker_spec
 
