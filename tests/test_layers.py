@@ -368,6 +368,11 @@ def test_algo_imports_only_numpy_torch_gymnasium_and_media():
 BACKSTOP = 600
 """No module is longer: past this a module holds more than one thing."""
 LONG_MODULES: dict[str, str] = {
+    "local/runner.py": (
+        "the in-process runner's one round-robin (rollouts, replay and learning, evaluation, "
+        "weight syncs, iteration results) over counters every step shares; what a checkpoint "
+        "of it holds and how lives in experiment/checkpoints/runner.py"
+    ),
     "runtime/observability/metrics_store.py": (
         "one point budget and one lock: admitting, resizing and dropping series and runs, "
         "and every read that copies under that lock (the JSON document a series at a time) "
