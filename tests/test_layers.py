@@ -378,11 +378,6 @@ LONG_MODULES: dict[str, str] = {
         "and every read that copies under that lock (the JSON document a series at a time) "
         "must see the same bookkeeping; the series and the per-run view are their own modules"
     ),
-    "runtime/observability/dashboard.py": (
-        "the /apex page's plots: the figure classes and the page that lays out its eleven "
-        "figures, a third of the module being the declarative list of each figure's lines; "
-        "the header (run selector, status, health, animation) is dashboard_header.py"
-    ),
 }
 """Each module above 400 lines, and why it is one module."""
 
