@@ -77,9 +77,9 @@ def _dpg():
     config = DPGConfig(actor_hiddens=(64, 64), critic_hiddens=(32,))
     torch.manual_seed(12)
     model = build_dpg_model(obs_space, act_space, config.actor_hiddens, config.critic_hiddens, True)
-    with torch.no_grad():
+    with torch.no_grad():  # actions spread over the bounds, few at them
         for p in model.parameters():
-            p.normal_(0.0, 0.3)
+            p.normal_(0.0, 0.15)
     return AgentSpec("dpg", config), obs_space, act_space, module_weights(model)
 
 
@@ -178,11 +178,17 @@ CHILD = textwrap.dedent(
         import onnxruntime
 
         def load(path):
-            session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
+            session = onnxruntime.InferenceSession(
+                path, options, providers=["CPUExecutionProvider"]
+            )
             names = [i.name for i in session.get_inputs()]
             return lambda *xs: session.run(None, dict(zip(names, xs)))
     else:
         import torch
+
+        torch.set_num_threads(1)
 
         def load(path):
             if kind == "pt2":
@@ -244,6 +250,7 @@ def run_child(kind: str, jobs: list[dict], folder: Path) -> dict:
     blocked = ["apex_dask", "gymnasium", *BLOCKED[kind]]
     site = site_without(folder / f"site-{kind}", blocked)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["OMP_NUM_THREADS"] = "1"
     # torch 2.13 warns that torch.jit.load is deprecated; the other runtimes must not
     strict = [] if kind == "torchscript" else ["-W", "error::DeprecationWarning"]
     proc = subprocess.run(
@@ -294,14 +301,23 @@ class Exported:
         self.got = {kind: run_child(kind, self.jobs[kind], folder) for kind in FORMATS}
 
 
+def exported(cases: list[str], folder: Path) -> Exported:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one observation at a time: threads only contend
+    try:
+        return Exported(cases, folder)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    return Exported(sorted(QUICK), tmp_path_factory.mktemp("quick"))
+    return exported(sorted(QUICK), tmp_path_factory.mktemp("quick"))
 
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
-    return Exported(ALL_CASES, tmp_path_factory.mktemp("full"))
+    return exported(ALL_CASES, tmp_path_factory.mktemp("full"))
 
 
 def check_case(exported: Exported, case: str, kind: str) -> None:
@@ -317,7 +333,8 @@ def check_case(exported: Exported, case: str, kind: str) -> None:
         want_a = np.asarray(want, np.float32)
         np.testing.assert_allclose(np.asarray(got["batch"], np.float32), want_a, atol=1e-5)
         np.testing.assert_allclose(np.asarray(got["singles"]), want_a[:20], atol=1e-5)
-        assert want_a.std(axis=0).min() > 0.3, "the actions should vary over the range"
+        spread = want_a.std(axis=0) / np.array([2.0, 1.0])
+        assert spread.min() > 0.1, "the actions should vary over the range"
         return
     assert len(set(want)) > 1, "the check needs more than one action to mean anything"
     assert got["batch"] == want

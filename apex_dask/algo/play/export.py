@@ -196,13 +196,14 @@ def export_policy(
         example = _example(scripted, observation_space)
     else:
         batch, example = _write_exported(kind, path, scripted, names)
+    outputs = _tensors(names[1], _outputs(scripted.module or scripted.program, example), batch)
     doc.update(
         {
             "input": _input_doc(observation_space, kind, batch),
-            "output": scripted.output,
+            "output": scripted.output if kind == "torchscript" else _output_doc(outputs),
             "batch": batch,
             "inputs": _tensors(names[0], example, batch),
-            "outputs": _tensors(names[1], _outputs(scripted.module or scripted.program, example), batch),
+            "outputs": outputs,
             "state": [
                 {"input": n, "output": o, "shape": list(s[1:]), "at_episode_start": "zeros"}
                 for n, o, s in zip(names[0][1:], names[1][1:], scripted.state, strict=True)
@@ -310,6 +311,14 @@ def _tensors(names: list[str], tensors: tuple[Any, ...], batch: dict[str, Any]) 
     ]
 
 
+def _output_doc(outputs: list[dict[str, Any]]) -> str:
+    parts = [f"{o['name']} {o['dtype']} ({', '.join(str(d) for d in o['shape'])})" for o in outputs]
+    text = ", ".join(parts) + ": one row per observation of the batch"
+    if len(outputs) > 1:
+        text += f"; pass {', '.join(o['name'] for o in outputs[1:])} back with the next observation"
+    return text
+
+
 def _input_doc(observation_space: spaces.Box, kind: str, batch: dict[str, Any]) -> str:
     shape = ", ".join(str(s) for s in observation_space.shape)
     b = "B" if batch["dynamic"] else str(batch["size"])
@@ -340,7 +349,7 @@ def _load_line(
         )
         return (
             "import onnxruntime; session = onnxruntime.InferenceSession(path); "
-            f"{', '.join(outs)} = session.run(None, {{{feed}}}); action[0]{state}"
+            f"{', '.join(outs)}, = session.run(None, {{{feed}}}); action[0]{state}"
         )
     if kind == "pt2":
         args = ", ".join(["torch.as_tensor(obs)[None]", *ins[1:]])

@@ -169,7 +169,7 @@ def _loader(kind: str) -> Any:
 
 
 def _onnx(data: bytes, names: list[str]) -> Any:
-    import onnxruntime
+    import onnxruntime  # extra: export
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
