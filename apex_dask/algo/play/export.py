@@ -323,9 +323,7 @@ def _input_doc(observation_space: spaces.Box, kind: str, batch: dict[str, Any]) 
     shape = ", ".join(str(s) for s in observation_space.shape)
     b = "B" if batch["dynamic"] else str(batch["size"])
     if kind == "torchscript":
-        return (
-            f"one observation of shape [{shape}], or a batch ({b}, {shape}), any numeric dtype"
-        )
+        return f"one observation of shape [{shape}], or a batch ({b}, {shape}), any numeric dtype"
     return (
         f"a batch ({b}, {shape}) of {observation_space.dtype} observations (one observation: "
         "add a leading axis)"
@@ -353,6 +351,8 @@ def _load_line(
         )
     if kind == "pt2":
         args = ", ".join(["torch.as_tensor(obs)[None]", *ins[1:]])
-        call = f"{', '.join(outs)} = policy({args})" if scripted.state else f"action = policy({args})"
+        call = (
+            f"{', '.join(outs)} = policy({args})" if scripted.state else f"action = policy({args})"
+        )
         return f"policy = torch.export.load(path).module(); {call}; action[0]{state}"
     return scripted.call or "torch.jit.load(path); policy(torch.as_tensor(obs))"
