@@ -18,6 +18,15 @@ batch 128; ``--preset cartpole``: the 128x128 MLP, batch 64):
 * ``layer_norm``: ``dqn.layer_norm=true``;
 * ``impala`` (images only): ``dqn.encoder=impala`` (scale 1).
 
+``--baseline REV`` builds every setting a second time from the package as it was at
+commit ``REV`` (unpacked as ``apex_dask_base``, as ``benchmarks/version_ab.py`` does), so
+the table gives each head's cost before and after a change, in one process, taking turns.
+
+``--agents`` adds each agent's update on its own preset, on a batch its own env worker
+collected (real data, fixed): DQN (``minatar``), R2D2 (``minatar`` with ``algo=r2d2``:
+its sequence batch of ``r2d2.batch_size`` items, burn-in and unroll included) and DPG
+(``pendulum``), each against DQN's.
+
 ``--encoders-atari`` adds the IMPALA encoder against the Nature CNN on Atari's
 4x84x84 uint8 stacks (256 units, batch ``--atari-batch``, default 64: the IMPALA
 ResNet at batch 512 takes seconds per update on one core).
@@ -25,6 +34,8 @@ ResNet at batch 512 takes seconds per update on one core).
     python benchmarks/head_cost.py --preset minatar --seconds 60
     python benchmarks/head_cost.py --preset cartpole --seconds 30
     python benchmarks/head_cost.py --preset minatar --encoders-atari --seconds 120
+    python benchmarks/head_cost.py --preset minatar --only c51 hl_gauss c51_noisy --baseline 00dbff7
+    python benchmarks/head_cost.py --preset minatar --only plain --agents --seconds 30
 
 Prints a table and writes ``benchmarks/results/head_cost.json`` (runs kept by preset).
 """
@@ -32,11 +43,13 @@ Prints a table and writes ``benchmarks/results/head_cost.json`` (runs kept by pr
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,16 +95,52 @@ def batch(space: spaces.Box, n: int, n_actions: int, rng: np.random.Generator) -
     }
 
 
-def make(preset: str, overrides: dict, shape_key: str, batch_size: int | None) -> tuple:
-    from apex_dask.algo.agents.registry import make_learner
-    from apex_dask.config import ApexConfig
-    from apex_dask.experiment.builder import agent_spec
-
-    cfg = ApexConfig.preset(preset).override({"learner.device": "cpu", **overrides})
+def make(
+    preset: str, overrides: dict, shape_key: str, batch_size: int | None, pkg: str = "apex_dask"
+) -> tuple:
+    registry = importlib.import_module(f"{pkg}.algo.agents.registry")
+    config = importlib.import_module(f"{pkg}.config")
+    builder = importlib.import_module(f"{pkg}.experiment.builder")
+    cfg = config.ApexConfig.preset(preset).override({"learner.device": "cpu", **overrides})
     obs_space, act_space = SPACES[shape_key]
-    learner = make_learner(agent_spec(cfg), obs_space, act_space, seed=0)
+    learner = registry.make_learner(builder.agent_spec(cfg), obs_space, act_space, seed=0)
     n = batch_size or cfg.learner.batch_size
     data = batch(obs_space, n, int(act_space.n), np.random.default_rng(0))
+    return learner, data, np.ones(n, np.float32), n
+
+
+AGENTS = {
+    "dqn": ("minatar", {}),
+    "r2d2": ("minatar", {"algo": "r2d2"}),
+    "dpg": ("pendulum", {}),
+}
+"""``--agents``: each agent's update on a preset it runs."""
+
+
+def make_agent(algo: str) -> tuple:
+    """The agent's learner and one batch of ``batch_size`` items from its own env worker."""
+    from apex_dask.algo.agents.registry import make_env_worker, make_learner
+    from apex_dask.algo.envs.probe import probe_spaces
+    from apex_dask.config import ApexConfig
+    from apex_dask.experiment.builder import agent_spec, env_factory, worker_spec
+
+    preset, over = AGENTS[algo]
+    cfg = ApexConfig.preset(preset).override({"learner.device": "cpu", **over})
+    factory = env_factory(cfg)
+    obs_space, act_space = probe_spaces(factory)
+    learner = make_learner(agent_spec(cfg), obs_space, act_space, seed=0)
+    worker = make_env_worker(worker_spec(cfg), factory, exploration=0.5, seed=0)
+    n = cfg.learner.batch_size  # items: transitions, or R2D2's sequences
+    parts: list[dict] = []
+    have = 0
+    while have < n:
+        out = worker.sample()
+        if len(out):
+            parts.append(out.batch)
+            have += len(out)
+    worker.close()
+    keys = parts[0].keys()
+    data = {k: np.concatenate([p[k] for p in parts])[:n] for k in keys}
     return learner, data, np.ones(n, np.float32), n
 
 
@@ -114,10 +163,15 @@ def measure(learners: dict, seconds: float, window: float) -> dict[str, dict]:
             "cpu_s_per_update": statistics.median(v),
             "windows": len(v),
             "batch_size": learners[name][3],
-            "params": sum(p.numel() for p in learners[name][0].online.parameters()),
+            "params": _params(learners[name][0]),
         }
         for name, v in per.items()
     }
+
+
+def _params(learner) -> int:
+    nets = [getattr(learner, k) for k in ("online", "actor", "critic") if hasattr(learner, k)]
+    return sum(p.numel() for net in nets for p in net.parameters())
 
 
 def table(title: str, rows: dict[str, dict], base: str) -> None:
@@ -140,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=list(SETTINGS), help="a subset of the settings")
     p.add_argument("--encoders-atari", action="store_true", help="IMPALA vs Nature on 4x84x84")
     p.add_argument("--atari-batch", type=int, default=64)
+    p.add_argument("--baseline", default=None, help="a commit: each setting before and after")
+    p.add_argument("--agents", action="store_true", help="each agent's update on its preset")
     p.add_argument("--json", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -150,6 +206,22 @@ def main(argv: list[str] | None = None) -> int:
     if "plain" not in names:
         names.insert(0, "plain")
     heads = {n: make(args.preset, SETTINGS[n], args.preset, None) for n in names}
+    base = None
+    if args.baseline:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from version_ab import BASE, unpack_baseline
+
+        tmp = tempfile.mkdtemp(prefix="head_cost_base_")
+        base = unpack_baseline(args.baseline, Path(tmp))
+        # each setting of the baseline right after its own: before / after side by side
+        heads = {
+            key: value
+            for n in names
+            for key, value in (
+                (f"{n}@{base}", make(args.preset, SETTINGS[n], args.preset, None, BASE)),
+                (n, heads[n]),
+            )
+        }
     doc = {
         "command": "python benchmarks/head_cost.py " + " ".join(argv or sys.argv[1:]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -162,6 +234,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     doc["heads"] = measure(heads, args.seconds, args.window)
     table(f"{args.preset}: CPU time per update, one thread", doc["heads"], "plain")
+    if base is not None:
+        doc["baseline"] = base
+        print(f"\nbefore ({base}) / after (this tree), CPU time per update")
+        for n in names:
+            before = doc["heads"][f"{n}@{base}"]["cpu_s_per_update"]
+            after = doc["heads"][n]["cpu_s_per_update"]
+            doc["heads"][n]["x_baseline"] = after / before
+            print(
+                f"{n:12s} {before * 1e3:8.2f} ms -> {after * 1e3:8.2f} ms  ({after / before:.2f}x)"
+            )
+    if args.agents:
+        doc["agents"] = measure({a: make_agent(a) for a in AGENTS}, args.seconds, args.window)
+        for a, (preset, over) in AGENTS.items():
+            doc["agents"][a].update(preset=preset, overrides=over)
+        table("each agent's update on its preset's batch, one thread", doc["agents"], "dqn")
     if args.encoders_atari:
         enc = {
             "nature": make("atari", {}, "atari", args.atari_batch),

@@ -7,7 +7,9 @@ greedy evaluation mean of 475:
 * ``r2d2``: ``--preset cartpole_pomdp`` (the LSTM agent, sequences of 10 burn-in +
   20 trained steps);
 * ``dqn``: ``--preset cartpole --set env.env_id=<the POMDP id>``: the DQN preset, one
-  observation (cart position, pole angle) per decision, no frame stack.
+  observation (cart position, pole angle) per decision, no frame stack;
+* ``r2d2_worker`` (on request): ``r2d2`` with ``r2d2.initial_priority=worker`` (the env
+  workers score new sequences; ``r2d2`` leaves them the shard's max priority).
 
 Each run's greedy evaluations (10 episodes, ``eval.interval_s`` 2 s) are read from
 its ``results.jsonl``. The table gives per run the best and the last evaluation,
@@ -19,6 +21,8 @@ the other, methods alternating seed by seed, so machine load meets both alike.
     python benchmarks/r2d2_pomdp.py                            # 3 seeds x 2 methods x 300 s
     python benchmarks/r2d2_pomdp.py --seeds 0 --budget-s 180 --methods r2d2
     python benchmarks/r2d2_pomdp.py --plot-only --plot docs/img/r2d2_pomdp.png
+    python benchmarks/r2d2_pomdp.py --seeds 0 --budget-s 180 --methods r2d2 r2d2_worker \
+        --out benchmarks/results/r2d2_initial_priority.json
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "r2d2_pomdp.json"
 METHODS = {
     "r2d2": ["--preset", "cartpole_pomdp"],
     "dqn": ["--preset", "cartpole", "--set", f"env.env_id={POMDP_ID}"],
+    # R2D2 with the env worker's own initial priorities (``r2d2`` leaves new sequences
+    # the shard's max priority, the default)
+    "r2d2_worker": ["--preset", "cartpole_pomdp", "--set", "r2d2.initial_priority=worker"],
 }
 
 
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget-s", type=float, default=300.0)
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=["r2d2", "dqn"], choices=list(METHODS))
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--plot", type=Path, default=None, help="draw the evaluations to this PNG")
     p.add_argument("--plot-only", action="store_true", help="redraw from the JSON, run nothing")

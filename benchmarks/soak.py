@@ -65,6 +65,12 @@ QUEUES = (
 )
 
 
+def broken(row: dict) -> dict:
+    """The laws and tasks that failed so far in a result row, each with its count."""
+    heads = ("health/invariant_violations/", "health/task_failures/")
+    return {k: v for k, v in row.items() if k.startswith(heads) and v}
+
+
 class Soak:
     """The cluster, the run, the faults and the samples (see the module docstring)."""
 
@@ -200,7 +206,9 @@ class Soak:
     def _session_done(self) -> None:
         rows = self.rows()
         if rows:
-            self.sessions.append({k: rows[-1].get(k, math.nan) for k in QUEUES})
+            self.sessions.append(
+                {**{k: rows[-1].get(k, math.nan) for k in QUEUES}, **broken(rows[-1])}
+            )
 
     def rows(self) -> list[dict[str, Any]]:
         try:
@@ -251,7 +259,12 @@ class Soak:
         rows = self.rows()
         last = rows[-1] if rows else {}
         self.samples.append(
-            {"t": t, "procs": procs, "run": {k: last.get(k) for k in QUEUES}, "rows": len(rows)}
+            {
+                "t": t,
+                "procs": procs,
+                "run": {**{k: last.get(k) for k in QUEUES}, **broken(last)},
+                "rows": len(rows),
+            }
         )
 
     # --------------------------------------------------------------------- run

@@ -127,9 +127,7 @@ def test_a_key_given_twice_is_refused(tmp_path, capsys):
         "twice",
     )
     space = tmp_path / "space.yaml"
-    space.write_text(
-        "space:\n  dqn.lr: {grid: [0.001, 0.002]}\n  dqn: {lr: {grid: [0.003]}}\n"
-    )
+    space.write_text("space:\n  dqn.lr: {grid: [0.001, 0.002]}\n  dqn: {lr: {grid: [0.003]}}\n")
     one_line(*run_cli(sweep, [str(space), "--out", str(tmp_path / "o")], capsys), "twice")
     space.write_text("space: {dqn.lr: {grid: [0.001]}}\ntrials: 2\ntrials: 3\n")
     one_line(*run_cli(sweep, [str(space), "--out", str(tmp_path / "o")], capsys), "twice")

@@ -57,6 +57,7 @@ from apex_dask.config.sections import (
 from apex_dask.config.validate import validate
 
 __all__ = [
+    "key_annotation",
     "ApexConfig",
     "CheckpointConfig",
     "ConfigError",
@@ -341,9 +342,15 @@ class ApexConfig:
         head, _, rest = dotted.partition(".")
         if head == self.algo and rest:
             return _annotation(type(self.agent), rest)
-        if head == "agent":
-            return None
-        return _annotation(ApexConfig, dotted)
+        return None if is_agent(head) else key_annotation(dotted)
+
+
+def key_annotation(dotted: str) -> Any:
+    """The annotation of ``dotted`` in any agent's section or the shared tree (or None)."""
+    head, _, rest = dotted.partition(".")
+    if rest and is_agent(head):
+        return _annotation(_builder(head).config, rest)
+    return _annotation(ApexConfig, dotted)  # None for "agent.*": named by the agent
 
 
 def _builder(algo: Any):

@@ -148,6 +148,18 @@ def test_plugin_pickles_with_its_settings_but_not_its_data():
         ("learner/queue_size/q90", "apex_learner_queue_size_quantile", {"quantile": "0.9"}),
         ("learner/queue_size/std", "apex_learner_queue_size_std", {}),
         ("time_s", "apex_time_seconds", {}),
+        (
+            "health/task_failures/driver.pacing",
+            "apex_health_task_failures",
+            {"task": "driver.pacing"},
+        ),
+        ("health/task_failures", "apex_health_task_failures_all", {}),
+        (
+            "health/invariant_violations/rollouts",
+            "apex_health_invariant_violations",
+            {"law": "rollouts"},
+        ),
+        ("health/invariant_violations", "apex_health_invariant_violations_all", {}),
         ("odd-name.x", "apex_odd_name_x", {}),
     ],
 )

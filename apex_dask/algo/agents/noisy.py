@@ -12,6 +12,12 @@ network (:func:`draw_noise`: the learner once per update, an env worker once per
 acting pass). Initialised as the paper's factorised case: ``mu ~ U[-1/sqrt(p),
 1/sqrt(p)]``, ``sigma = sigma0 / sqrt(p)`` (``sigma0`` 0.5 in the paper).
 
+Without gradients (``torch.no_grad``/``inference_mode``: acting, the learner's target
+passes) the layer keeps the noisy weight and bias it formed, and forms them again only
+when the noise or a parameter changed (tensor version counters): an env worker that
+holds one noise sample for a whole rollout fragment pays for the noisy weights once per
+fragment, not once per pass. With gradients they are formed on every call.
+
 In evaluation mode (``module.eval()``) the layer uses the mean weights ``mu`` only:
 greedy evaluation, ``apex-dask-eval`` and the exported policy act on them. The noise
 is kept in buffers that are not part of the state dict (weights published to env
@@ -24,6 +30,7 @@ for forward passes in numpy (:mod:`apex_dask.algo.agents.dqn.numpy_net`).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
@@ -32,7 +39,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["NoisyLinear", "draw_noise", "noise_numpy", "noisy_layers", "scaled_noise"]
+__all__ = [
+    "NoisyLinear",
+    "draw_noise",
+    "noise_numpy",
+    "noise_twin",
+    "noisy_layers",
+    "scaled_noise",
+]
 
 
 def scaled_noise(eps: torch.Tensor) -> torch.Tensor:
@@ -54,6 +68,7 @@ class NoisyLinear(nn.Module):
         # f(eps_in), f(eps_out): the noise last drawn (not saved, not published)
         self.register_buffer("noise_in", torch.zeros(in_features), persistent=False)
         self.register_buffer("noise_out", torch.zeros(out_features), persistent=False)
+        self._formed: tuple[tuple[int, ...], torch.Tensor, torch.Tensor] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -69,12 +84,30 @@ class NoisyLinear(nn.Module):
         self.noise_in.copy_(noise_in)
         self.noise_out.copy_(noise_out)
 
+    def _key(self) -> tuple[int, ...]:
+        """What the noisy weights depend on: the tensors and their version counters (an
+        in-place change, an optimizer step or a loaded state dict, bumps a counter)."""
+        parts = (self.weight_mu, self.weight_sigma, self.bias_mu, self.bias_sigma)
+        parts += (self.noise_in, self.noise_out)
+        return tuple(v for t in parts for v in (id(t), t._version))
+
+    def noisy_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu_W + sigma_W * eps_W, mu_b + sigma_b * eps_b)`` under the current noise;
+        kept while gradients are off and nothing changed (see the module docstring)."""
+        cache = not torch.is_grad_enabled()
+        if cache and self._formed is not None and self._formed[0] == self._key():
+            return self._formed[1], self._formed[2]
+        # one fused multiply-add each (no separate sigma * eps temporary)
+        eps_w = torch.outer(self.noise_out, self.noise_in)
+        weight = torch.addcmul(self.weight_mu, self.weight_sigma, eps_w)
+        bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.noise_out)
+        self._formed = (self._key(), weight, bias) if cache else None
+        return weight, bias
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return F.linear(x, self.weight_mu, self.bias_mu)
-        weight = self.weight_mu + self.weight_sigma * torch.outer(self.noise_out, self.noise_in)
-        bias = self.bias_mu + self.bias_sigma * self.noise_out
-        return F.linear(x, weight, bias)
+        return F.linear(x, *self.noisy_weights())
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, sigma0={self.sigma0}"
@@ -83,6 +116,21 @@ class NoisyLinear(nn.Module):
 def noisy_layers(module: nn.Module) -> list[NoisyLinear]:
     """The module's noisy layers, in registration order (the order noise is drawn in)."""
     return [m for m in module.modules() if isinstance(m, NoisyLinear)]
+
+
+def noise_twin(module: nn.Module) -> nn.Module:
+    """A second view of ``module`` with the same parameters and buffers (the very tensors:
+    an optimizer step or a loaded state dict shows in both) but noise of its own: for a
+    pass that needs an independent noise sample of the same network, such as the online
+    net's argmax at s' in NoisyNet's double-DQN target."""
+    twin = copy.deepcopy(module)
+    for mine, theirs in zip(module.modules(), twin.modules(), strict=True):
+        for name, param in mine._parameters.items():
+            theirs._parameters[name] = param
+        for name, buf in mine._buffers.items():
+            if not (isinstance(mine, NoisyLinear) and name in ("noise_in", "noise_out")):
+                theirs._buffers[name] = buf
+    return twin
 
 
 def draw_noise(module: nn.Module, generator: torch.Generator) -> None:

@@ -56,13 +56,14 @@ class Rollout:
 
     ``batch``: ``obs, action, reward, next_obs, done, discount`` arrays (with
     ``frame_stack``: ``frames, obs_refs, action, reward, next_obs_refs, done,
-    discount``); ``priorities``: float32 |td| per transition; ``steps``: env steps
+    discount``); ``priorities``: float32 |td| per item, or None (the shard gives each
+    item its largest priority so far); ``steps``: env steps
     made; the episodes that ended in it; the weights version it acted with; the
     worker's exploration parameter (its agent's: an epsilon, DPG's noise scale).
     """
 
     batch: dict[str, np.ndarray]
-    priorities: np.ndarray
+    priorities: np.ndarray | None
     steps: int
     weights_version: int
     exploration: float
@@ -70,4 +71,4 @@ class Rollout:
     episode_lengths: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.priorities)
+        return len(self.batch["action"])

@@ -98,11 +98,10 @@ def type_problem(targets: dict[str, Any]) -> str | None:
     import typing
 
     from apex_dask.config.rllib.rules import integer, number
-    from apex_dask.config.space import field_type
-    from apex_dask.config.tree import ApexConfig
+    from apex_dask.config.tree import key_annotation
 
     for key, value in targets.items():
-        tp = field_type(ApexConfig, key)
+        tp = key_annotation(key)
         kind = tp
         if typing.get_origin(tp) in (typing.Union, types.UnionType):
             args = typing.get_args(tp)

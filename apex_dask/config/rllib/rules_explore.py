@@ -62,7 +62,7 @@ def _value_head(what: str):
         if number(n) and n > 1:
             if not number(value):
                 return Refused(f"give a number for {what}")
-            return Mapped({f"learner.{what}": float(value)}, "the C51 support's end")
+            return Mapped({f"dqn.{what}": float(value)}, "the C51 support's end")
         return Mapped({}, f"{what} has no effect with num_atoms: 1")
 
     return handle

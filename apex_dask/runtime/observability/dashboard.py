@@ -273,10 +273,10 @@ class ApexDashboard(DashboardComponent):
             store = store.view()
         self.store = store
         self.selector = RunSelector(store)
-        x = DataRange1d()
+        kw = {**kw, "x_range": DataRange1d()}  # one time axis shared by every plot
         c = Category10_10
         self.status, self.health = RunStatus(store), HealthStrip(store)
-        self.queue = QueueSizeFigure(store, x_range=x, **kw)
+        self.queue = QueueSizeFigure(store, **kw)
         self.timers = TimeSeriesFigure(
             store,
             "Learner timers",
@@ -286,7 +286,6 @@ class ApexDashboard(DashboardComponent):
                 Line("learner/overall_s", "overall", c[2], 1e3),
             ],
             "ms per step",
-            x_range=x,
             **kw,
         )
         self.updates = TimeSeriesFigure(
@@ -294,7 +293,6 @@ class ApexDashboard(DashboardComponent):
             "Learner updates/s",
             [Line("learner/updates_per_s", "updates/s", c[3])],
             "updates/s",
-            x_range=x,
             **kw,
         )
         self.env_steps = TimeSeriesFigure(
@@ -302,11 +300,10 @@ class ApexDashboard(DashboardComponent):
             "Env steps/s",
             [Line("env/steps_per_s", "env steps/s", c[4])],
             "steps/s",
-            x_range=x,
             **kw,
         )
-        self.replay = ReplaySizeFigure(store, x_range=x, **kw)
-        self.replay_bytes = ReplaySizeFigure(store, x_range=x, metric="bytes", **kw)
+        self.replay = ReplaySizeFigure(store, **kw)
+        self.replay_bytes = ReplaySizeFigure(store, metric="bytes", **kw)
         self.returns = TimeSeriesFigure(
             store,
             "Episode return",
@@ -315,7 +312,6 @@ class ApexDashboard(DashboardComponent):
                 Line("eval/return_mean", "greedy eval", c[3]),
             ],
             "return",
-            x_range=x,
             **kw,
         )
         self.sync = TimeSeriesFigure(
@@ -328,7 +324,6 @@ class ApexDashboard(DashboardComponent):
             ],
             "versions behind",
             right_label="syncs",
-            x_range=x,
             **kw,
         )
         self.blocked = TimeSeriesFigure(
@@ -336,7 +331,6 @@ class ApexDashboard(DashboardComponent):
             "Producers blocked on a full learner queue",
             [Line("learner/enqueue_blocked_s", "enqueue blocked", c[3])],
             "seconds (cumulative)",
-            x_range=x,
             **kw,
         )
         self.workers = TimeSeriesFigure(
@@ -347,7 +341,6 @@ class ApexDashboard(DashboardComponent):
                 Line("workers/dask_workers", "Dask workers", c[5]),
             ],
             "count",
-            x_range=x,
             **kw,
         )
         self.device = TimeSeriesFigure(  # a CUDA learner only: empty on a CPU learner
@@ -361,11 +354,10 @@ class ApexDashboard(DashboardComponent):
             ],
             "busy / ms",
             right_label="GiB",
-            x_range=x,
             **kw,
         )
         own = [Line(n, label, c[k % 10]) for k, (n, label) in enumerate(charted("agent"))]
-        self.agent = own and TimeSeriesFigure(store, "Agent metrics", own, "value", x_range=x, **kw)
+        self.agent = own and TimeSeriesFigure(store, "Agent metrics", own, "value", **kw)
         names = ("queue", "timers", "updates", "env_steps", "replay", "replay_bytes", "returns")
         names += ("sync", "blocked", "workers", "device") + (("agent",) if own else ())
         self.figures = [getattr(self, name) for name in names]

@@ -27,12 +27,14 @@ from apex_dask.algo.agents.config import (
     positive,
 )
 
-__all__ = ["HEADS", "LOSSES", "DQNConfig"]
+__all__ = ["ACTING_NOISE", "HEADS", "LOSSES", "DQNConfig"]
 
 LOSSES = ("huber", "hl_gauss")
 """Values of ``loss``: the Huber TD loss of a scalar (or C51) head, or HL-Gauss."""
 HEADS = ("scalar", "c51", "hl_gauss")
 """The value heads (:attr:`DQNConfig.head`)."""
+ACTING_NOISE = ("fragment", "pass")
+"""Values of :attr:`DQNConfig.acting_noise`."""
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,17 @@ class DQNConfig(AgentConfig):
     """Highest atom (C51) or highest bin edge (HL-Gauss); RLlib ``v_max``."""
     noisy: bool = False
     """Noisy nets (RLlib ``noisy``): factorised Gaussian noisy layers in the MLP layers and
-    the head, new noise per acting pass and per update; evaluation and export use the
-    mean weights. The env workers' epsilons are then 0 (``workers.epsilon_with_noisy``)."""
+    the head; the learner draws new noise per update (one sample for the online net at s,
+    one for its argmax at s', one for the target net), env workers per
+    ``acting_noise``; evaluation and export use the mean weights. The env workers'
+    epsilons are then 0 (``workers.epsilon_with_noisy``)."""
     sigma0: float = 0.5
     """Noisy nets: initial noise scale, sigma = sigma0 / sqrt(fan-in); RLlib ``sigma0``."""
+    acting_noise: str = "fragment"
+    """Noisy nets: how often an env worker draws new noise. ``fragment``: once per rollout
+    fragment (the noisy weights formed once, passes as fast as without noise; NoisyNet
+    A3C's once-per-rollout); ``pass``: before every acting pass (NoisyNet-DQN's
+    per-step draw)."""
     loss: str = "huber"
     """``huber``: the TD loss of a scalar Q head (C51 has its own cross-entropy);
     ``hl_gauss``: a histogram over ``num_bins`` bins of [v_min, v_max] trained on
@@ -124,6 +133,9 @@ class DQNConfig(AgentConfig):
             self._check_head(),
             None if self.encoder in ENCODERS else ("encoder", self.encoder, _one_of(ENCODERS)),
             None if self.impala_scale >= 1 else ("impala_scale", self.impala_scale, "must be >= 1"),
+            None
+            if self.acting_noise in ACTING_NOISE
+            else ("acting_noise", self.acting_noise, _one_of(ACTING_NOISE)),
             None if self.amp in AMP_MODES else ("amp", self.amp, _one_of(AMP_MODES)),
             None
             if self.memory_format in MEMORY_FORMATS

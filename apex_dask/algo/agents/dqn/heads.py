@@ -84,12 +84,14 @@ def categorical_projection(
     dz = (v_max - v_min) / (n - 1)
     tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * atoms.unsqueeze(0)).clamp(v_min, v_max)
     b = (tz - v_min) / dz
-    low, up = b.floor(), b.ceil()
-    to_low = probs * (up - b + (low == up).to(probs.dtype))
-    to_up = probs * (b - low)
-    m = torch.zeros_like(probs)
-    m.scatter_add_(1, low.long().clamp(0, n - 1), to_low)
-    m.scatter_add_(1, up.long().clamp(0, n - 1), to_up)
+    low = b.floor()
+    frac = b - low  # to the atom above; 0 where b is integral (all to ``low``)
+    low_i = low.long().clamp(0, n - 1)
+    up_i = (low_i + 1).clamp(max=n - 1)
+    to_up = probs * frac
+    m = torch.zeros_like(probs)  # two scatters of the neighbours' shares, no loop over atoms
+    m.scatter_add_(1, low_i, probs - to_up)
+    m.scatter_add_(1, up_i, to_up)
     return m
 
 

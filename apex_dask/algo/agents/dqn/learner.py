@@ -10,8 +10,10 @@ Usage loop (a runner or actor owns the queueing around it)::
 Each update minimises the importance-weighted loss of the value head
 (:mod:`apex_dask.algo.agents.dqn.loss`: the Huber TD loss of a scalar head, C51's or
 HL-Gauss's cross-entropy) with Adam, clipping the global gradient norm to ``grad_clip``.
-With noisy layers, new noise is drawn for the online and the target net before each
-update, from the learner's own generator (on its device; saved in its state, so a
+With noisy layers, new noise is drawn before each update for the online net at s, for
+the online net's argmax at s' (a twin sharing its parameters,
+:func:`~apex_dask.algo.agents.noisy.noise_twin`) and for the target net: three
+independent samples, as in NoisyNet's double-DQN loss; all from the learner's own generator (on its device; saved in its state, so a
 restored learner makes the same next update). ``steps_trained`` counts *transitions* (batch rows);
 the target net becomes a copy of the online net whenever
 ``steps_trained - steps_trained_at_last_copy >= target_update_freq``
@@ -82,7 +84,7 @@ from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.heads import bin_edges, support
 from apex_dask.algo.agents.dqn.loss import c51_loss, dqn_loss, hl_gauss_loss
 from apex_dask.algo.agents.dqn.networks import q_network
-from apex_dask.algo.agents.noisy import draw_noise
+from apex_dask.algo.agents.noisy import draw_noise, noise_twin
 
 __all__ = ["AMP_MODES", "MEMORY_FORMATS", "Learner", "NonFiniteLossError", "check_device_options"]
 
@@ -131,9 +133,12 @@ class Learner(LearnerBase):
         self._bounds = (float(ends[0]), float(ends[-1]))  # as float32 numbers, read on the host
         self.noisy = bool(o.noisy)
         self._noise: torch.Generator | None = None
+        # noisy: the online net under noise of its own, for the argmax at s'
+        self.online_next: torch.nn.Module | None = None
         if self.noisy:
             self._noise = torch.Generator(device=self.device)
             self._noise.manual_seed(int(seed) + 1)
+            self.online_next = noise_twin(self.online)
         # the pipelined path skips a non-finite step on the device (fused Adam's found_inf)
         fused = {"fused": True} if self.pipeline else {}
         self.optimizer = torch.optim.Adam(
@@ -144,8 +149,13 @@ class Learner(LearnerBase):
         self._nets = (
             (self.online, self.target) if scalar else (self.online.logits, self.target.logits)
         )
+        chooser = self.online_next
+        if chooser is not None and not scalar:
+            chooser = chooser.logits
         if o.compile:
             self._nets = (torch.compile(self._nets[0]), torch.compile(self._nets[1]))
+            chooser = None if chooser is None else torch.compile(chooser)
+        self._chooser = chooser
         self._stager: BatchStager | None = None
         self._results: ResultPipe | None = None
         if self.pipeline:
@@ -160,8 +170,9 @@ class Learner(LearnerBase):
         return batch
 
     def _loss(self, batch: Mapping[str, torch.Tensor], w: torch.Tensor) -> Any:
-        if self._noise is not None:  # new noise for this update, online and target
+        if self._noise is not None:  # new noise for this update: online, its argmax, target
             draw_noise(self.online, self._noise)
+            draw_noise(self.online_next, self._noise)
             draw_noise(self.target, self._noise)
         if self.amp == "bf16":
             kind = torch.device(self.device).type
@@ -171,9 +182,17 @@ class Learner(LearnerBase):
 
     def _head_loss(self, batch: Mapping[str, torch.Tensor], w: torch.Tensor) -> Any:
         online, target = self._nets
+        chooser = self._chooser
         if self.head == "c51":
             return c51_loss(
-                online, target, batch, w, self._support, double_q=self.double_q, bounds=self._bounds
+                online,
+                target,
+                batch,
+                w,
+                self._support,
+                double_q=self.double_q,
+                bounds=self._bounds,
+                online_next=chooser,
             )
         if self.head == "hl_gauss":
             return hl_gauss_loss(
@@ -186,8 +205,9 @@ class Learner(LearnerBase):
                 self._sigma,
                 double_q=self.double_q,
                 bounds=self._bounds,
+                online_next=chooser,
             )
-        return dqn_loss(online, target, batch, w, double_q=self.double_q)
+        return dqn_loss(online, target, batch, w, double_q=self.double_q, online_next=chooser)
 
     def _count(self, n: int) -> None:
         super()._count(n)

@@ -13,6 +13,12 @@ with importance weights w_i from prioritized replay. The new priority of item
 i is |td_i| (the replay shard adds its eps). The same maths in numpy
 (:func:`td_errors_numpy`) gives env workers their initial priorities.
 
+Every loss takes an optional ``online_next``: the network whose values at s' choose
+``a*`` (default: ``online``). With noisy layers the learner passes the online net
+under a noise sample of its own (:func:`~apex_dask.algo.agents.noisy.noise_twin`), so
+Q(s, a), the argmax at s' and the target's value use three independent samples, as in
+NoisyNet's double-DQN loss (Fortunato et al. 2018, eq. 16).
+
 The distributional heads (:mod:`apex_dask.algo.agents.dqn.heads` has their maths) take
 the networks' ``logits`` (B, A, K) and choose ``a*`` by the expected values:
 
@@ -70,6 +76,7 @@ def dqn_loss(
     *,
     double_q: bool = True,
     huber_delta: float = 1.0,
+    online_next: nn.Module | None = None,
 ) -> LossOutput:
     """Weighted Huber loss of the n-step (double) DQN target; see the module docstring.
 
@@ -79,23 +86,38 @@ def dqn_loss(
     q_taken = q.gather(1, batch["action"].long().unsqueeze(1)).squeeze(1)
     with torch.no_grad():
         q_next_target = target(batch["next_obs"])
-        q_next_online = online(batch["next_obs"]) if double_q else None
+        chooser = online if online_next is None else online_next
+        q_next_online = chooser(batch["next_obs"]) if double_q else None
         y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
     td = q_taken - y
     loss = weighted_td_loss(td, weights, delta=huber_delta)
     return LossOutput(loss=loss, td_abs=td.detach().abs(), mean_q=q_taken.detach().mean())
 
 
-def _log_probs(logits: Logits, obs: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(logits(obs).float(), dim=2)
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[i, index[i]]`` of (B, A, K) outputs: (B, K)."""
+    return x[torch.arange(x.shape[0], device=x.device), index.long()]
 
 
-def _taken(logp: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    return logp[torch.arange(logp.shape[0], device=logp.device), action.long()]
+def _taken_log_probs(logits: Logits, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """log p(s, a) (B, K) of the replayed actions: the log-softmax of their logits only
+    (the other actions' distributions take no part in the loss or its gradient)."""
+    return torch.log_softmax(_rows(logits(batch["obs"]).float(), batch["action"]), dim=1)
 
 
-def _expected(logp: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    return (logp.exp() * values).sum(dim=-1)
+def _next_probs(
+    pick: Logits,
+    next_logits: torch.Tensor,
+    next_obs: torch.Tensor,
+    values: torch.Tensor,
+    double_q: bool,
+) -> torch.Tensor:
+    """The target's probabilities (B, K) at a*: a* by the expected values of ``pick``'s
+    distributions at s' (double Q), else of the target's (``next_logits`` (B, A, K));
+    one softmax of the target's row at a*."""
+    chooser = pick(next_obs).float() if double_q else next_logits
+    best = (torch.softmax(chooser, dim=2) @ values).argmax(dim=1)
+    return torch.softmax(_rows(next_logits, best), dim=1)
 
 
 def c51_loss(
@@ -107,20 +129,20 @@ def c51_loss(
     *,
     double_q: bool = True,
     bounds: tuple[float, float] | None = None,
+    online_next: Logits | None = None,
 ) -> LossOutput:
     """C51's weighted cross-entropy; ``td_abs`` holds each item's cross-entropy (the new
     priorities). ``online`` / ``target``: the networks' ``logits``; ``atoms`` (N,);
     ``bounds``: ``(v_min, v_max)`` as numbers (no device sync to read them)."""
-    logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
+    logp_taken = _taken_log_probs(online, batch)
     with torch.no_grad():
-        logp_next = _log_probs(target, batch["next_obs"])
-        chooser = _log_probs(online, batch["next_obs"]) if double_q else logp_next
-        best = _expected(chooser, atoms).argmax(dim=1)
-        probs = _taken(logp_next, best).exp()
+        pick = online if online_next is None else online_next
+        next_logits = target(batch["next_obs"]).float()
+        probs = _next_probs(pick, next_logits, batch["next_obs"], atoms, double_q)
         m = categorical_projection(probs, batch["reward"], batch["discount"], atoms, bounds)
     ce = -(m * logp_taken).sum(dim=1)
     loss = (weights * ce).mean()
-    mean_q = _expected(logp_taken.detach(), atoms).mean()
+    mean_q = (logp_taken.detach().exp() @ atoms).mean()
     return LossOutput(loss=loss, td_abs=ce.detach(), mean_q=mean_q)
 
 
@@ -135,17 +157,17 @@ def hl_gauss_loss(
     *,
     double_q: bool = True,
     bounds: tuple[float, float] | None = None,
+    online_next: Logits | None = None,
 ) -> LossOutput:
     """HL-Gauss's weighted cross-entropy; ``td_abs`` is |Q(s, a) - y| on the expected
     values (the new priorities). ``centers`` (K,), ``edges`` (K + 1,) of the bins."""
-    logp_taken = _taken(_log_probs(online, batch["obs"]), batch["action"])
-    q_taken = _expected(logp_taken.detach(), centers)
+    logp_taken = _taken_log_probs(online, batch)
+    q_taken = logp_taken.detach().exp() @ centers
     with torch.no_grad():
-        q_next_target = _expected(_log_probs(target, batch["next_obs"]), centers)
-        q_next_online = (
-            _expected(_log_probs(online, batch["next_obs"]), centers) if double_q else None
-        )
-        y = q_targets(q_next_online, q_next_target, batch["reward"], batch["discount"], double_q)
+        pick = online if online_next is None else online_next
+        next_logits = target(batch["next_obs"]).float()
+        probs_next = _next_probs(pick, next_logits, batch["next_obs"], centers, double_q)
+        y = batch["reward"] + batch["discount"] * (probs_next @ centers)
         probs = hl_gauss_target(y, edges, sigma, bounds)
     ce = -(probs * logp_taken).sum(dim=1)
     loss = (weights * ce).mean()

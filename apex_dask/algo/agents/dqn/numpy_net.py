@@ -12,7 +12,15 @@ outputs per action and their support (C51, HL-Gauss).
 Noisy layers take their noise as an argument, ``[(f(eps_in), f(eps_out))]`` in the order
 of :attr:`NumpyMLPQ.noise_shapes` (the torch module's
 :func:`~apex_dask.algo.agents.noisy.noisy_layers` order); without it they use the mean
-weights, as the torch module in evaluation mode.
+weights, as the torch module in evaluation mode. A pass with noise never forms the
+noisy weight matrix: with ``W = mu + sigma * outer(f_out, f_in)``,
+
+    x W^T + b = x mu^T + ((x * f_in) sigma^T) * f_out + mu_b + sigma_b * f_out
+
+(two matmuls of the batch, no (out, in) temporaries). Who keeps one noise sample for
+many passes (an env worker, once per rollout fragment) instead calls
+:meth:`NumpyMLPQ.noised` once: a plain network whose weights are the noisy ones, as
+fast per pass as the noise-free network.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ class _Linear:
     """y = x W^T + b; noisy: W = mu + sigma * outer(f_out, f_in), b = mu_b + sigma_b * f_out."""
 
     def __init__(self, weights: Mapping[str, Any], name: str) -> None:
+        self.name = name
         self.noisy = f"{name}.weight_mu" in weights
         if self.noisy:
             self.w = _f32(weights[f"{name}.weight_mu"])
@@ -49,6 +58,7 @@ class _Linear:
             self.w = _f32(weights[f"{name}.weight"])
             self.b = _f32(weights[f"{name}.bias"])
         self.wt = np.ascontiguousarray(self.w.T)  # (in, out): x @ wt
+        self.sigma_t = np.ascontiguousarray(self.w_sigma.T) if self.noisy else None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -60,8 +70,18 @@ class _Linear:
             out += self.b
             return out
         f_in, f_out = noise
-        w = self.w + self.w_sigma * np.outer(f_out, f_in)
-        return x @ w.T + (self.b + self.b_sigma * f_out)
+        out = x @ self.wt
+        out += ((x * f_in) @ self.sigma_t) * f_out
+        out += self.b + self.b_sigma * f_out
+        return out
+
+    def noisy_weights(self, noise: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+        """This layer as a plain linear layer's weights under ``noise``."""
+        f_in, f_out = noise
+        return {
+            f"{self.name}.weight": self.w + self.w_sigma * np.outer(f_out, f_in),
+            f"{self.name}.bias": self.b + self.b_sigma * f_out,
+        }
 
 
 class NumpyMLPQ:
@@ -73,6 +93,8 @@ class NumpyMLPQ:
 
     def __init__(self, weights: Mapping[str, Any], config: DQNConfig | None = None) -> None:
         o = config if config is not None else DQNConfig()
+        self.config = o
+        self._weights = weights
         idx = sorted({int(k.split(".")[1]) for k in weights if k.startswith("trunk.")})
         # groups: [linear, layernorm or None], a ReLU after each
         self.layers: list[list[Any]] = []
@@ -99,6 +121,22 @@ class NumpyMLPQ:
         self.num_actions = self.head[-1].shape[1] // self.num_outputs
         self.noise_shapes = [layer.shape for layer, _ in self.layers if layer.noisy]
         self.noise_shapes += [layer.shape for layer in self.head if layer.noisy]
+
+    def noised(self, noise: Noise) -> NumpyMLPQ:
+        """A network without noisy layers whose weights are these under ``noise``: its
+        passes equal ``outputs(obs, noise)`` (within float rounding)."""
+        noisy = [layer for layer, _ in self.layers if layer.noisy]
+        noisy += [layer for layer in self.head if layer.noisy]
+        if len(noise) != len(noisy):
+            raise ValueError(f"{len(noisy)} noisy layers, got noise for {len(noise)}")
+        weights = {
+            k: v
+            for k, v in self._weights.items()
+            if not any(k.startswith(f"{layer.name}.") for layer in noisy)
+        }
+        for layer, draw in zip(noisy, noise, strict=True):
+            weights.update(layer.noisy_weights(draw))
+        return NumpyMLPQ(weights, self.config)
 
     def outputs(self, obs: np.ndarray, noise: Noise | None = None) -> np.ndarray:
         """Head outputs of a batch: (B, A) for a scalar head, else (B, A, K) logits."""

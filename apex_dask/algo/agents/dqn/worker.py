@@ -46,9 +46,14 @@ and a transition's priority is the learner's cross-entropy with online = target
 (:func:`~apex_dask.algo.agents.dqn.heads.c51_priorities_numpy`). Actions are the argmax
 of the expected value.
 
-Noisy nets: new noise (from the worker's own seeded generator) for each acting pass,
-the one per vector step (and the one at the fragment's end); the priorities come from
-those passes' values. Greedy evaluation uses the mean weights.
+Noisy nets: noise from the worker's own seeded generator. With
+``acting_noise="fragment"`` (the default) one sample serves a whole rollout fragment:
+it is drawn just before the pass at the end of the previous fragment (whose values
+choose the fragment's first actions), and the noisy weights are formed once for it, so
+an acting pass costs what a noise-free one does. With ``acting_noise="pass"`` each
+acting pass (the one per vector step and the one at the fragment's end) draws its own.
+The priorities come from those passes' values either way. Greedy evaluation uses the
+mean weights.
 
 Frame stacks: with ``frame_stack=k`` (observations ``[k, *frame_shape]``, as
 gymnasium's ``FrameStackObservation`` makes them) the rollout's batch is sent
@@ -124,6 +129,10 @@ class EnvWorker(ActingWorker):
             self._numpy_net = NumpyMLPQ(module_weights(self._net), o)
         self._noisy = noisy_layers(self._net)
         self._noise_rng = np.random.default_rng([seed, 2]) if self._noisy else None
+        self._noise_per_pass = o.acting_noise == "pass"
+        # acting_noise="fragment": the fragment's noise and the numpy net under it
+        self._fragment_noise: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._noised_numpy: NumpyMLPQ | None = None
         self._support = support(o)
         self._c51 = o.head == "c51"
         self.exploration = self.epsilon = float(epsilon)
@@ -159,19 +168,22 @@ class EnvWorker(ActingWorker):
         """``(Q (B, A), kept values)`` float32 of a batch under the synced weights: the kept
         values are the Q-values, or C51's log-probabilities (B, A, atoms). ``noise``: draw
         new noise for the noisy layers (acting); else their mean weights."""
-        draws = None
-        if noise and self._noise_rng is not None:
-            draws = noise_numpy(
-                self._noise_rng, [(m.in_features, m.out_features) for m in self._noisy]
-            )
+        noisy = noise and self._noise_rng is not None
         if self._numpy_net is not None:
-            q, logp = self._numpy_net.values(obs, draws)
+            if not noisy:
+                q, logp = self._numpy_net.values(obs)
+            elif self._noise_per_pass:
+                q, logp = self._numpy_net.values(obs, self._draw_noise())
+            else:
+                q, logp = self._numpy_noised().values(obs)
             return q, (logp if self._c51 else q)
         if self._noisy:  # noise in train mode, the mean weights in eval mode
-            if draws is not None:
+            if noisy and (self._noise_per_pass or self._fragment_noise is None):
+                draws = self._draw_noise()
                 for layer, (f_in, f_out) in zip(self._noisy, draws, strict=True):
                     layer.set_noise(torch.from_numpy(f_in), torch.from_numpy(f_out))
-            self._net.train(draws is not None)
+            if self._net.training != noisy:
+                self._net.train(noisy)
         with torch.inference_mode():
             x = torch.as_tensor(obs)
             if self._support is None:
@@ -180,6 +192,23 @@ class EnvWorker(ActingWorker):
             logp = log_softmax_numpy(self._net.logits(x).float().numpy())
         q = (np.exp(logp) * self._support).sum(axis=-1, dtype=np.float32)
         return q, (logp if self._c51 else q)
+
+    def _draw_noise(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """New noise for the noisy layers; with ``acting_noise="fragment"`` it is the
+        fragment's until :meth:`_end_fragment` drops it."""
+        draws = noise_numpy(self._noise_rng, [(m.in_features, m.out_features) for m in self._noisy])
+        if not self._noise_per_pass:
+            self._fragment_noise = draws
+            self._noised_numpy = None
+        return draws
+
+    def _numpy_noised(self) -> NumpyMLPQ:
+        """The numpy net with the fragment's noise in its weights (formed once)."""
+        if self._fragment_noise is None:
+            self._draw_noise()
+        if self._noised_numpy is None:
+            self._noised_numpy = self._numpy_net.noised(self._fragment_noise)
+        return self._noised_numpy
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values (B, A) float32 of a batch of observations under the synced (mean) weights."""
@@ -206,6 +235,7 @@ class EnvWorker(ActingWorker):
         """Act with these weights (a learner's ``get_weights()``) from now on."""
         if self._numpy_net is not None:
             self._numpy_net = NumpyMLPQ(weights, self.config)
+            self._noised_numpy = None  # formed again from the new weights, same noise
         else:
             self._net.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
         self.weights_version = int(version)
@@ -227,6 +257,9 @@ class EnvWorker(ActingWorker):
         return actions
 
     def _end_fragment(self) -> None:
+        if self._noisy and not self._noise_per_pass:
+            self._fragment_noise = None  # the next fragment's noise, drawn for this pass
+            self._noised_numpy = None
         self._forward(keep=True)
 
     def _forward(self, keep: bool = False) -> tuple[np.ndarray, np.ndarray]:

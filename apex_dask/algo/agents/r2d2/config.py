@@ -25,7 +25,10 @@ from apex_dask.algo.agents.config import (
     unit,
 )
 
-__all__ = ["R2D2Config"]
+__all__ = ["INITIAL_PRIORITIES", "R2D2Config"]
+
+INITIAL_PRIORITIES = ("max", "worker")
+"""Values of :attr:`R2D2Config.initial_priority`."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,12 @@ class R2D2Config(AgentConfig):
     in [0, 1] (the paper: 0.9)."""
     rescale_eps: float = 1e-3
     """The epsilon of the value rescaling h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x (> 0)."""
+    initial_priority: str = "max"
+    """A new sequence's replay priority until the learner computes its own. ``max``: the
+    shard's largest priority so far (prioritized replay's rule for new items; env workers
+    make no extra pass); ``worker``: the env worker scores each completed sequence with
+    the learner's loss under its synced weights (one batched unroll per fragment, as
+    the R2D2 paper's actors do)."""
 
     @property
     def sequence_length(self) -> int:
@@ -89,4 +98,11 @@ class R2D2Config(AgentConfig):
             ),
             unit("eta", self.eta),
             positive("rescale_eps", self.rescale_eps),
+            None
+            if self.initial_priority in INITIAL_PRIORITIES
+            else (
+                "initial_priority",
+                self.initial_priority,
+                f"must be one of {', '.join(INITIAL_PRIORITIES)}",
+            ),
         )

@@ -93,6 +93,21 @@ class RecurrentQNetwork(nn.Module):
         out, (h, c) = self.core(x, (state[0].unsqueeze(0), state[1].unsqueeze(0)))
         return self.head(out[:, 0]), (h[0], c[0])
 
+    def step_cell(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """:meth:`step` through one fused LSTM cell (``torch.lstm_cell``, the core's own
+        weights): the same maths (equal within float rounding) at about a quarter of
+        ``nn.LSTM``'s per-call cost for a single step; the env workers' acting pass."""
+        core = self.core
+        h, c = torch.lstm_cell(
+            self.features(obs),
+            state,
+            core.weight_ih_l0,
+            core.weight_hh_l0,
+            core.bias_ih_l0,
+            core.bias_hh_l0,
+        )
+        return self.head(h), (h, c)
+
     def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
         """``step`` for TorchScript export: ``(q, h, c)``."""
         q, (h2, c2) = self.step(obs, (h, c))

@@ -10,14 +10,19 @@ Usage loop (every agent's worker's)::
 
 Acting (the loop itself is :class:`~apex_dask.algo.rollout.worker.ActingWorker`'s):
 each vector step makes one torch pass of the LSTM over every env's observation
-from that env's recurrent state, then per env with probability ``epsilon`` a uniform
+from that env's recurrent state (one fused LSTM cell,
+``RecurrentQNetwork.step_cell``), then per env with probability ``epsilon`` a uniform
 action, else ``argmax_a Q``. The state before each step goes to the
 :class:`~apex_dask.algo.agents.r2d2.sequences.SequenceAdder` with the weights
 version that computed it; an env whose episode ends (or whose step failed) starts
 its next one from the zero state. The states carry over fragments and weight
 syncs, as R2D2's actors do (the learner's staleness metric measures the cost).
 
-Initial priorities: the items a fragment completed are scored in one batched pass
+Initial priorities (``initial_priority``). ``max`` (the default): the rollout carries
+no priorities and the shard gives each new sequence its largest priority so far, as
+prioritized replay gives new transitions; the learner's priorities replace them once
+the sequence is sampled. The worker makes no pass beyond acting, so it runs at its
+env+LSTM speed. ``worker``: the items a fragment completed are scored in one batched pass
 of the learner's own loss (:func:`~apex_dask.algo.agents.r2d2.loss.sequence_loss`)
 with online = target = the synced weights, from each item's stored state and with
 the same burn-in. They equal the learner's priorities on the same data and
@@ -84,7 +89,7 @@ class R2D2EnvWorker(ActingWorker):
             trace_length=o.trace_length,
             period=o.period,
             state_size=o.lstm_size,
-            priority_fn=self.priorities,
+            priority_fn=self.priorities if o.initial_priority == "worker" else None,
         )
 
     def set_weights(self, version: int, weights: Mapping[str, np.ndarray]) -> None:
@@ -98,7 +103,7 @@ class R2D2EnvWorker(ActingWorker):
         h, c = self.state
         self.adder.set_states(h.numpy(), c.numpy(), self.weights_version)
         with torch.inference_mode():
-            q, self.state = self.net.step(torch.as_tensor(self._obs), self.state)
+            q, self.state = self.net.step_cell(torch.as_tensor(self._obs), self.state)
         actions = q.argmax(dim=1).numpy().astype(np.int64)
         explore = self.rng.random(self.num_envs) < self.epsilon
         if explore.any():

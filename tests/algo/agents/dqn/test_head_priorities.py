@@ -89,13 +89,19 @@ def test_atari_frame_stacks_with_c51_and_noisy_layers():
     assert sum(_check(factory, options, rollout, 2)) > 0
 
 
-def test_noisy_workers_draw_new_noise_per_pass_and_evaluate_on_the_mean():
+@pytest.mark.parametrize("acting_noise", ["pass", "fragment"])
+def test_noisy_workers_draw_new_noise_and_evaluate_on_the_mean(acting_noise):
     factory = make_env_factory("CartPole-v1")
-    options = DQNConfig(hiddens=(16,), noisy=True, sigma0=2.0)
+    options = DQNConfig(hiddens=(16,), noisy=True, sigma0=2.0, acting_noise=acting_noise)
     worker = EnvWorker(factory, epsilon=0.0, seed=4, config=options)
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     a, b = worker.values(obs, noise=True)[0], worker.values(obs, noise=True)[0]
-    assert not np.allclose(a, b)  # a new draw for each acting pass
+    if acting_noise == "pass":
+        assert not np.allclose(a, b)  # a new draw for each acting pass
+    else:
+        np.testing.assert_array_equal(a, b)  # one draw for the fragment
+        worker.sample()
+        assert not np.allclose(worker.values(obs, noise=True)[0], a)  # the next fragment's
     mean = worker.q_values(obs)
     np.testing.assert_array_equal(mean, worker.q_values(obs))  # the mean weights, no noise
     again = EnvWorker(factory, epsilon=0.0, seed=4, config=options)

@@ -229,3 +229,97 @@ def test_hl_gauss_loss_and_priorities_equal_a_computation_in_plain_numpy(double_
         tds.append(abs(np.exp(logp) @ centers - y))
     np.testing.assert_allclose(out.td_abs.numpy(), tds, rtol=1e-5, atol=1e-5)
     assert float(out.loss.detach()) == pytest.approx(float(np.mean(w.numpy() * ces)), rel=1e-5)
+
+
+def test_projection_on_the_atoms_and_at_the_bounds_matches_the_loops():
+    """Targets that land exactly on atoms (all mass to one atom), on v_min / v_max and
+    beyond them (clipped), and terminal items: the scatter against Algorithm 1."""
+    atoms = support(DQNConfig(num_atoms=51))  # dz = 0.4
+    rng = np.random.default_rng(5)
+    probs = rng.dirichlet(np.ones(51), size=10).astype(np.float32)
+    reward = np.array([0.0, 0.4, -0.8, 10.0, -10.0, 25.0, -25.0, 3.0, 9.8, -9.9], np.float32)
+    discount = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0], np.float32)
+    want = project_by_loops(probs, reward, discount, atoms)
+    got = categorical_projection(*map(torch.from_numpy, (probs, reward, discount, atoms)))
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+    np.testing.assert_allclose(got.sum(1).numpy(), 1.0, atol=1e-5)
+    assert got[3, 50] == pytest.approx(1.0) and got[4, 0] == pytest.approx(1.0)
+    near = {"abs": 1e-5}
+    assert got[8, 49] == pytest.approx(0.5, **near) and got[8, 50] == pytest.approx(0.5, **near)
+    assert got[9, 0] == pytest.approx(0.75, **near) and got[9, 1] == pytest.approx(0.25, **near)
+    assert got[0].numpy() == pytest.approx(probs[0], abs=1e-6)  # R = 0, discount 1: itself
+
+
+def _reference_loss(head, online_t, target_t, next_t, batch, w, values, edges=None, sigma=0.0):
+    """The distributional losses written out plainly: log-softmax of every action's
+    logits, exp for probabilities, the projection one atom at a time."""
+    logp = torch.log_softmax(online_t[batch["obs"].long()], dim=2)
+    rows = torch.arange(len(batch["action"]))
+    logp_taken = logp[rows, batch["action"].long()]
+    with torch.no_grad():
+        logp_next = torch.log_softmax(target_t[batch["next_obs"].long()], dim=2)
+        chooser = torch.log_softmax(next_t[batch["next_obs"].long()], dim=2)
+        best = (chooser.exp() * values).sum(-1).argmax(1)
+        p_next = logp_next[rows, best].exp()
+        if head == "c51":
+            m = torch.tensor(
+                project_by_loops(
+                    p_next.numpy(), batch["reward"].numpy(), batch["discount"].numpy(),
+                    values.numpy(),
+                ),
+                dtype=torch.float32,
+            )  # fmt: skip
+        else:
+            y = batch["reward"] + batch["discount"] * (p_next * values).sum(-1)
+            m = hl_gauss_target(y, edges, sigma)
+    ce = -(m * logp_taken).sum(1)
+    q_taken = (logp_taken.detach().exp() * values).sum(-1)
+    td = ce.detach() if head == "c51" else (q_taken - y).abs()
+    return (w * ce).mean(), td, q_taken.mean()
+
+
+@pytest.mark.parametrize("head", ["c51", "hl_gauss"])
+def test_the_losses_and_their_gradients_equal_the_plain_reference(head):
+    """On random inputs (51 atoms / bins, 4 actions, a separate chooser at s'), the loss,
+    the priorities, mean Q and the gradient of the online logits equal the reference."""
+    rng = np.random.default_rng(7)
+    k, n_actions, n_states, b = 51, 4, 40, 64
+    o = DQNConfig(num_atoms=k) if head == "c51" else DQNConfig(loss="hl_gauss", num_bins=k)
+    values = torch.from_numpy(support(o))
+    edges = torch.from_numpy(bin_edges(o))
+    sigma = o.hl_gauss_sigma_ratio * (o.v_max - o.v_min) / o.num_bins
+    tables = [
+        torch.tensor(rng.normal(0, 2, (n_states, n_actions, k)), dtype=torch.float32)
+        for _ in range(3)
+    ]
+    batch = {
+        "obs": torch.tensor(rng.integers(0, n_states, b)),
+        "next_obs": torch.tensor(rng.integers(0, n_states, b)),
+        "action": torch.tensor(rng.integers(0, n_actions, b)),
+        "reward": torch.tensor(rng.normal(0, 4, b), dtype=torch.float32),
+        "discount": torch.tensor(rng.choice([0.0, 0.97], b), dtype=torch.float32),
+    }
+    w = torch.tensor(rng.uniform(0.2, 1.0, b), dtype=torch.float32)
+    grads = []
+    for fn in ("new", "reference"):
+        on = tables[0].clone().requires_grad_(True)
+        tg, nx = tables[1], tables[2]
+        if fn == "reference":
+            loss, td, mean_q = _reference_loss(head, on, tg, nx, batch, w, values, edges, sigma)
+        else:
+            nets = (lambda x, t=on: t[x.long()], lambda x, t=tg: t[x.long()])
+            kwargs = {"online_next": lambda x, t=nx: t[x.long()], "bounds": (o.v_min, o.v_max)}
+            if head == "c51":
+                out = c51_loss(*nets, batch, w, values, **kwargs)
+            else:
+                out = hl_gauss_loss(*nets, batch, w, values, edges, sigma, **kwargs)
+            loss, td, mean_q = out.loss, out.td_abs, out.mean_q
+            got = (float(loss.detach()), td.numpy().copy(), float(mean_q))
+        loss.backward()
+        grads.append(on.grad.clone())
+    want = (float(loss.detach()), td.numpy(), float(mean_q))
+    assert got[0] == pytest.approx(want[0], rel=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-5)
+    assert got[2] == pytest.approx(want[2], rel=1e-5, abs=1e-6)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+    assert float(grads[0].abs().sum()) > 0

@@ -26,7 +26,9 @@ from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.algo.rollout.spec import RolloutSpec
 from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
 
-OPTIONS = R2D2Config(hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3)
+OPTIONS = R2D2Config(
+    hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3, initial_priority="worker"
+)
 LEARNER = LearnerConfig(device="cpu", n_step=3)
 
 
@@ -215,7 +217,9 @@ def test_epsilon_sets_how_often_the_worker_explores(epsilon):
 def test_image_sequences_on_minatar_train_and_agree_with_the_worker():
     """The conv torso path: MinAtar frames (10 x 10 x C) through the LSTM agent."""
     pytest.importorskip("minatar")
-    options = R2D2Config(hiddens=(16,), lstm_size=8, burn_in=2, trace_length=4, period=2)
+    options = R2D2Config(
+        hiddens=(16,), lstm_size=8, burn_in=2, trace_length=4, period=2, initial_priority="worker"
+    )
     worker = R2D2EnvWorker(
         make_env_factory("MinAtar/Breakout-v1"),
         epsilon=0.5,

@@ -180,3 +180,29 @@ def test_network_size_is_the_built_networks_parameter_count(shape, dtype, duelin
     net = RecurrentQNetwork(obs, spaces.Discrete(3), o)
     assert params == sum(p.numel() for p in net.parameters())
     assert acts > 0
+
+
+@pytest.mark.parametrize("image", [False, True])
+def test_the_fused_cell_step_equals_the_lstm_step(image):
+    """The env workers' acting pass (``step_cell``) gives the Q-values and states of
+    ``step`` (nn.LSTM) over many steps, within float rounding."""
+    torch.manual_seed(0)
+    o = R2D2Config(hiddens=(16,), lstm_size=8)
+    if image:
+        space = spaces.Box(0, 1, (10, 10, 4), bool)
+        obs = torch.rand(20, 3, 10, 10, 4) < 0.2
+    else:
+        space = spaces.Box(-5.0, 5.0, (3,), np.float32)
+        obs = torch.randn(20, 3, 3)
+    net = RecurrentQNetwork(space, spaces.Discrete(4), o).eval().requires_grad_(False)
+    a = b = net.initial_state(3)
+    moved = 0.0
+    with torch.inference_mode():
+        for k in range(20):
+            qa, a = net.step(obs[k], a)
+            qb, b = net.step_cell(obs[k], b)
+            torch.testing.assert_close(qb, qa, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(b[0], a[0], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(b[1], a[1], rtol=1e-5, atol=1e-6)
+            moved += float(a[1].abs().sum())
+    assert moved > 0  # the state carries something
