@@ -65,9 +65,12 @@ def _dqn(obs_name: str, head: str):
     config = DQNConfig(hiddens=(32,) if obs_name != "vector" else (64, 64), **DQN_HEADS[head])
     torch.manual_seed(11)
     net = q_network(obs_space, act_space, config)
-    with torch.no_grad():  # far from the near-constant initial net, as trained ones are
+    # far from the near-constant initial net, as trained ones are; a distribution's
+    # logits not so large that its softmax saturates (Q at v_max: ties between actions)
+    std = 0.5 if head in ("plain", "dueling", "noisy") else 0.15
+    with torch.no_grad():
         for p in net.parameters():
-            p.normal_(0.0, 0.5)
+            p.normal_(0.0, std)
     return AgentSpec("dqn", config), obs_space, act_space, module_weights(net)
 
 
