@@ -38,6 +38,7 @@ FIXTURE_GROUPS = (
     "test_dashboard_run.py",  # a run behind the dashboard
     "test_bad_input_runs.py",  # a running cluster
     "test_r2d2_run.py",  # an r2d2 run of the cartpole_pomdp preset (about 40 s)
+    "test_docs_site.py",  # the documentation site, built once (about 30 s)
 )
 """Test files whose module-scoped fixture trains or starts a cluster: each file's tests run
 on one worker, so the fixture runs once instead of once per worker."""

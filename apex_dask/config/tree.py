@@ -326,6 +326,7 @@ class ApexConfig:
         return plain(out)
 
     def to_yaml(self) -> str:
+        """The config as YAML that :meth:`from_yaml` (and ``--config``) reads back."""
         import yaml
 
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

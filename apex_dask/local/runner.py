@@ -111,7 +111,8 @@ class LocalApex:
             self._sync(worker)
 
     # -- the round ------------------------------------------------------
-    def elapsed(self) -> float:  # seconds since the runner was built
+    def elapsed(self) -> float:
+        """Seconds since the runner was built."""
         return time.perf_counter() - self.start_time
 
     def _weights(self) -> tuple[int, dict[str, np.ndarray]]:

@@ -54,6 +54,23 @@ def find_chromium() -> str | None:
     return None
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_chromium() -> str:
+    """The Chromium binary; skip without one, except in CI where it must be installed."""
+    import pytest
+
+    path = find_chromium()
+    if path is None:
+        reason = "Chromium not found: apt-get install -y chromium (or set $CHROMIUM)"
+        if in_ci():
+            pytest.fail(f"{reason}; CI must run the browser test (.ci/run installs it)")
+        pytest.skip(reason)
+    return path
+
+
 def screenshot(
     url: str,
     path: str | Path,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import re
 import threading
 import time
@@ -23,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser import find_chromium, screenshot
+from browser import find_chromium, require_chromium, screenshot
 from polling import poll
 
 from apex_dask.config import ApexConfig
@@ -318,21 +317,6 @@ def test_preload_and_plugin_registration_are_idempotent(real_run):
 
 
 # -- a real browser ---------------------------------------------------------------
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def require_chromium() -> str:
-    """The Chromium binary; skip without one, except in CI where it must be installed."""
-    path = find_chromium()
-    if path is None:
-        reason = "Chromium not found: apt-get install -y chromium (or set $CHROMIUM)"
-        if in_ci():
-            pytest.fail(f"{reason}; CI must run the browser test (.ci/run installs it)")
-        pytest.skip(reason)
-    return path
 
 
 # Plot line colours (Category10) and the plots drawing them on the /apex page.

@@ -120,29 +120,52 @@ class LearnerProtocol(Protocol):
     num_target_updates: int
 
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        """Weights version: the number of updates applied."""
+        ...
 
     def update(
         self, data: Mapping[str, np.ndarray], weights: np.ndarray
-    ) -> tuple[np.ndarray, dict[str, float]]: ...
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """One gradient update on a batch (``data``, importance ``weights``): the batch's
+        new ``|td|`` priorities and the update's metrics (``loss``, ``mean_q``,
+        ``grad_norm``)."""
+        ...
 
     def submit(
         self, data: Mapping[str, np.ndarray], weights: np.ndarray, tag: Any = None
-    ) -> list[FinishedUpdate]: ...
+    ) -> list[FinishedUpdate]:
+        """Start an update on a batch (``tag`` comes back with its results); the updates
+        that finished, this one's at once on a plain learner."""
+        ...
 
-    def drain(self) -> list[FinishedUpdate]: ...
+    def drain(self) -> list[FinishedUpdate]:
+        """The updates still in flight, finished (before stopping or reading weights)."""
+        ...
 
-    def get_weights(self) -> tuple[int, dict[str, np.ndarray]]: ...
+    def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, {name: CPU array})`` of the acting network, one copy per version."""
+        ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint keeps: networks, optimizer and counters."""
+        ...
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take back what :meth:`state_dict` gave (a checkpoint's learner part)."""
+        ...
 
-    def counters(self) -> dict[str, int]: ...
+    def counters(self) -> dict[str, int]:
+        """The cumulative counters: transitions trained on, updates, target updates."""
+        ...
 
-    def device_stats(self) -> dict[str, float]: ...
+    def device_stats(self) -> dict[str, float]:
+        """The device's timings and memory (CUDA learners; empty on a CPU)."""
+        ...
 
-    def agent_stats(self) -> dict[str, float]: ...
+    def agent_stats(self) -> dict[str, float]:
+        """The metrics this agent declares (its builder's ``metrics``), by name."""
+        ...
 
 
 class LearnerBase:
@@ -198,6 +221,7 @@ class LearnerBase:
     def update(
         self, data: Mapping[str, np.ndarray], weights: np.ndarray
     ) -> tuple[np.ndarray, dict[str, float]]:
+        """One gradient update: the batch's new ``|td|`` and the metrics (subclasses)."""
         raise NotImplementedError
 
     def submit(

@@ -36,8 +36,11 @@ class AgentSpec:
     ``learner`` section."""
 
     algo: str
+    """The agent's registry name (``dqn``, ``dpg``, ``r2d2`` or a plugin's)."""
     config: AgentConfig
+    """The agent's own config section."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """The shared ``learner`` section."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ class WorkerSpec:
     name)."""
 
     agent: AgentSpec
+    """The agent the worker acts for."""
     rollout: RolloutSpec
+    """The acting settings shared by every agent (envs, fragments, n-step)."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +81,15 @@ class ScriptedPolicy:
     ``action, *state = program(obs[None], *state)``."""
 
     program: Any
+    """The TorchScript program (``torch.jit.load`` reads it back)."""
     inside: list[str]
+    """The preprocessing the program does itself (e.g. input scaling)."""
     output: str
+    """What the program returns (e.g. the greedy action's index)."""
     call: str | None = None
+    """How to call it where it is not ``policy(obs)``."""
     state: tuple[tuple[int, ...], ...] = ()
+    """A recurrent program's state tensors' shapes (zeros at each episode's start)."""
     module: Any = None
     """The same policy as a plain ``torch.nn.Module`` that takes a batch only
     (``forward(obs (B, ...), *state)``), for ``torch.export`` and ONNX (``.pt2``,

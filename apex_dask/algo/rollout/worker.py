@@ -109,7 +109,8 @@ class ActingWorker:
         return self._envs.envs
 
     @property
-    def env(self) -> gym.Env:  # the first env
+    def env(self) -> gym.Env:
+        """The first of this worker's envs."""
         return self._envs.envs[0]
 
     @property
