@@ -46,6 +46,11 @@ class TrainedRun:
     """With ``weights-best.npz``: its evaluation (``eval/return_mean``, ``timesteps_total``,
     ``weights_version``)."""
 
+    @property
+    def env_id(self) -> str:
+        """The env the run trained on."""
+        return self.config.env.env_id
+
 
 def load_run(run_dir: str, checkpoint: str | None = None, best: bool = False) -> TrainedRun:
     """Read ``run_dir``'s config and weights (``checkpoint``: ``"latest"`` or a name/path;
