@@ -42,7 +42,7 @@ from apex_dask.algo.agents.config import LearnerConfig
 from apex_dask.algo.agents.dqn.config import DQNConfig
 from apex_dask.algo.agents.dqn.learner import Learner
 from apex_dask.algo.replay.shard import ReplayShard
-from apex_dask.experiment.checkpoint import write_part
+from apex_dask.experiment.checkpoints.store import write_part
 
 OUT = Path(__file__).parent / "results" / "checkpoint_cost.json"
 

@@ -93,6 +93,9 @@ def test_extras_exist():
     assert "video" in next(x for x in extras["test"] if x.startswith("apex_dask["))
     assert {_name(x) for x in extras["sweep"]} == {"optuna", "matplotlib"}
     assert "sweep" in next(x for x in extras["test"] if x.startswith("apex_dask["))
+    # apex-dask-eval --export FILE.onnx / --policy FILE.onnx; the suite runs ONNX files
+    assert {_name(x) for x in extras["export"]} == {"onnx", "onnxscript", "onnxruntime"}
+    assert "export" in next(x for x in extras["test"] if x.startswith("apex_dask["))
 
 
 def test_public_api_is_importable_and_import_stays_light():

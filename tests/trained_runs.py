@@ -91,3 +91,23 @@ def pendulum_run(folder: Path, version: int = 5) -> Path:
     write_text(folder / "config.yaml", cfg.to_yaml())
     save_weights(folder, (version, module_weights(pendulum_model())))
     return folder
+
+
+def pomdp_run(folder: Path, version: int = 7, seed: int = 0) -> Path:
+    """An ``r2d2`` run folder: the ``cartpole_pomdp`` preset and its recurrent network with
+    seeded weights far from the initial ones (its actions depend on the state carried)."""
+    from apex_dask.algo.agents.r2d2.networks import RecurrentQNetwork
+    from apex_dask.algo.envs.factory import make_env_factory
+
+    cfg = ApexConfig.preset("cartpole_pomdp")
+    env = make_env_factory(cfg.env.env_id)()
+    torch.manual_seed(seed)
+    net = RecurrentQNetwork(env.observation_space, env.action_space, cfg.agent)
+    env.close()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0.0, 0.3)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(folder / "config.yaml", cfg.to_yaml())
+    save_weights(folder, (version, module_weights(net)))
+    return folder

@@ -1,9 +1,9 @@
-"""Everything ``apex-dask-submit`` checks before it starts anything.
+"""What ``apex-dask-submit`` checks before it starts anything.
 
 ::
 
     check_cluster_flags(args)              # exclusive flags, finite positive waits
-    cfg = resolve_config(args)             # --preset / --config / --set / --stop-*
+    cfg = resolve_config(args)             # :mod:`.resolve`: --preset / --config / --set / --stop-*
     spaces = probe_env(cfg)                # one env, made here: spaces, env_kwargs
     check_device(cfg)                      # embedded runs: the learner's device exists
                                            # (remote runs: :mod:`.remote`, once connected)
@@ -23,23 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import ApexConfig
-from apex_dask.config.reader import MAX_BYTES
 
 __all__ = [
     "EnvSpaces",
     "UsageError",
     "check_cluster_flags",
     "check_device",
-    "cli_overrides",
     "cuda_device_count",
     "device_problem",
+    "parse_adapt",
     "probe_env",
-    "replay_bytes",
-    "resolve_config",
 ]
-
-DEFAULT_PRESET = "cartpole"
-"""The base of a run when neither --preset nor the --config file names one."""
 
 
 class UsageError(Exception):
@@ -52,7 +46,7 @@ def _short(obj: Any, n: int = 100) -> str:
 
 
 # ---------------------------------------------------------------------------
-# flags and config
+# flags
 # ---------------------------------------------------------------------------
 
 
@@ -109,75 +103,8 @@ def parse_adapt(text: str) -> tuple[int, int]:
     return bounds
 
 
-def _read_yaml(path: str) -> dict[str, Any]:
-    from apex_dask.config.reader import read_document
-
-    data = read_document(path, "config file")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"config file {path!r} must hold a mapping of sections, got {type(data).__name__}"
-        )
-    return data
-
-
-def resolve_config(args: argparse.Namespace) -> ApexConfig:
-    """The one ApexConfig from --preset, --config, --set and --stop-*.
-
-    The base is --preset, else the file's ``preset:``, else
-    :data:`DEFAULT_PRESET` (what ``--help`` says); the file's keys apply on
-    top, then every --set, then the --stop-* flags.
-    """
-    if args.config:
-        data = _read_yaml(args.config)
-        if args.preset or "preset" not in data:
-            data["preset"] = args.preset or DEFAULT_PRESET
-        cfg = ApexConfig.from_dict(data)
-    else:
-        cfg = ApexConfig.preset(args.preset or DEFAULT_PRESET)
-    overrides = cli_overrides(args)
-    return cfg.override(overrides) if overrides else cfg
-
-
-def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """Every --set, then the --stop-* flags (and --elastic), as dotted config keys."""
-    overrides: dict[str, Any] = {}
-    for item in args.set:
-        if "=" not in item:
-            raise UsageError(
-                f"--set {item!r} must look like KEY=VALUE, e.g. --set replay.alpha=0.5"
-            )
-        key, value = item.split("=", 1)
-        if len(value) > MAX_BYTES:
-            raise UsageError(
-                f"--set {key.strip()[:60]}=...: the value is longer than {MAX_BYTES // 1024} KiB, "
-                "the most apex_dask reads"
-            )
-        overrides[key.strip()] = value
-    overrides.update(stop_flags(args))
-    if getattr(args, "elastic", False) or getattr(args, "adapt", None):
-        overrides["topology.elastic"] = True
-    return overrides
-
-
-def stop_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--stop-*`` flags given, as config keys (``stop.time_s``, ...)."""
-    pairs = (
-        ("stop_timesteps", "stop.timesteps"),
-        ("stop_reward", "stop.reward"),
-        ("stop_train_return", "stop.train_return"),
-        ("stop_eval_return", "stop.eval_return"),
-        ("stop_time", "stop.time_s"),
-        ("stop_iterations", "stop.iterations"),
-    )
-    return {
-        key: getattr(args, flag) for flag, key in pairs if getattr(args, flag, None) is not None
-    }
-
-
 # ---------------------------------------------------------------------------
-# the environment, the device, the replay's memory
+# the environment, the device
 # ---------------------------------------------------------------------------
 
 
@@ -287,33 +214,3 @@ def check_device(cfg: ApexConfig) -> None:
         problem = device_problem(cfg.learner.device, cuda_device_count(), "this machine")
         if problem:
             raise UsageError(problem)
-
-
-_ITEM_OVERHEAD = 48
-"""Bytes per replay item besides the observations: action, reward, discount,
-sum- and min-tree nodes and the priority."""
-
-
-def replay_bytes(cfg: ApexConfig, spaces_: EnvSpaces) -> tuple[int, int]:
-    """``(total, per_item)``: an estimate of the bytes all replay shards hold when full.
-
-    Without frame stacking an item stores ``obs`` and ``next_obs``; with
-    ``replay.frame_stack=k`` (when the config has it) each frame is stored
-    about once (1.2 frames per item). An agent whose items are not transitions
-    (``r2d2``: sequences) gives its own bytes per item.
-    """
-    import numpy as np
-
-    from apex_dask.experiment.builder import agent_of
-
-    obs = spaces_.observation_space
-    own = agent_of(cfg).item_bytes(cfg, obs)
-    if own is not None:
-        return cfg.replay.capacity * own, own
-    obs_bytes = int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
-    stack = getattr(cfg.replay, "frame_stack", None)
-    if stack:
-        per_item = int(1.2 * obs_bytes / int(stack)) + 16 + _ITEM_OVERHEAD
-    else:
-        per_item = 2 * obs_bytes + _ITEM_OVERHEAD
-    return cfg.replay.capacity * per_item, per_item

@@ -40,10 +40,9 @@ def summarize(rows: list[dict[str, Any]], wall_s: float) -> dict[str, float]:
 def format_table(
     trained: Any, summary: dict[str, float], args: argparse.Namespace, seed: int, workers: int
 ) -> str:
-    cfg = trained.config
     head = (
         f"Evaluation of {trained.folder} ({trained.source}, version {trained.version}): "
-        f"{summary['episodes']} episodes of {cfg.env.env_id}, epsilon {args.epsilon:g}, "
+        f"{summary['episodes']} episodes of {trained.env_id}, epsilon {args.epsilon:g}, "
         f"seed {seed}, {workers} worker(s)"
     )
     rows = [
@@ -68,12 +67,14 @@ def write_report(
     stamp: str,
     videos: list[str],
 ) -> Path:
-    """Write ``RUN_DIR/eval-<stamp>.json`` (atomically); its path."""
+    """Write ``RUN_DIR/eval-<stamp>.json`` (atomically; ``--policy FILE``: beside FILE); its
+    path. ``trained`` is the run (or the exported file) played: its ``folder``, ``source``,
+    ``version`` and ``env_id``."""
     doc = {
         "run_dir": str(trained.folder),
         "weights": trained.source,
         "weights_version": trained.version,
-        "env_id": trained.config.env.env_id,
+        "env_id": trained.env_id,
         "episodes": summary["episodes"],
         "epsilon": args.epsilon,
         "seed": seed,
@@ -83,6 +84,7 @@ def write_report(
         "lengths": [r["length"] for r in played.rows],
         "videos": videos,
         "export": args.export,
+        "policy": args.policy,
         "time": stamp,
     }
     path = trained.folder / f"eval-{stamp}.json"

@@ -11,13 +11,19 @@ Examples::
     apex-dask-eval runs/cartpole --best                       # the best evaluation's weights
     apex-dask-eval runs/cartpole --best --export best.pt --episodes 0
     apex-dask-eval runs/pendulum --export pendulum.pt                # a dpg run: its actor
+    apex-dask-eval runs/breakout --export breakout.onnx --episodes 0  # ONNX (onnxruntime)
+    apex-dask-eval runs/breakout --export breakout.pt2 --episodes 0   # torch.export
+    apex-dask-eval --policy breakout.onnx --episodes 10 --seed 7      # play an exported file
 
 It reads ``RUN_DIR/config.yaml`` and ``RUN_DIR/weights.npz`` (or
 ``weights-best.npz``, the weights of the run's best greedy evaluation, or a
 checkpoint), checks them (the env can be made here, the weights fit the
 config's network), plays the episodes over the cluster's workers
 (:mod:`apex_dask.runtime.orchestration.episodes`), prints a table and writes
-``RUN_DIR/eval-<time>.json``. Bad input is one line on stderr and exit 2; a
+``RUN_DIR/eval-<time>.json``. With ``--policy FILE`` it plays an exported
+policy (``.onnx``, ``.pt2`` or ``.pt``) in that format's runtime instead, on the
+env its JSON names (:mod:`apex_dask.algo.play.exported`), and writes the report
+beside FILE. Bad input is one line on stderr and exit 2; a
 failed episode exit 3; Ctrl-C exit 130, SIGTERM 143 (the cluster it started is
 closed on every way out).
 """
@@ -29,6 +35,7 @@ import logging
 import secrets
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
         "130 interrupted (Ctrl-C); 143 terminated (SIGTERM). The cluster it started is "
         "closed on every way out.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the --out folder of an apex-dask-submit run")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        nargs="?",
+        help="the --out folder of an apex-dask-submit run (or give --policy FILE)",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="play an exported policy instead of a run: FILE.onnx (onnxruntime), FILE.pt2 "
+        "(torch.export) or FILE.pt (TorchScript), with FILE.json beside it naming the env",
+    )
     w = p.add_argument_group("weights")
     w.add_argument(
         "--checkpoint",
@@ -112,8 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument(
         "--export",
         metavar="FILE",
-        help="write the greedy policy as TorchScript to FILE (and FILE.json); loads with "
-        "plain torch (torch.jit.load)",
+        help="write the greedy policy to FILE (and FILE.json, saying how to call it), in the "
+        "format of its suffix: .onnx (ONNX: onnxruntime, no torch), .pt2 (torch.export.load), "
+        ".pt (TorchScript: torch.jit.load, libtorch)",
+    )
+    o.add_argument(
+        "--format",
+        choices=["onnx", "pt2", "torchscript"],
+        default=None,
+        help="with --export: the format, whatever FILE's suffix",
     )
     o.add_argument("--debug", action="store_true", help="show full tracebacks")
     add_cluster_flags(p)
@@ -125,6 +150,21 @@ def check_args(args: argparse.Namespace) -> None:
     import math
 
     check_cluster_flags(args)
+    if (args.run_dir is None) == (args.policy is None):
+        raise UsageError(
+            "give a run folder (apex-dask-eval RUN_DIR) or an exported policy (--policy FILE), "
+            "one of them"
+        )
+    if args.policy is not None:
+        for flag, given in (
+            ("--export", args.export),
+            ("--checkpoint", args.checkpoint),
+            ("--best", args.best),
+        ):
+            if given:
+                raise UsageError(f"{flag} reads a run folder; --policy plays an exported file")
+    if args.format is not None and not args.export:
+        raise UsageError("--format goes with --export FILE")
     if getattr(args, "best", False) and args.checkpoint is not None:
         raise UsageError("--best and --checkpoint each choose the weights: give one of them")
     if args.episodes < 0 or (args.episodes == 0 and not args.export):
@@ -153,12 +193,20 @@ def check_args(args: argparse.Namespace) -> None:
         target = Path(args.export).expanduser()
         if target.is_dir():
             raise UsageError(
-                f"--export {args.export!r} is a folder; give a file name, e.g. policy.pt"
+                f"--export {args.export!r} is a folder; give a file name, e.g. policy.onnx"
             )
+        from apex_dask.algo.play.export import ExportError, format_of
+
+        try:
+            format_of(target, args.format)
+        except ExportError as exc:
+            raise UsageError(f"--export: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
+    if args.policy is not None:
+        return play_exported(args)
     trained = load_run(args.run_dir, args.checkpoint, best=args.best)
     if trained.best is not None:
         b = trained.best
@@ -173,14 +221,93 @@ def run(args: argparse.Namespace) -> int:
     spaces = probe_env(cfg)
     check_fits(trained, spaces)
     if args.export:
-        export(trained, spaces, Path(args.export).expanduser())
+        export(trained, spaces, Path(args.export).expanduser(), args.format)
     if args.episodes == 0:
         return EXIT_OK
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    from apex_dask.cli.clusterflags import open_cluster
     from apex_dask.experiment.builder import agent_spec, env_factory
 
-    factory = env_factory(cfg)
+    return play(
+        args,
+        trained,
+        cfg,
+        env_factory(cfg),
+        agent_spec(cfg),
+        trained.weights,
+        cfg.eval.max_episode_steps,
+    )
+
+
+def play_exported(args: argparse.Namespace) -> int:
+    """``--policy FILE``: the exported file's episodes, on the env its JSON names."""
+    from apex_dask.algo.play.exported import PolicyFile, PolicyFileError
+
+    try:
+        exported = PolicyFile.read(args.policy)
+        exported.policy()  # it loads here, before a cluster starts
+        factory = exported.env_factory()
+    except PolicyFileError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # the env id or kwargs of the JSON
+        raise UsageError(f"--policy {args.policy}: {exc}") from None
+    _check_spaces(exported, factory)
+    source = PolicySource(
+        folder=Path(args.policy).expanduser().resolve().parent,
+        source=exported.name,
+        version=exported.doc.get("weights_version"),
+        env_id=str(exported.doc["env_id"]),
+    )
+    from apex_dask.config import ApexConfig
+
+    # no run config: the embedded cluster one worker per core, a jobqueue's defaults
+    cfg = ApexConfig()
+    return play(args, source, cfg, factory, exported, {}, exported.max_episode_steps)
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """What the report says of an exported file (as :class:`TrainedRun` says of a run)."""
+
+    folder: Path
+    source: str
+    version: int | None
+    env_id: str
+
+
+def _check_spaces(exported: Any, factory: Any) -> None:
+    """The env the JSON names gives the spaces the file was exported for."""
+    from apex_dask.algo.play.export import describe_space
+
+    env = factory()
+    try:
+        have = {
+            "observation_space": describe_space(env.observation_space),
+            "action_space": describe_space(env.action_space),
+        }
+    finally:
+        env.close()
+    for key, space in have.items():
+        want = exported.doc[key]
+        if space != want:
+            raise UsageError(
+                f"--policy {exported.name}: {exported.doc['env_id']} here has the "
+                f"{key.replace('_', ' ')} {space}, the file was exported for {want} (another "
+                "version of the env or its package?)"
+            )
+
+
+def play(
+    args: argparse.Namespace,
+    trained: TrainedRun | PolicySource,
+    cfg: Any,
+    factory: Any,
+    agent: Any,
+    weights: Any,
+    max_steps: int | None,
+) -> int:
+    """Play ``args.episodes`` on the cluster, print the table, write the report."""
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    from apex_dask.cli.clusterflags import open_cluster
+
     render = None
     if args.video:
         from dataclasses import replace
@@ -202,12 +329,12 @@ def run(args: argparse.Namespace) -> int:
         played = play_on_cluster(
             client,
             factory,
-            agent_spec(cfg),
-            trained.weights,
+            agent,
+            weights,
             episodes=args.episodes,
             base_seed=seed,
             epsilon=args.epsilon,
-            max_steps=cfg.eval.max_episode_steps,
+            max_steps=max_steps,
             record=range(args.video_episodes) if args.video else (),
             render_factory=render,
             cancel_on_error=cluster is None,  # ours is closed at once
@@ -233,14 +360,19 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
-    from apex_dask.algo.play.export import export_policy
+def export(trained: TrainedRun, spaces: Any, target: Path, fmt: str | None = None) -> None:
+    from apex_dask.algo.play.export import ExportError, export_policy
     from apex_dask.experiment.builder import agent_spec
 
     cfg = trained.config
     about = {
         "env_id": cfg.env.env_id,
         "env_kwargs": dict(cfg.env.env_kwargs),
+        "env": {  # what apex-dask-eval --policy makes the env with, as the run's evaluation
+            "clip_rewards": cfg.env.clip_rewards,
+            "repeat_action_probability": cfg.env.repeat_action_probability,
+            "max_episode_steps": cfg.eval.max_episode_steps,
+        },
         "algo": cfg.algo,
         "run_dir": str(trained.folder),
         "weights": trained.source,
@@ -248,15 +380,19 @@ def export(trained: TrainedRun, spaces: Any, target: Path) -> None:
     }
     if trained.best is not None:  # weights-best.npz: the evaluation that chose them
         about["best_eval"] = trained.best
-    program, meta = export_policy(
-        target,
-        agent_spec(cfg),
-        spaces.observation_space,
-        spaces.action_space,
-        trained.weights,
-        about=about,
-    )
-    print(f"{PREFIX} exported the greedy policy to {program} (spaces and preprocessing: {meta})")
+    try:
+        program, meta = export_policy(
+            target,
+            agent_spec(cfg),
+            spaces.observation_space,
+            spaces.action_space,
+            trained.weights,
+            about=about,
+            fmt=fmt,
+        )
+    except ExportError as exc:
+        raise UsageError(f"--export: {exc}") from None
+    print(f"{PREFIX} exported the greedy policy to {program} (how to call it: {meta})")
 
 
 def _write_videos(rows: list[dict[str, Any]], folder: Path, stamp: str) -> list[str]:

@@ -21,13 +21,11 @@ import sys
 import warnings
 
 from apex_dask.cli.checks import (
-    DEFAULT_PRESET,
     EnvSpaces,
     UsageError,
     check_cluster_flags,
     check_device,
     probe_env,
-    resolve_config,
 )
 from apex_dask.cli.clusterflags import add_cluster_flags, is_embedded
 from apex_dask.cli.exitcodes import (
@@ -41,6 +39,7 @@ from apex_dask.cli.exitcodes import (
     classify,
 )
 from apex_dask.cli.outdir import check_out, discard_unstarted, make_out, remove_if_empty
+from apex_dask.cli.resolve import DEFAULT_PRESET, resolve_config
 from apex_dask.cli.resume import ResumePoint
 from apex_dask.cli.rllib import add_rllib_flags, check_rllib_flags
 from apex_dask.cli.signals import exit_now_if_signalled
@@ -190,7 +189,7 @@ def check_local_memory(cfg: ApexConfig, spaces: EnvSpaces) -> None:
 def _from_rllib(args: argparse.Namespace) -> ApexConfig | None:
     """The config of ``--from-rllib FILE`` (the table printed); None when ``--print-config``
     printed it already (or the sweep file for Tune samplers)."""
-    from apex_dask.cli.checks import cli_overrides
+    from apex_dask.cli.resolve import cli_overrides
     from apex_dask.cli.rllib import conversion, print_conversion, sampler_refusal
 
     conv = conversion(args, "apex-dask-submit")

@@ -10,7 +10,7 @@ Every large allocation is counted on the worker that will hold it
 placement the driver makes), by arithmetic on the config and the env's spaces
 only; nothing is allocated to find out:
 
-- the replay shards: ``replay.capacity`` items (:func:`.checks.replay_bytes`),
+- the replay shards: ``replay.capacity`` items (:func:`replay_bytes`),
   shard by shard where they live;
 - the learner's networks: online and target parameters, their gradients, Adam's
   two moments and one serialized weights blob (6 float32 copies);
@@ -35,7 +35,7 @@ from typing import Any
 
 from apex_dask.config import ApexConfig
 
-__all__ = ["ENV_BYTES", "NETWORKS", "Part", "check_memory", "plan_holdings"]
+__all__ = ["ENV_BYTES", "NETWORKS", "Part", "check_memory", "plan_holdings", "replay_bytes"]
 
 NETWORKS = "networks"
 """The key of the learner's networks' part: the agent's keys that shape them."""
@@ -58,6 +58,36 @@ class Part:
     key: str
 
 
+_ITEM_OVERHEAD = 48
+"""Bytes per replay item besides the observations: action, reward, discount,
+sum- and min-tree nodes and the priority."""
+
+
+def replay_bytes(cfg: ApexConfig, spaces_: Any) -> tuple[int, int]:
+    """``(total, per_item)``: an estimate of the bytes all replay shards hold when full.
+
+    Without frame stacking an item stores ``obs`` and ``next_obs``; with
+    ``replay.frame_stack=k`` (when the config has it) each frame is stored
+    about once (1.2 frames per item). An agent whose items are not transitions
+    (``r2d2``: sequences) gives its own bytes per item.
+    """
+    import numpy as np
+
+    from apex_dask.experiment.builder import agent_of
+
+    obs = spaces_.observation_space
+    own = agent_of(cfg).item_bytes(cfg, obs)
+    if own is not None:
+        return cfg.replay.capacity * own, own
+    obs_bytes = int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
+    stack = getattr(cfg.replay, "frame_stack", None)
+    if stack:
+        per_item = int(1.2 * obs_bytes / int(stack)) + 16 + _ITEM_OVERHEAD
+    else:
+        per_item = 2 * obs_bytes + _ITEM_OVERHEAD
+    return cfg.replay.capacity * per_item, per_item
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
 
@@ -75,8 +105,6 @@ def plan_holdings(
 ) -> dict[str, list[Part]]:
     """``address -> parts`` for the placement the driver will make (see the module docstring);
     without the ``networks`` (their size needs torch), a lower bound."""
-    from apex_dask.cli.checks import replay_bytes
-
     shape, elems, itemsize = _shapes(spaces_)
     lc, w, r = cfg.learner, cfg.workers, cfg.replay
     from apex_dask.experiment.builder import agent_of
@@ -119,8 +147,6 @@ def plan_holdings(
 
 def _lower(cfg: ApexConfig, part: Part, room: float, spaces_: Any) -> str:
     """A value of ``part.key`` that would fit ``room`` more bytes, as ``--set`` advice."""
-    from apex_dask.cli.checks import replay_bytes
-
     r = cfg.replay
     if part.key == "replay.capacity":
         per_item = replay_bytes(cfg, spaces_)[1]

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apex_dask.cli.checks import UsageError, stop_flags
+from apex_dask.cli.checks import UsageError
+from apex_dask.cli.resolve import stop_flags
 from apex_dask.config import ApexConfig
-from apex_dask.experiment.checkpoint import CheckpointError
-from apex_dask.experiment.checkpoint_folder import pick_checkpoint
+from apex_dask.experiment.checkpoints.folder import pick_checkpoint
+from apex_dask.experiment.checkpoints.store import CheckpointError
 
 __all__ = ["RESUMABLE", "ResumePoint", "resolve_resume"]
 

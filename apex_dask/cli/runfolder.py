@@ -10,7 +10,7 @@
 
 Nothing is unpickled: ``weights.npz`` and ``weights-best.npz`` are loaded
 with ``allow_pickle=False`` once their array headers are checked against the
-file (:mod:`apex_dask.experiment.npz_check`), and a checkpoint's learner part through :mod:`apex_dask.experiment.checkpoint`
+file (:mod:`apex_dask.experiment.checkpoints.npz_check`), and a checkpoint's learner part through :mod:`apex_dask.experiment.checkpoints.store`
 (SHA-256 checked). A checkpoint brings its own config (the one the weights
 were trained with). Every problem is a one-line :class:`UsageError`.
 """
@@ -45,6 +45,11 @@ class TrainedRun:
     best: dict[str, Any] | None = None
     """With ``weights-best.npz``: its evaluation (``eval/return_mean``, ``timesteps_total``,
     ``weights_version``)."""
+
+    @property
+    def env_id(self) -> str:
+        """The env the run trained on."""
+        return self.config.env.env_id
 
 
 def load_run(run_dir: str, checkpoint: str | None = None, best: bool = False) -> TrainedRun:
@@ -96,7 +101,7 @@ def _best(folder: Path, cfg: ApexConfig) -> TrainedRun:
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
-    from apex_dask.experiment.npz_check import check_npz
+    from apex_dask.experiment.checkpoints.npz_check import check_npz
 
     try:
         check_npz(path)  # a header declaring a huge shape: this line, not a MemoryError
@@ -117,7 +122,7 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], int]:
 
 
 def _from_checkpoint(folder: Path, name: str) -> TrainedRun:
-    from apex_dask.experiment.checkpoint import CheckpointError, read_manifest, read_part
+    from apex_dask.experiment.checkpoints.store import CheckpointError, read_manifest, read_part
     from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
 
     root = folder / "checkpoints"

@@ -69,7 +69,7 @@ def _weights_in(checkpoint: Path | None) -> tuple[int, dict[str, Any]] | None:
     (checksum verified), or None."""
     if checkpoint is None:
         return None
-    from apex_dask.experiment.checkpoint import read_manifest, read_part
+    from apex_dask.experiment.checkpoints.store import read_manifest, read_part
 
     try:
         tree = read_part(checkpoint, read_manifest(checkpoint)["parts"]["learner"])

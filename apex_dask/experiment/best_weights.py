@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.experiment.npz_check import NpzProblem, check_npz
+from apex_dask.experiment.checkpoints.npz_check import NpzProblem, check_npz
 
 __all__ = ["BEST_FILE", "BEST_JSON", "BestWeights", "read_best_record"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,12 @@ from apex_dask.experiment.builder import (
     resolve_hook,
     worker_spec,
 )
+from apex_dask.experiment.checkpoints.runner import (
+    load_newest_runner_checkpoint,
+    restore_runner,
+    runner_state,
+    save_runner,
+)
 from apex_dask.experiment.flow import FaultCounters, LearnerFlow, ShardFlow
 from apex_dask.experiment.results import (
     IterationWindow,
@@ -39,7 +45,6 @@ from apex_dask.experiment.results import (
 from apex_dask.experiment.stats import derive_seed
 from apex_dask.experiment.stop import StopRule
 from apex_dask.experiment.timers import Timer, WindowStat
-from apex_dask.local.checkpoint import load_newest_runner_checkpoint, restore_runner, save_runner
 
 __all__ = ["LocalApex", "run_local"]
 
@@ -351,7 +356,15 @@ class LocalApex:
                 return
             self._begin_iteration()
 
-    # -- checkpoints ----------------------------------------------------
+    # -- checkpoints (experiment.checkpoints.stateful.Stateful) ---------
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's parts: the learner's, each shard's, the runner's counters."""
+        return runner_state(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load :meth:`state_dict`'s parts into this freshly built runner."""
+        restore_runner(self, state)
+
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint directory (atomically): learner, every shard, counters, config.
 
@@ -366,7 +379,7 @@ class LocalApex:
         or from the newest good one in a folder of ``ckpt-N`` (``load_newest_runner_checkpoint``)."""
         parts, meta, _ = load_newest_runner_checkpoint(path)  # refuses NaN weights, names it
         apex = cls(config if config is not None else ApexConfig.from_dict(meta["config"]))
-        restore_runner(apex, parts)
+        apex.load_state_dict(parts)
         for worker in apex.workers:
             apex._sync(worker)
         apex._begin_iteration()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from apex_dask.algo.replay.shard import ReplayShard
-from apex_dask.experiment.checkpoint import load_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint
 
 FIXTURES = Path(__file__).parent / "data" / "replay_checkpoints"
 SHARDS = {

@@ -362,7 +362,7 @@ def test_a_restarted_scheduler_ends_the_run_in_one_line_and_keeps_what_was_writt
     # id: the client reconnects, the actors are gone), it names the lost scheduler.
     from distributed import Client
 
-    from apex_dask.experiment.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoints.store import load_checkpoint
 
     sched_file, env = shared
     with Client(scheduler_file=str(sched_file), timeout=30) as client:

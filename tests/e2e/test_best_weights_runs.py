@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from apex_dask.experiment.best_weights import BEST_FILE, BEST_JSON, read_best_record
-from apex_dask.experiment.checkpoint import load_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint
 from apex_dask.runtime.orchestration.checkpointing import latest_checkpoint
 
 pytestmark = pytest.mark.slow  # two CLI runs on an embedded cluster, then apex-dask-eval

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apex_dask.local.checkpoint import load_runner_checkpoint
+from apex_dask.experiment.checkpoints.runner import load_runner_checkpoint
 from apex_dask.local.runner import LocalApex
 
 DATA = Path(__file__).parents[1] / "data" / "checkpoints_9cd68c2"

@@ -19,7 +19,7 @@ from apex_dask.algo.envs.pomdp import POMDP_CARTPOLE_ID
 from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.builder import agent_spec
-from apex_dask.experiment.checkpoint import load_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

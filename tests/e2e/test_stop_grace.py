@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from apex_dask.experiment.checkpoint import read_manifest
+from apex_dask.experiment.checkpoints.store import read_manifest
 
 pytestmark = pytest.mark.slow
 

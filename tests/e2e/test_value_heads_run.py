@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apex_dask.experiment.checkpoint import load_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from test_eval_export import load_elsewhere, observations  # noqa: E402

@@ -27,7 +27,7 @@ from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.envs.probe import probe_spaces
 from apex_dask.algo.replay.storage import GENERATION_EPOCH
 from apex_dask.algo.rollout.spec import RolloutSpec
-from apex_dask.experiment.checkpoint import CheckpointError
+from apex_dask.experiment.checkpoints.store import CheckpointError
 from apex_dask.runtime.actors import EnvWorkerActor, ReplayShardActor
 from apex_dask.runtime.actors.prefetch import ReplayPrefetcher, ShardLinks
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from apex_dask.config import ApexConfig
-from apex_dask.experiment.checkpoint import CheckpointError, read_manifest
+from apex_dask.experiment.checkpoints.store import CheckpointError, read_manifest
 from apex_dask.runtime.orchestration.checkpointing import checkpoints_in, latest_checkpoint
 from apex_dask.runtime.orchestration.driver import ApexDriver, ApexRuntimeError
 
@@ -58,7 +58,7 @@ def test_checkpoints_are_written_periodically_and_at_the_end_keeping_the_newest(
 
 
 def test_the_checkpoint_holds_the_learner_exactly(trained):
-    from apex_dask.experiment.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoints.store import load_checkpoint
 
     parts, _ = load_checkpoint(latest_checkpoint(trained["root"]))
     saved, live = parts["learner"], trained["learner_state"]
@@ -71,7 +71,7 @@ def greedy_return_of(ckpt, cfg: ApexConfig) -> float:
     """20 greedy episodes, in this process, with exactly the checkpoint's online weights."""
     from apex_dask.algo.agents.dqn.worker import EnvWorker
     from apex_dask.algo.envs.factory import make_env_factory
-    from apex_dask.experiment.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoints.store import load_checkpoint
 
     online = load_checkpoint(ckpt)[0]["learner"]["online"]
     player = EnvWorker(make_env_factory(cfg.env.env_id), epsilon=0.0, seed=7, config=cfg.agent)
@@ -92,7 +92,7 @@ def test_resume_continues_counters_and_replay_without_a_collapse(trained, client
     of the checkpointed policy's return, and >= 100 where random play scores ~22),
     while the restore itself is checked exactly: the resumed learner holds the
     checkpoint's weights, so its greedy return is the checkpoint's."""
-    from apex_dask.experiment.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoints.store import load_checkpoint
 
     before = trained["results"]
     ckpt = latest_checkpoint(trained["root"])
@@ -148,7 +148,7 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_removes_leftovers(trained,
     one is moved aside, so the next save's rotation keeps the good one."""
     import shutil
 
-    from apex_dask.experiment.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoints.store import load_checkpoint
 
     root = tmp_path / "checkpoints"
     good, bad = root / "ckpt-000001", root / "ckpt-000002"
@@ -199,7 +199,7 @@ def test_a_dpg_run_resumes_its_actor_critic_counters_and_replay(client, tmp_path
     """Ape-X DPG through the same checkpoints: the resumed learner holds the saved actor
     and critic (online and target) and its optimizers' step counts, and the counters
     and the replay continue."""
-    from apex_dask.experiment.checkpoint import load_checkpoint
+    from apex_dask.experiment.checkpoints.store import load_checkpoint
 
     cfg = ApexConfig.preset("pendulum").override(
         {

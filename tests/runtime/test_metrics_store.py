@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from apex_dask.runtime.observability.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_view import RunView
 
 
 def msg(run: str = "r1", source: str = "learner", **metrics: float) -> dict:
@@ -102,7 +103,7 @@ def test_finished_runs_are_dropped_first_and_stay_dropped():
 def test_a_view_follows_its_run_or_the_newest():
     store = MetricsStore()
     store.ingest(msg("a", x=1.0), now=1.0)
-    newest, pinned = store.view(), store.view("a")
+    newest, pinned = RunView(store), RunView(store, "a")
     g = newest.generation
     store.ingest(msg("b", x=2.0), now=2.0)
     assert newest.run == "b" and newest.generation == g + 1
@@ -201,7 +202,7 @@ def test_encoded_document_is_the_to_json_document():
 def test_name_filter_matches_as_fnmatch_does_with_one_expression():
     from fnmatch import fnmatchcase
 
-    from apex_dask.runtime.observability.metrics_view import name_filter
+    from apex_dask.runtime.observability.metrics_store import name_filter
 
     names = [f"replay/{i}/size" for i in range(20)] + ["learner/q10", "env/epsilon/3", "a[b]"]
     patterns = ["replay/1*/size", "learner/q?0", "*[[]b]", "env/*/3", "nothing"]

@@ -25,7 +25,7 @@ from apex_dask.experiment.builder import (
     shard_actor_kwargs,
     worker_spec,
 )
-from apex_dask.experiment.checkpoint import read_manifest
+from apex_dask.experiment.checkpoints.store import read_manifest
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from test_actors_in_process import shard, transitions
 
-from apex_dask.experiment.checkpoint import CheckpointTimeout, read_part, write_part
+from apex_dask.experiment.checkpoints.store import CheckpointTimeout, read_part, write_part
 from apex_dask.runtime.actors import replay_shard
 from apex_dask.runtime.actors.replay_shard import PLAN_SHARE
 from apex_dask.runtime.orchestration.checkpoint_budget import SaveBudget, WriteHistory, left_out

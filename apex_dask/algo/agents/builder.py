@@ -129,7 +129,7 @@ class AgentBuilder:
 
     def item_bytes(self, cfg: Any, observation_space: spaces.Space) -> int | None:
         """Bytes of one stored replay item when it is not a transition (None: a transition,
-        ``obs`` and ``next_obs``, the estimate of :func:`apex_dask.cli.checks.replay_bytes`)."""
+        ``obs`` and ``next_obs``, the estimate of :func:`apex_dask.cli.memory.replay_bytes`)."""
         return None
 
     def sample_forward(

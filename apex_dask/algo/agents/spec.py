@@ -73,7 +73,8 @@ class AgentMetric:
 
 @dataclass(frozen=True)
 class ScriptedPolicy:
-    """A greedy policy as a TorchScript program (``program``), with what its JSON says
+    """A greedy policy as a TorchScript program (``program``) and, for the other export
+    formats, as a plain module (``module``), with what its JSON says
     about it: what runs ``inside`` the program, what it ``output`` s and, where it is
     not ``policy(obs)``, how to ``call`` it. A recurrent program takes its ``state``
     (the shapes of its tensors, zeros at each episode's start):
@@ -89,6 +90,12 @@ class ScriptedPolicy:
     """How to call it where it is not ``policy(obs)``."""
     state: tuple[tuple[int, ...], ...] = ()
     """A recurrent program's state tensors' shapes (zeros at each episode's start)."""
+    module: Any = None
+    """The same policy as a plain ``torch.nn.Module`` that takes a batch only
+    (``forward(obs (B, ...), *state)``), for ``torch.export`` and ONNX (``.pt2``,
+    ``.onnx``); None: the agent exports TorchScript only."""
+    example: tuple[Any, ...] = ()
+    """Example inputs of ``module`` (a batch of 2 observations, then the state)."""
 
 
 class Policy(Protocol):

@@ -31,6 +31,7 @@ import torch
 
 from apex_dask.algo.agents.registry import make_policy
 from apex_dask.algo.agents.spec import AgentSpec, Policy
+from apex_dask.algo.play.exported import PolicyFile
 
 __all__ = ["episode_rng", "play_episode", "play_episodes"]
 
@@ -63,7 +64,7 @@ def play_episode(
 
 def play_episodes(
     env_factory: Callable[[], gym.Env],
-    agent: AgentSpec,
+    agent: AgentSpec | PolicyFile,
     weights: Mapping[str, Any],
     indices: Sequence[int],
     *,
@@ -74,7 +75,8 @@ def play_episodes(
     render_factory: Callable[[], gym.Env] | None = None,
 ) -> list[dict[str, Any]]:
     """Play the episodes ``indices`` of an evaluation (see :func:`episode_rng`) with the
-    policy of ``agent``'s weights.
+    policy of ``agent``'s weights, or an exported policy file's
+    (:class:`~apex_dask.algo.play.exported.PolicyFile`; ``weights`` unused).
 
     Returns one dict per episode: ``index``, ``return``, ``length``,
     ``seconds`` and, for the indices in ``record``, ``video`` (the MP4's bytes,
@@ -86,7 +88,10 @@ def play_episodes(
     env = env_factory()
     try:
         torch.set_num_threads(1)
-        policy = make_policy(agent, env.observation_space, env.action_space, weights)
+        if isinstance(agent, PolicyFile):  # an exported file, in its own runtime
+            policy: Policy = agent.policy()
+        else:
+            policy = make_policy(agent, env.observation_space, env.action_space, weights)
         out = []
         for i in indices:
             t0 = time.perf_counter()

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apex_dask.cli.checks import DEFAULT_PRESET, UsageError
+from apex_dask.cli.checks import UsageError
+from apex_dask.cli.resolve import DEFAULT_PRESET
 from apex_dask.config import ApexConfig, ConfigError
 from apex_dask.config.reader import read_document, shown
 from apex_dask.config.space import SearchSpace, SpaceError, parse_space

@@ -18,7 +18,7 @@ journal (trials run in its threads); ``DIR/.sweep.lock`` (an ``flock`` the
 kernel drops when the process dies) keeps a second sweep off the same folder.
 
 **Each point exactly once.** A sweep killed at any moment (SIGKILL included) and
-resumed runs every grid point exactly once (``tests/test_sweep_kill.py`` kills it
+resumed runs every grid point exactly once (``tests/cli/test_sweep_kill.py`` kills it
 after each journal write in turn). How:
 
 - *Grid points are slots.* Trial slot ``j`` (0 ... trials - 1) runs grid point

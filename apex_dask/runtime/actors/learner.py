@@ -54,7 +54,7 @@ from apex_dask.algo.agents.device_batches import FinishedUpdate
 from apex_dask.algo.agents.spec import AgentSpec
 from apex_dask.algo.replay.sample import ReplaySample, item_checksums
 from apex_dask.experiment.builder import Hook
-from apex_dask.experiment.checkpoint import CheckpointError, read_part, write_part
+from apex_dask.experiment.checkpoints.store import CheckpointError, read_part, write_part
 from apex_dask.experiment.flow import LearnerFlow
 from apex_dask.experiment.results import learner_metrics
 from apex_dask.experiment.timers import Timer, WindowStat

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from apex_dask.algo.replay.sample import ReplaySample
-from apex_dask.experiment.checkpoint import (
+from apex_dask.experiment.checkpoints.store import (
     CheckpointError,
     CheckpointTimeout,
     read_part,

@@ -29,7 +29,8 @@ from apex_dask.runtime.observability.dashboard_header import (
     RunStatus,
 )
 from apex_dask.runtime.observability.metrics import get_plugin
-from apex_dask.runtime.observability.metrics_store import MetricsStore, RunView
+from apex_dask.runtime.observability.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_view import RunView
 
 __all__ = [
     "EMPTY_TEXT",
@@ -264,13 +265,13 @@ class ApexDashboard(DashboardComponent):
     """All components of the ``/apex`` page; ``root`` is the page layout.
 
     Given a :class:`MetricsStore`, the page reads it through its own
-    :class:`~.metrics_store.RunView`, so each open page can show a different
+    :class:`~.metrics_view.RunView`, so each open page can show a different
     run (the selector, :class:`RunSelector`, shows once a second run reports).
     """
 
     def __init__(self, store: MetricsStore | RunView, **kw: Any) -> None:
         if isinstance(store, MetricsStore):
-            store = store.view()
+            store = RunView(store)
         self.store = store
         self.selector = RunSelector(store)
         kw = {**kw, "x_range": DataRange1d()}  # one time axis shared by every plot

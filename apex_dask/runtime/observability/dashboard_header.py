@@ -11,7 +11,8 @@ from typing import Any
 from bokeh.models import Div, Select
 from distributed.dashboard.components import DashboardComponent
 
-from apex_dask.runtime.observability.metrics_store import MetricsStore, RunView
+from apex_dask.runtime.observability.metrics_store import MetricsStore
+from apex_dask.runtime.observability.metrics_view import RunView
 
 __all__ = ["EMPTY_TEXT", "EvalAnimation", "HealthStrip", "RunSelector", "RunStatus"]
 
@@ -120,7 +121,7 @@ class HealthStrip(DashboardComponent):
 class RunSelector(DashboardComponent):
     """A ``Select`` of the runs the store keeps (newest first, each with its folder and
     whether it is done); the first entry follows the newest run. Choosing one
-    points ``view`` (a :class:`~.metrics_store.RunView`) at it."""
+    points ``view`` (a :class:`~.metrics_view.RunView`) at it."""
 
     NEWEST = ""
 

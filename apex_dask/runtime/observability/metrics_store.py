@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from fnmatch import translate
 from typing import Any
 
 from apex_dask.runtime.observability.agent_metrics import listing
 from apex_dask.runtime.observability.metrics_series import BYTES_PER_POINT, Point, Series
-from apex_dask.runtime.observability.metrics_view import RunView, name_filter
 
 DEFAULT_MAX_POINTS = 2_000_000
 """Points the store keeps in all (series x points), unless told otherwise."""
@@ -255,10 +256,6 @@ class MetricsStore:
         with self._lock:
             return [r.summary() for r in reversed(self._runs.values())]
 
-    def view(self, run: str | None = None) -> RunView:
-        """A reader of ``run`` (None: whichever run is the newest)."""
-        return RunView(self, run)
-
     @property
     def run(self) -> str | None:
         """The newest run's id (None before any message)."""
@@ -395,3 +392,14 @@ class MetricsStore:
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
+
+
+def name_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a metric name matches any of the shell-style ``patterns`` (``replay/*/size``;
+    none: every name), as one compiled expression: one match per name, however many
+    patterns."""
+    wanted = [p for p in patterns if p]
+    if not wanted:
+        return lambda name: True
+    match = re.compile("|".join(f"(?:{translate(p)})" for p in wanted)).match
+    return lambda name: match(name) is not None

@@ -1,20 +1,20 @@
-"""Reading a :class:`~.metrics_store.MetricsStore`: one run of it (or whichever is newest),
-and the metric names a request selects."""
+"""Reading a :class:`~.metrics_store.MetricsStore`: one run of it (or whichever is newest).
+
+::
+
+    view = RunView(store)          # the newest run, whichever that is
+    view.select("run-2")           # that run from now on
+"""
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Iterable
-from fnmatch import translate
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apex_dask.runtime.observability.metrics_series import Point
+from apex_dask.runtime.observability.metrics_store import MetricsStore
 
-if TYPE_CHECKING:
-    from apex_dask.runtime.observability.metrics_store import MetricsStore
-
-__all__ = ["RunView", "name_filter"]
+__all__ = ["RunView"]
 
 
 class RunView:
@@ -72,14 +72,3 @@ class RunView:
     def snapshot(self) -> tuple[str | None, int, dict[str, float]]:
         run, _, latest = self.store.snapshot(self._run())
         return run, self.generation, latest
-
-
-def name_filter(patterns: Iterable[str]) -> Callable[[str], bool]:
-    """Whether a metric name matches any of the shell-style ``patterns`` (``replay/*/size``;
-    none: every name), as one compiled expression: one match per name, however many
-    patterns."""
-    wanted = [p for p in patterns if p]
-    if not wanted:
-        return lambda name: True
-    match = re.compile("|".join(f"(?:{translate(p)})" for p in wanted)).match
-    return lambda name: match(name) is not None

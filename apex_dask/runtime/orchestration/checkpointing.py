@@ -9,7 +9,7 @@
         shard_0.npz ...           written by each replay shard actor, all in parallel
         driver.npz                the driver's counters, iteration, eval history, RNG
       .ckpt-000008.tmp-xxxx/      being written (removed on failure, or at the next start,
-                                  :mod:`apex_dask.experiment.checkpoint_folder`; never loaded)
+                                  :mod:`apex_dask.experiment.checkpoints.folder`; never loaded)
 
 The learner and every shard write their own part straight into the staged
 directory (a filesystem all workers share, as an HPC scratch or home
@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import ApexConfig
-from apex_dask.experiment.checkpoint import (
+from apex_dask.experiment.checkpoints.folder import CKPT_NAME as _NAME
+from apex_dask.experiment.checkpoints.folder import checkpoints_in, latest_checkpoint
+from apex_dask.experiment.checkpoints.store import (
     CheckpointError,
     StagedCheckpoint,
     read_manifest,
     read_part,
 )
-from apex_dask.experiment.checkpoint_folder import CKPT_NAME as _NAME
-from apex_dask.experiment.checkpoint_folder import checkpoints_in, latest_checkpoint
 from apex_dask.runtime.actors.calls import call_with_timeout
 from apex_dask.runtime.orchestration.checkpoint_budget import SaveBudget, WriteHistory, left_out
 from apex_dask.runtime.orchestration.state import RunState

@@ -31,6 +31,7 @@ from typing import Any
 
 from apex_dask.algo.agents.spec import AgentSpec
 from apex_dask.algo.play.episodes import play_episodes
+from apex_dask.algo.play.exported import PolicyFile
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 
 __all__ = ["EpisodeFailed", "PlayedEpisodes", "chunks", "play_on_cluster"]
@@ -70,7 +71,7 @@ def _warm(env_factory: Callable[[], Any]) -> str | None:
 def play_on_cluster(
     client: Any,
     env_factory: Callable[[], Any],
-    agent: AgentSpec,
+    agent: AgentSpec | PolicyFile,
     weights: Mapping[str, Any],
     *,
     episodes: int,
@@ -85,7 +86,8 @@ def play_on_cluster(
     stall_s: float = 1800.0,
 ) -> PlayedEpisodes:
     """Play episodes ``0 .. episodes-1`` on the cluster (see the module docstring), with
-    the greedy policy of ``agent``'s weights.
+    the greedy policy of ``agent``'s weights (or of an exported policy file: ``agent`` a
+    :class:`~apex_dask.algo.play.exported.PolicyFile`, ``weights`` empty).
 
     A failure or Ctrl-C cancels the episode tasks still running, unless
     ``cancel_on_error`` is False (a cluster about to be closed anyway: its
@@ -118,6 +120,10 @@ def play_on_cluster(
             f"worker {addr} cannot make the env ({why}); install what it needs on every worker"
         )
     [weights_future] = client.scatter([dict(weights)], broadcast=True)
+    shared = [weights_future]
+    if isinstance(agent, PolicyFile):  # the file's bytes, like weights: once per worker
+        [agent] = client.scatter([agent], broadcast=True)  # type: ignore[list-item]
+        shared.append(agent)
     recorded = sorted(i for i in set(record) if 0 <= i < episodes)
     rest = [i for i in range(episodes) if i not in set(recorded)]
     groups = [[i] for i in recorded] + chunks(rest, n_workers)
@@ -156,8 +162,8 @@ def play_on_cluster(
         wall = time.perf_counter() - t0
     except BaseException:
         if cancel_on_error:
-            client.cancel(futures + [weights_future])
+            client.cancel(futures + shared)
         raise
-    client.cancel(futures + [weights_future])  # all done: frees the weights' copies
+    client.cancel(futures + shared)  # all done: frees the weights' copies
     rows.sort(key=lambda r: r["index"])
     return PlayedEpisodes(rows, wall, n_workers)

@@ -33,9 +33,10 @@ __all__ = ["FaultHandler"]
 
 
 class FaultHandler:
-    """Checks and replaces env workers; ``restart(slot)`` (the store's ``start``) sets a
-    replaced worker going again, ``check_rebuilds()`` (the recovery's ``check``) rebuilds
-    a lost learner or shard first."""
+    """Checks and replaces env workers; ``check_rebuilds()`` (the recovery's ``check``)
+    rebuilds a lost learner or shard first. The caller that reports a failure says how
+    its worker starts again once replaced (``restart``: the store's ``start``; the
+    evaluator, called when it is next due, gives none)."""
 
     def __init__(
         self,
@@ -50,11 +51,18 @@ class FaultHandler:
         self.state, self.tasks, self.actors, self.client = state, tasks, actors, client
         self.timeout = float(timeout_s)
         self.check_rebuilds = check_rebuilds
-        self.restart: Callable[[EnvSlot], None] = lambda slot: None
 
-    def env_failed(self, slot: EnvSlot, exc: BaseException, relaunch: bool) -> None:
+    def env_failed(
+        self,
+        slot: EnvSlot,
+        exc: BaseException,
+        relaunch: bool,
+        restart: Callable[[EnvSlot], None] | None = None,
+    ) -> None:
         """A call to an env worker (or the evaluator) failed: a bug stops the run; a lost
-        peer starts a check that replaces the actor if its worker is gone."""
+        peer starts a check that replaces the actor if its worker is gone, then
+        ``restart(slot)`` sets it going again (``relaunch``: the failed call was a
+        rollout, counted in ``faults/rollouts_failed``)."""
         if isinstance(exc, EnvFailed):  # its line names the env, the error and the worker
             for line in exc.warnings:  # the CLI routes py.warnings to the run's log
                 who = "the evaluator" if slot.index < 0 else f"env worker {slot.index}"
@@ -68,7 +76,7 @@ class FaultHandler:
         if self.state.halting or slot.replacing:
             return
         slot.replacing = True
-        self.tasks.add(self._check_or_replace(slot), lambda t: self._checked(slot, t))
+        self.tasks.add(self._check_or_replace(slot), lambda t: self._checked(slot, t, restart))
 
     async def _check_or_replace(self, slot: EnvSlot) -> bool:
         """Raise if the learner's or a shard's worker is gone; re-create ``slot``'s actor
@@ -93,7 +101,9 @@ class FaultHandler:
             return False
         return True
 
-    def _checked(self, slot: EnvSlot, task: asyncio.Future) -> None:
+    def _checked(
+        self, slot: EnvSlot, task: asyncio.Future, restart: Callable[[EnvSlot], None] | None
+    ) -> None:
         exc = task.exception()
         if exc is not None:
             raise exc
@@ -102,5 +112,5 @@ class FaultHandler:
             return
         if task.result():
             self.state.counters.faults.env_workers_replaced += 1
-        if not self.state.halting:
-            self.restart(slot)
+        if not self.state.halting and restart is not None:
+            restart(slot)

@@ -2,7 +2,7 @@
 
 ::
 
-    store = StoreRollouts(state, tasks, cfg.workers, on_failure=faults.env_failed)
+    store = StoreRollouts(state, tasks, cfg.workers, on_failure=faults.env_failed, hold=pacer.hold)
     store.start(slot)          # per env worker: rollouts_in_flight calls going
     replay_and_update = ReplayAndUpdate(state, timeout_s)
     await replay_and_update.start() ... await replay_and_update.stop(timeout_s)
@@ -31,7 +31,11 @@ from apex_dask.runtime.orchestration.tasks import TaskSet, task_error
 
 __all__ = ["ReplayAndUpdate", "StoreRollouts"]
 
-EnvFailure = Callable[[EnvSlot, BaseException, bool], None]
+EnvFailure = Callable[..., None]
+"""``on_failure(slot, exc, relaunch, restart=None)`` (:meth:`.faults.FaultHandler.env_failed`)."""
+Hold = Callable[[EnvSlot, Callable[[EnvSlot], None]], bool]
+"""``hold(slot, relaunch)`` (:meth:`.pacing.ReplayRatioPacer.hold`): True if ``slot``'s next
+rollout waits; ``relaunch(slot)`` once it may go."""
 
 
 class StoreRollouts:
@@ -42,16 +46,23 @@ class StoreRollouts:
     ``rollouts_in_flight`` calls going, each storing its rollouts in uniformly
     random live shards; a worker that produced ``max_weight_sync_delay`` steps
     since its last sync pulls newer weights (one blob per learner version).
-    ``on_failure(slot, exc, relaunch)`` gets failed calls; ``hold(slot)`` (the
-    pacer's) may keep a worker's next rollout back.
+    ``on_failure(slot, exc, relaunch, restart)`` gets failed calls (with :meth:`start`,
+    which sets a replaced worker going again); ``hold(slot, relaunch)`` (the pacer's;
+    None: never) may keep a worker's next rollout back, handing it to
+    :meth:`launch` later.
     """
 
     def __init__(
-        self, state: RunState, tasks: TaskSet, workers: EnvWorkersConfig, on_failure: EnvFailure
+        self,
+        state: RunState,
+        tasks: TaskSet,
+        workers: EnvWorkersConfig,
+        on_failure: EnvFailure,
+        hold: Hold | None = None,
     ) -> None:
         self.state, self.tasks, self.w = state, tasks, workers
         self.on_failure = on_failure
-        self.hold: Callable[[EnvSlot], bool] = lambda slot: False
+        self.hold: Hold = hold or (lambda slot, relaunch: False)
         self.window = IterationWindow()  # this iteration's steps and episodes
         self.lowest: set[int] = set()
         self.envs_changed()
@@ -96,7 +107,7 @@ class StoreRollouts:
         exc = task_error(task)
         if exc is not None:
             self.state.rollouts.failed(ks)
-            self.on_failure(slot, exc, True)
+            self.on_failure(slot, exc, True, self.start)
             return
         s: RolloutSummary = task.result()
         self.state.rollouts.returned(ks, s.rollouts)
@@ -120,7 +131,7 @@ class StoreRollouts:
             self.window.episode_lengths += s.episode_lengths
         if self.state.halting or slot.retiring:
             return
-        if not self.hold(slot):
+        if not self.hold(slot, self.launch):
             self.launch(slot)
         self._maybe_sync(slot)
 
@@ -140,7 +151,7 @@ class StoreRollouts:
         slot.syncing = False
         exc = task_error(task)
         if exc is not None:
-            self.on_failure(slot, exc, False)
+            self.on_failure(slot, exc, False, self.start)
             return
         version = task.result()
         if version is None:  # the learner has nothing newer yet

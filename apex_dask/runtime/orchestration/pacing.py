@@ -29,9 +29,9 @@ __all__ = ["ReplayRatioPacer"]
 class ReplayRatioPacer(Job):
     """Holds env workers' next rollouts while the learner is behind ``rho`` (None: never).
 
-    ``hold(slot)`` after each rollout; held slots go back to ``relaunch`` once
-    the learner has caught up. A failed poll calls ``on_lost`` (the recovery's
-    ``soon``) and backs off half a second.
+    ``hold(slot, relaunch)`` after each rollout; a held slot goes back to its
+    ``relaunch`` (the store's ``launch``) once the learner has caught up. A failed
+    poll calls ``on_lost`` (the recovery's ``soon``) and backs off half a second.
     """
 
     name = "driver.pacing"
@@ -44,15 +44,14 @@ class ReplayRatioPacer(Job):
         rho: float | None,
         *,
         timeout_s: float,
-        relaunch: Callable[[EnvSlot], None],
         on_lost: Callable[[], None],
     ) -> None:
         super().__init__(tasks)
         self.state, self.w, self.rho, self.timeout = state, workers, rho, timeout_s
-        self.relaunch, self.on_lost = relaunch, on_lost
+        self.on_lost = on_lost
         self._trained = 0  # learner's steps trained, as last seen
         self._added = 0  # items added to all shards, as the learner last saw them
-        self._held: list[EnvSlot] = []
+        self._held: list[tuple[EnvSlot, Callable[[EnvSlot], None]]] = []  # (slot, relaunch)
         self._wanted = False  # a rollout finished since the last poll
         self._last_poll = -float("inf")
 
@@ -79,13 +78,14 @@ class ReplayRatioPacer(Job):
         slack = 4 * len(self.state.slots) * w.rollouts_in_flight * w.rollout_fragment_length
         return trained < self.rho * (self._added - slack)
 
-    def hold(self, slot: EnvSlot) -> bool:
-        """After a rollout of ``slot``: True if its next rollout must wait (it is held)."""
+    def hold(self, slot: EnvSlot, relaunch: Callable[[EnvSlot], None]) -> bool:
+        """After a rollout of ``slot``: True if its next rollout must wait (it is held,
+        and given to ``relaunch`` once the learner has caught up)."""
         if self.rho is None:
             return False
         held = self.behind()
         if held:
-            self._held.append(slot)  # relaunched once the learner has caught up
+            self._held.append((slot, relaunch))
         self._wanted = True
         self.tick()
         return held
@@ -122,7 +122,7 @@ class ReplayRatioPacer(Job):
         if not self.behind():
             held, self._held = self._held, []
             if not self.state.halting:
-                for slot in held:
-                    self.relaunch(slot)
+                for slot, relaunch in held:
+                    relaunch(slot)
         if self._held:
             self.tick()

@@ -108,19 +108,13 @@ class ExecutionPlan:
         self.faults = FaultHandler(
             state, tasks, actors, client=client, check_rebuilds=self.recovery.check, timeout_s=t
         )
-        # the operations
-        self.store = StoreRollouts(state, tasks, config.workers, self.faults.env_failed)
-        self.faults.restart = self.store.start
         self.pacer = ReplayRatioPacer(
-            state,
-            tasks,
-            config.workers,
-            min_replay_ratio,
-            timeout_s=t,
-            relaunch=self.store.launch,
-            on_lost=self.recovery.soon,
+            state, tasks, config.workers, min_replay_ratio, timeout_s=t, on_lost=self.recovery.soon
         )
-        self.store.hold = self.pacer.hold
+        # the operations
+        self.store = StoreRollouts(
+            state, tasks, config.workers, on_failure=self.faults.env_failed, hold=self.pacer.hold
+        )
         self.evaluation = Evaluation(
             state, tasks, config.eval, t, self.faults.env_failed, BestWeights(best_weights_dir)
         )

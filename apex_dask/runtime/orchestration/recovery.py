@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from apex_dask.experiment.checkpoint import read_manifest
+from apex_dask.experiment.checkpoints.store import read_manifest
 from apex_dask.experiment.flow import LearnerFlow, ShardFlow
 from apex_dask.experiment.results import shard_stat
 from apex_dask.runtime.actors.calls import call_with_timeout

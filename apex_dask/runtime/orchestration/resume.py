@@ -10,9 +10,9 @@ continued from it.
 
 The candidates are checked newest first without reading their data (manifest,
 part names inside the folder, sizes, array headers:
-:func:`~apex_dask.experiment.checkpoint.verify_checkpoint`); the actors then
+:func:`~apex_dask.experiment.checkpoints.store.verify_checkpoint`); the actors then
 load their parts, each verifying its SHA-256. A checkpoint that fails either
-check (a :class:`~apex_dask.experiment.checkpoint.DamagedCheckpoint`) is skipped
+check (a :class:`~apex_dask.experiment.checkpoints.store.DamagedCheckpoint`) is skipped
 with one line naming it and why, and the next older one is tried; a checkpoint
 that verifies but does not fit this run (another env, another number of
 shards) is an error at once, since every older one would not fit either.
@@ -32,8 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from apex_dask.config import ApexConfig
-from apex_dask.experiment.checkpoint import CheckpointError, DamagedCheckpoint, verify_checkpoint
-from apex_dask.experiment.checkpoint_folder import remove_leftovers, resume_candidates, skip_line
+from apex_dask.experiment.checkpoints.folder import remove_leftovers, resume_candidates, skip_line
+from apex_dask.experiment.checkpoints.store import (
+    CheckpointError,
+    DamagedCheckpoint,
+    verify_checkpoint,
+)
 from apex_dask.experiment.tracking import TensorBoardSink, TrackingError
 from apex_dask.runtime.errors import ApexRuntimeError
 from apex_dask.runtime.orchestration.checkpointing import Checkpointer

@@ -31,10 +31,11 @@ from apex_dask.algo.agents.spec import WorkerSpec
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.algo.rollout.spec import RolloutSpec
-from apex_dask.cli.checks import EnvSpaces, replay_bytes
+from apex_dask.cli.checks import EnvSpaces
+from apex_dask.cli.memory import replay_bytes
 from apex_dask.config import ApexConfig, ConfigError
 from apex_dask.config.renames import MOVED_TO_AGENT
-from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint, save_checkpoint
 
 AGENTS = sorted(agents())
 ENVS = ("CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from apex_dask.algo.replay.shard import ReplayShard
-from apex_dask.experiment.checkpoint import save_checkpoint
+from apex_dask.experiment.checkpoints.store import save_checkpoint
 
 OUT = Path(__file__).parent / "replay_checkpoints"
 

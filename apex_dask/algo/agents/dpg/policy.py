@@ -41,7 +41,7 @@ class DPGPolicy:
         check_weights(model, weights)
         load_weights(model, weights)
         self.model = model.eval()
-        self.action_space = action_space
+        self.observation_space, self.action_space = observation_space, action_space
         center, half = action_bounds(action_space)
         self.numpy_net = NumpyDPG({k: np.asarray(v) for k, v in weights.items()}, center, half)
         self.low, self.high = action_space.low, action_space.high
@@ -74,7 +74,9 @@ class DPGPolicy:
             "the actor's ReLU MLP (state dict of the learner's online actor)",
             "center + half * tanh(.), the action space's bounds",
         ]
-        return ScriptedPolicy(program, inside, output)
+        module = DeterministicProgram(self.model.actor).eval()
+        example = (torch.as_tensor(np.stack([self.observation_space.sample() for _ in range(2)])),)
+        return ScriptedPolicy(program, inside, output, module=module, example=example)
 
 
 class DeterministicProgram(torch.nn.Module):

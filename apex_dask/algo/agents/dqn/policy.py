@@ -109,7 +109,8 @@ class QPolicy:
         if action_space.start:
             inside.append(f"plus the action space's start ({int(action_space.start)})")
         output = "int64 action(s): a 0-d tensor for one observation, (B,) for a batch"
-        return ScriptedPolicy(program, inside, output)
+        module = GreedyProgram(net, rank, int(action_space.start)).eval()
+        return ScriptedPolicy(program, inside, output, module=module, example=(example,))
 
 
 class GreedyProgram(torch.nn.Module):

@@ -102,7 +102,15 @@ class R2D2Policy:
             f"policy = torch.jit.load(path); h = c = torch.zeros(1, {size}) at each episode's "
             "start; action, h, c = policy(torch.as_tensor(obs)[None], h, c); int(action[0])"
         )
-        return ScriptedPolicy(traced, inside, output, call, state=((1, size), (1, size)))
+        return ScriptedPolicy(
+            traced,
+            inside,
+            output,
+            call,
+            state=((1, size), (1, size)),
+            module=program,
+            example=example,
+        )
 
 
 class RecurrentProgram(torch.nn.Module):

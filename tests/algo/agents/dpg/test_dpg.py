@@ -17,7 +17,7 @@ from apex_dask.algo.agents.dpg.noise import ActionNoise, noise_ladder
 from apex_dask.algo.agents.dpg.worker import DPGEnvWorker
 from apex_dask.algo.envs.factory import make_env_factory
 from apex_dask.algo.rollout.spec import RolloutSpec
-from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint, save_checkpoint
 
 OBS1 = spaces.Box(-10.0, 10.0, (1,), np.float32)
 ACT1 = spaces.Box(-2.0, 2.0, (1,), np.float32)  # center 0, half range 2

@@ -11,7 +11,7 @@ from agent_parts import configs
 from gymnasium import spaces
 
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint, save_checkpoint
 
 VEC = spaces.Box(-5.0, 5.0, (4,), np.float32)
 GRID = spaces.Box(0, 255, (10, 10, 3), np.uint8)

@@ -24,7 +24,7 @@ from apex_dask.algo.play.episodes import play_episode
 from apex_dask.algo.play.export import export_policy
 from apex_dask.algo.replay.shard import ReplayShard
 from apex_dask.algo.rollout.spec import RolloutSpec
-from apex_dask.experiment.checkpoint import load_checkpoint, save_checkpoint
+from apex_dask.experiment.checkpoints.store import load_checkpoint, save_checkpoint
 
 OPTIONS = R2D2Config(
     hiddens=(16,), lstm_size=8, burn_in=4, trace_length=6, period=3, initial_priority="worker"
@@ -245,7 +245,7 @@ def test_the_memory_estimate_matches_a_shard_of_sequence_items(preset):
     from types import SimpleNamespace
 
     from apex_dask.algo.agents.registry import make_env_worker
-    from apex_dask.cli.checks import replay_bytes
+    from apex_dask.cli.memory import replay_bytes
     from apex_dask.config import ApexConfig
     from apex_dask.experiment.builder import env_factory, worker_spec
 

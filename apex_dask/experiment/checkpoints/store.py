@@ -17,14 +17,14 @@ to the destination, :func:`write_part` fills it from anywhere that sees the
 same filesystem, and :meth:`StagedCheckpoint.commit` writes the manifest,
 fsyncs and renames the directory into place. A crash at any moment leaves
 the previous complete checkpoint (a directory with a manifest) and at most a
-hidden temporary one (:mod:`apex_dask.experiment.checkpoint_folder` removes those
+hidden temporary one (:mod:`apex_dask.experiment.checkpoints.folder` removes those
 and picks the newest checkpoint that verifies). Any problem on load (a
 missing, truncated or altered file, a foreign format, a manifest entry naming
 a file outside the checkpoint's folder, an ``.npz`` header declaring more
 data than its file holds) raises :class:`DamagedCheckpoint`, a
 :class:`CheckpointError`: one line naming the file and the problem. Nothing
 is allocated from a declared size before it is checked against the file
-(:mod:`apex_dask.experiment.npz_check`).
+(:mod:`apex_dask.experiment.checkpoints.npz_check`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from apex_dask.experiment.npz_check import NpzProblem, check_npz
+from apex_dask.experiment.checkpoints.npz_check import NpzProblem, check_npz
 
 __all__ = [
     "FORMAT",

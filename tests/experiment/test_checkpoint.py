@@ -4,7 +4,7 @@ from agent_parts import configs
 from gymnasium import spaces
 
 from apex_dask.algo.agents.dqn.learner import Learner
-from apex_dask.experiment.checkpoint import (
+from apex_dask.experiment.checkpoints.store import (
     CheckpointError,
     StagedCheckpoint,
     load_checkpoint,

@@ -55,7 +55,7 @@ def test_printed_config_runs_unchanged_with_config(tmp_path, capsys):
     path = tmp_path / "cartpole.yaml"
     path.write_text(printed)
 
-    from apex_dask.cli.checks import resolve_config
+    from apex_dask.cli.resolve import resolve_config
 
     resolved = resolve_config(submit_parser().parse_args(["--config", str(path)]))
     expected = convert(pick(read_experiments(rf.CARTPOLE_2022), None, "f")).config()

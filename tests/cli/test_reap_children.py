@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 SCRIPT = r"""
 import json, subprocess, sys

@@ -8,7 +8,7 @@ from apex_dask.cli.checks import UsageError
 from apex_dask.cli.main import build_parser
 from apex_dask.cli.resume import resolve_resume
 from apex_dask.config import ApexConfig
-from apex_dask.experiment.checkpoint import save_checkpoint
+from apex_dask.experiment.checkpoints.store import save_checkpoint
 
 
 def resume(*argv: str):

@@ -12,19 +12,19 @@ import os
 import numpy as np
 import pytest
 
-from apex_dask.experiment.checkpoint import (
+from apex_dask.experiment.checkpoints.folder import (
+    checkpoints_in,
+    pick_checkpoint,
+    remove_leftovers,
+    resume_candidates,
+)
+from apex_dask.experiment.checkpoints.store import (
     CheckpointError,
     DamagedCheckpoint,
     StagedCheckpoint,
     load_checkpoint,
     save_checkpoint,
     verify_checkpoint,
-)
-from apex_dask.experiment.checkpoint_folder import (
-    checkpoints_in,
-    pick_checkpoint,
-    remove_leftovers,
-    resume_candidates,
 )
 
 

@@ -15,7 +15,7 @@ from apex_dask.cli.evaluate import main
 from apex_dask.cli.outdir import write_text
 from apex_dask.cli.runfolder import load_run
 from apex_dask.config import ApexConfig
-from apex_dask.experiment.checkpoint import save_checkpoint
+from apex_dask.experiment.checkpoints.store import save_checkpoint
 
 EVAL = str(Path(sys.executable).parent / "apex-dask-eval")
 

@@ -26,7 +26,7 @@ from dask_procs import stop as _stop
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SPACE = """\
 base:

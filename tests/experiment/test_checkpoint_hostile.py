@@ -18,7 +18,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from apex_dask.experiment.checkpoint import (
+from apex_dask.experiment.checkpoints.store import (
     CheckpointError,
     load_checkpoint,
     read_part,

@@ -2,6 +2,7 @@
 
 ::
 
+    parts = runner_state(apex)               # what LocalApex.state_dict() returns
     path = save_runner(apex, "runs/x/ckpt")
     parts, meta = load_runner_checkpoint(path)   # CheckpointError: one line naming the file
     restore_runner(apex, parts)
@@ -9,7 +10,7 @@
 
 Both :func:`save_runner` and :func:`load_newest_runner_checkpoint` first
 remove what an interrupted write of that checkpoint left beside it
-(``.<name>.tmp-*``; :func:`~apex_dask.experiment.checkpoint_folder.remove_leftovers`),
+(``.<name>.tmp-*``; :func:`~apex_dask.experiment.checkpoints.folder.remove_leftovers`),
 with one logged line saying how much was freed. Given a folder of ``ckpt-N``
 checkpoints, :func:`load_newest_runner_checkpoint` takes the newest that
 verifies, logging one line for each newer one it skipped and why.
@@ -23,26 +24,27 @@ would make every Q-value NaN from the first step.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from apex_dask.experiment.checkpoint import (
+from apex_dask.experiment.checkpoints.folder import remove_leftovers, resume_candidates, skip_line
+from apex_dask.experiment.checkpoints.stateful import Stateful
+from apex_dask.experiment.checkpoints.store import (
     MANIFEST,
     CheckpointError,
     load_checkpoint,
     save_checkpoint,
 )
-from apex_dask.experiment.checkpoint_folder import remove_leftovers, resume_candidates, skip_line
-
-if TYPE_CHECKING:
-    from apex_dask.local.runner import LocalApex
 
 __all__ = [
+    "Runner",
     "load_newest_runner_checkpoint",
     "load_runner_checkpoint",
     "restore_runner",
+    "runner_state",
     "save_runner",
 ]
 
@@ -61,12 +63,31 @@ _WEIGHTS = ("online", "target")
 """The learner part's networks; every value must be finite."""
 
 
-def save_runner(apex: LocalApex, path: str | Path) -> Path:
-    """Write ``apex``'s checkpoint directory (atomically)."""
+class Runner(Protocol):
+    """What a checkpoint holds of the in-process runner (``LocalApex``): its learner, its
+    shards, its random generator, its config, and the counters and lists named in
+    ``_COUNTERS`` and ``_LISTS`` (attributes of the same names)."""
+
+    learner: Stateful
+    shards: Sequence[Stateful]
+    rng: np.random.Generator
+    config: Any
+    steps_sampled: int
+
+
+def runner_state(apex: Runner) -> dict[str, Any]:
+    """``apex``'s checkpoint parts: ``learner`` and ``shard_<k>`` (each part's own
+    ``state_dict()``) and ``runner`` (its counters, lists and the RNG's state)."""
     runner: dict[str, Any] = {name: getattr(apex, name) for name in (*_COUNTERS, *_LISTS)}
     runner["rng"] = apex.rng.bit_generator.state
     parts: dict[str, Any] = {"learner": apex.learner.state_dict(), "runner": runner}
     parts.update({f"shard_{k}": s.state_dict() for k, s in enumerate(apex.shards)})
+    return parts
+
+
+def save_runner(apex: Runner, path: str | Path) -> Path:
+    """Write ``apex``'s checkpoint directory (atomically)."""
+    parts = runner_state(apex)
     meta = {"timesteps": apex.steps_sampled, "config": apex.config.to_dict()}
     _clean_beside(Path(path))
     return save_checkpoint(path, parts, metadata=meta)
@@ -138,8 +159,8 @@ def load_runner_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, 
     return parts, meta
 
 
-def restore_runner(apex: LocalApex, parts: dict[str, Any]) -> None:
-    """Load a checkpoint's parts into a freshly built ``apex``."""
+def restore_runner(apex: Runner, parts: Mapping[str, Any]) -> None:
+    """Load a checkpoint's parts (:func:`runner_state`'s) into a freshly built ``apex``."""
     apex.learner.load_state_dict(parts["learner"])
     for k, shard in enumerate(apex.shards):
         shard.load_state_dict(parts[f"shard_{k}"])

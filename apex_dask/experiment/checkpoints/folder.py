@@ -13,7 +13,7 @@
     picked.path, picked.manifest, picked.skipped   # ckpt-000007, its manifest, ["ckpt-000008: ..."]
 
 A checkpoint is written into a hidden ``.<name>.tmp-*`` folder and renamed
-into place (:class:`~apex_dask.experiment.checkpoint.StagedCheckpoint`); replacing
+into place (:class:`~apex_dask.experiment.checkpoints.store.StagedCheckpoint`); replacing
 one of the same name first moves the old one to ``.<name>.old-<pid>``. A
 process killed in between leaves those folders behind, often a whole replay
 copy: :func:`remove_leftovers` removes them (and, should the kill have come
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apex_dask.experiment.checkpoint import MANIFEST, CheckpointError, verify_checkpoint
+from apex_dask.experiment.checkpoints.store import MANIFEST, CheckpointError, verify_checkpoint
 
 __all__ = [
     "CKPT_NAME",
