@@ -56,8 +56,6 @@ def synthetic(shards: int, envs: int) -> tuple[dict[str, float], object]:
                 f"replay/{k}/priority_updates_stale": 10.0,
             }
         )
-    for i in range(envs):
-        r[f"env/{i}/weights_version"] = 1.9e4
     obs = Observed(
         now=0.0,
         learner_key="learner",
@@ -66,6 +64,7 @@ def synthetic(shards: int, envs: int) -> tuple[dict[str, float], object]:
         env_keys={i: f"env-{i}" for i in range(envs)},
         rollouts=[(f"shard-{k}", 9_990, 0) for k in range(shards)],
         rollouts_in_flight=dict.fromkeys(range(envs), 2),
+        env_versions=dict.fromkeys(range(envs), 1.9e4),
     )
     return r, obs
 

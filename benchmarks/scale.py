@@ -55,7 +55,14 @@ OUT = Path(__file__).parent / "results" / "scale.json"
 FRAGMENT = 50  # env steps per rollout (RLlib's Ape-X rollout_fragment_length)
 
 
-def scale_config(mode: str, actors: int, steps_per_s: float, replay_ratio: float) -> ApexConfig:
+def scale_config(
+    mode: str,
+    actors: int,
+    steps_per_s: float,
+    replay_ratio: float,
+    relays: bool = True,
+    relay_max_age_s: float = 0.0,
+) -> ApexConfig:
     """RLlib's Ape-X shape (4 shards, fragments of 50, a sync every 400 steps), one env
     per actor as in the paper, simulated env workers."""
     common = {
@@ -71,6 +78,8 @@ def scale_config(mode: str, actors: int, steps_per_s: float, replay_ratio: float
         "topology.learner_worker": "learner",
         "topology.call_timeout_s": 60.0,
         "checkpoint.interval_s": 0.0,
+        "topology.weight_relays": relays,
+        "topology.weight_relay_max_age_s": relay_max_age_s,
     }
     if mode == "atari":
         return ApexConfig.preset("atari").override(
@@ -99,19 +108,31 @@ def _sum(result: dict[str, float], prefix: str, suffix: str) -> float:
 
 
 def _flow(driver: Any) -> dict[str, float]:
-    """Stored rollouts and shard ingest seconds now, summed over the shards."""
+    """Stored rollouts and shard ingest seconds now, summed over the shards; the weights
+    blobs and bytes the learner has handed out and its version, asked of it now."""
     stats = driver.shard_stats()
+    learner = driver._state.learner.stats().result(timeout=120)  # noqa: SLF001
     return {
         "stored": sum(_sum(st, "replay/", "/rollouts_stored") for st in stats),
         "add_s": sum(_sum(st, "replay/", "/add_s") for st in stats),
+        "weight_sends": float(learner["learner/weight_sends"]),
+        "weight_bytes_sent": float(learner["learner/weight_bytes_sent"]),
+        "version": float(learner["learner/version"]),
     }
 
 
 def point(args: argparse.Namespace, actors: int) -> dict[str, Any]:
     from apex_dask.runtime.orchestration.driver import ApexDriver
 
-    cfg = scale_config(args.mode, actors, args.steps_per_s, args.replay_ratio)
-    cluster = ProcessCluster(args.env_processes)
+    cfg = scale_config(
+        args.mode,
+        actors,
+        args.steps_per_s,
+        args.replay_ratio,
+        not args.no_relays,
+        args.relay_max_age_s,
+    )
+    cluster = ProcessCluster(args.env_processes, hosts=args.hosts)
     t_start = time.monotonic()
     client = cluster.start()
     pids = cluster.pids()
@@ -187,6 +208,12 @@ def summarize(args, actors, window, transport, flows, cpus, spans, final) -> dic
         "shard_ingest_ms_per_rollout": 1e3 * add_s / max(1.0, stored * wall),
         "shard_ingest_cores": add_s / wall,
         "weight_sync_bytes_per_s": sum(t["weight_sync_bytes"] for t in transport) / tspan,
+        # the learner's own counters at the window's edges, over the window's wall seconds
+        "learner_weight_bytes_per_s": (f1["weight_bytes_sent"] - f0["weight_bytes_sent"]) / wall,
+        "learner_weight_kb_per_s": (f1["weight_bytes_sent"] - f0["weight_bytes_sent"]) / wall / 1e3,
+        "learner_weight_sends_per_s": (f1["weight_sends"] - f0["weight_sends"]) / wall,
+        "versions_per_s": (f1["version"] - f0["version"]) / wall,
+        "relays": window[-1].get("relay/count", 0.0) if window else math.nan,
         "policy_lag": float(np.nanmean(lags)) if lags else math.nan,
         "updates_per_s": (trained[-1] - trained[0]) / span / 64 if len(window) > 1 else math.nan,
         "store_p50_s": float(np.percentile(lat, 50)) if len(lat) else math.nan,
@@ -213,6 +240,8 @@ COLUMNS = [
     ("env ms/r", "env_ms_per_rollout", "{:.2f}"),
     ("add ms/r", "shard_ingest_ms_per_rollout", "{:.3f}"),
     ("wsync KB/s", None, "{:.0f}"),
+    ("lrn wt KB/s", "learner_weight_kb_per_s", "{:.0f}"),
+    ("relays", "relays", "{:.0f}"),
     ("lag", "policy_lag", "{:.1f}"),
     ("p50 s", "store_p50_s", "{:.3f}"),
     ("p99 s", "store_p99_s", "{:.3f}"),
@@ -285,6 +314,18 @@ def main() -> None:
     p.add_argument("--warmup-s", type=float, default=10.0)
     p.add_argument("--window-s", type=float, default=20.0)
     p.add_argument("--replay-ratio", type=float, default=0.25)
+    p.add_argument(
+        "--hosts", type=int, default=0,
+        help="spread the env processes over this many loopback hosts (127.0.0.2, ...)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-relays", action="store_true",
+        help="topology.weight_relays off: every env worker pulls from the learner",
+    )  # fmt: skip
+    p.add_argument(
+        "--relay-max-age-s", type=float, default=0.0,
+        help="topology.weight_relay_max_age_s: how old a relay's copy may be at a sync",
+    )  # fmt: skip
     p.add_argument("--label", default=None, help="the run's name in the JSON (default: mode)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--plot", type=Path, default=None)

@@ -30,6 +30,7 @@ class ProcessCluster:
     """``dask scheduler`` + a ``learner`` worker + ``env_processes`` workers ``env-<j>``."""
 
     env_processes: int
+    hosts: int = 0  # > 0: env process j listens on 127.0.0.<2 + j % hosts>, a host of its own
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="apex-scale-")))
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -53,9 +54,14 @@ class ProcessCluster:
                 raise RuntimeError(f"the scheduler did not start; see {self.tmp / 'dask.log'}")
             time.sleep(0.1)
         names = ["learner"] + [f"env-{j}" for j in range(self.env_processes)]
-        for name in names:
+        for j, name in enumerate(names):
+            host = (
+                []
+                if self.hosts <= 0 or j == 0
+                else ["--host", f"127.0.0.{2 + (j - 1) % self.hosts}"]
+            )
             self.procs[name] = subprocess.Popen(
-                [_dask(), "worker", "--scheduler-file", str(sched_file), "--no-nanny"]
+                [_dask(), "worker", "--scheduler-file", str(sched_file), "--no-nanny", *host]
                 + ["--nthreads", "1", "--memory-limit", "0", "--name", name, "--no-dashboard"],
                 env=env,
                 stdout=log,

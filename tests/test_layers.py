@@ -390,6 +390,20 @@ LONG_MODULES: dict[str, str] = {
         "and every read that copies under that lock (the JSON document a series at a time) "
         "must see the same bookkeeping; the series and the per-run view are their own modules"
     ),
+    "runtime/actors/env_worker.py": (
+        "one actor's calls over one event loop and one env thread: rollouts, weight syncs "
+        "through its host's relay or the learner, stats and transport share the counters "
+        "the driver's ledgers compare"
+    ),
+    "runtime/actors/learner.py": (
+        "one actor's learner thread, prefetcher, priority sender and versioned weight blobs "
+        "share one model lock and the counters its stats report"
+    ),
+    "runtime/orchestration/launch.py": (
+        "the one ActorSet that creates, refers to and retires every actor of a run (learner, "
+        "shards, env workers, relays), so a rebuilt actor's Future replaces the lost one's "
+        "in one place"
+    ),
 }
 """Each module above 400 lines, and why it is one module."""
 

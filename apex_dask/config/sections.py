@@ -53,6 +53,12 @@ class ReportConfig:
     every flow balances, every shard is sampled and updated, versions never go back,
     evaluation reports) ends the run (exit 3) instead of a warning line and a count in
     ``health/invariant_violations``; the tests turn it on."""
+    per_worker_keys: bool = False
+    """Also put each env worker's own ``env/<i>/*`` and ``env/<exploration>/<i>`` in every
+    result row. Off: a row holds their fixed-size summaries (``env/workers/<x>/min``,
+    ``q25``, ``q50``, ``q75``, ``max``, ``low_third_mean``) at any worker count; each env
+    worker's own values still reach the ``/apex`` page, ``/apex/metrics.json`` and
+    Prometheus (each actor publishes them: ``docs/metrics.md``)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,21 @@ class TopologyConfig:
     ``cluster.scale``, ``adapt``, ``--lifetime``) first hands its replay shards and learner
     over (a fresh snapshot, restored elsewhere) and its env workers stop; no fault is
     counted. Off: env workers are fixed at the start, a worker that leaves is a fault."""
+    weight_relays: bool = True
+    """One weights relay per host with env workers: each weights version leaves the
+    learner's process once per host, and that host's env workers take it from the relay
+    (``docs/scaling.md``, "Weights once per host"). Off: every env worker pulls each
+    version from the learner itself (one send per actor)."""
+    weight_relay_max_age_s: float = 0.0
+    """How old a relay's copy may be and still answer an env worker's sync. 0: a relay
+    answers only from an ask of the learner that began after the request arrived (an env
+    worker gets at least the learner's version at its sync, as without relays; each
+    version leaves the learner at most once per host, and a host's syncs share an ask only
+    when they arrive together). > 0: a copy asked for at most this many seconds before the
+    request answers it, so a relay asks the learner at most about once per this many
+    seconds whatever its env workers' sync rate, and an env worker's version may trail the
+    learner's at its sync by the versions made in that time (``docs/scaling.md``,
+    "Weights once per host")."""
 
 
 GRACE_MAX_S = 7 * 24 * 3600.0

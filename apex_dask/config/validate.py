@@ -194,6 +194,7 @@ def validate(cfg: Any) -> None:
     if cfg.topology.local_workers is not None:
         positive("topology.local_workers", cfg.topology.local_workers)
     positive("topology.call_timeout_s", cfg.topology.call_timeout_s)
+    nonneg("topology.weight_relay_max_age_s", cfg.topology.weight_relay_max_age_s)
     for name in ("timesteps", "time_s", "iterations"):
         value = getattr(cfg.stop, name)
         if value is not None:

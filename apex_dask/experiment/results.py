@@ -11,9 +11,12 @@ spent in updates during the window) / (window wall seconds).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from apex_dask.experiment.flow import (
     ROLLOUTS_LOST,
@@ -33,6 +36,7 @@ __all__ = [
     "IterationWindow",
     "build_result",
     "env_metrics",
+    "env_summaries",
     "learner_metrics",
     "shard_metrics",
     "shard_stat",
@@ -86,6 +90,8 @@ def env_metrics(
     rollouts_sent: int,
     weights_version: int,
     env_errors: int = 0,
+    relay_syncs: int = 0,
+    relay_fallbacks: int = 0,
 ) -> dict[str, float]:
     """One env worker's ``env/<i>/*`` counters and its exploration parameter
     ``env/<exploration_name>/<i>`` (its agent's: ``epsilon``, DPG's ``noise_scale``; the
@@ -100,7 +106,54 @@ def env_metrics(
         f"env/{i}/rollouts_sent": float(rollouts_sent),
         f"env/{i}/weights_version": float(weights_version),
         f"env/{i}/env_errors": float(env_errors),
+        f"env/{i}/relay_syncs": float(relay_syncs),
+        f"env/{i}/relay_fallbacks": float(relay_fallbacks),
     }
+
+
+_PER_WORKER = re.compile(r"^env/(-?\d+)/([a-z_]+)$")  # env/<i>/<x>
+_EXPLORATION = re.compile(r"^env/([a-z_]+)/(-?\d+)$")  # env/<exploration>/<i>
+SUMMARY_STATS = ("min", "q25", "q50", "q75", "max", "low_third_mean")
+
+
+def env_summaries(envs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each env worker key summarised over the env workers: ``env/workers/<x>/<stat>`` for
+    every ``env/<i>/<x>`` and exploration ``env/<e>/<i>`` (``x`` = ``e``), ``stat`` in
+    :data:`SUMMARY_STATS`: min, quartiles, max, and the mean over the lowest-exploration
+    third (the ``ceil(n / 3)`` workers with the smallest exploration parameter, the ones
+    ``env/episode_return_mean`` reports; ties by index). NaN where no worker reported."""
+    values: dict[str, dict[int, float]] = {}
+    explore: dict[int, float] = {}
+    for e in envs:
+        for name, value in e.items():
+            if m := _PER_WORKER.match(name):
+                values.setdefault(m.group(2), {})[int(m.group(1))] = float(value)
+            elif m := _EXPLORATION.match(name):
+                i = int(m.group(2))
+                values.setdefault(m.group(1), {})[i] = float(value)
+                explore.setdefault(i, float(value))  # the agent's own name comes first
+    ranked = sorted(explore, key=lambda i: (explore[i], i))
+    low = set(ranked[: math.ceil(len(ranked) / 3)])
+    out: dict[str, float] = {}
+    for x, by_worker in sorted(values.items()):
+        xs = np.asarray(list(by_worker.values()), dtype=np.float64)
+        lows = [v for i, v in by_worker.items() if i in low]
+        p = f"env/workers/{x}/"
+        if xs.size == 0:
+            out.update({p + s: math.nan for s in SUMMARY_STATS})
+            continue
+        q25, q50, q75 = np.quantile(xs, [0.25, 0.5, 0.75])
+        out.update(
+            {
+                p + "min": float(xs.min()),
+                p + "q25": float(q25),
+                p + "q50": float(q50),
+                p + "q75": float(q75),
+                p + "max": float(xs.max()),
+                p + "low_third_mean": mean_or_nan(lows),
+            }
+        )
+    return out
 
 
 def learner_metrics(
@@ -157,6 +210,7 @@ def build_result(
     eval_result: Mapping[str, Any] | None,
     extra: Mapping[str, float] | None = None,
     retired: RetiredFlow | None = None,
+    per_worker_keys: bool = False,
 ) -> dict[str, float]:
     """Assemble one result dict.
 
@@ -166,7 +220,9 @@ def build_result(
     ``eval_result`` is an evaluation that finished during this iteration
     (``return_mean``, ``return_std``, ``duration_s``, ``weights_version``,
     ``timed_out``);
-    ``eval/*`` appears only then. ``retired``: the lost actors' last flow
+    ``eval/*`` appears only then. Env workers' own keys are summarised
+    (:func:`env_summaries`: a row of the same size at any worker count);
+    ``per_worker_keys`` adds them as they are too. ``retired``: the lost actors' last flow
     counters, added to the live ones'. ``sync/policy_lag`` = learner version -
     mean(acting versions); ``learner/replay_ratio`` = transitions trained /
     env steps sampled. ``extra`` (fault counters) is copied as is; a runner whose env
@@ -185,9 +241,13 @@ def build_result(
         **episode_metrics(window.episode_returns, window.episode_lengths),
     }
     sent = 0.0
-    for i, e in enumerate(envs):
-        out.update(e)
-        sent += e.get(f"env/{i}/rollouts_sent", 0.0)
+    for e in envs:
+        if per_worker_keys:
+            out.update(e)
+        sent += sum(
+            v for k, v in e.items() if k.startswith("env/") and k.endswith("/rollouts_sent")
+        )
+    out.update(env_summaries(envs))
     if eval_result is not None:
         out["eval/return_mean"] = float(eval_result["return_mean"])
         out["eval/return_std"] = float(eval_result.get("return_std", math.nan))

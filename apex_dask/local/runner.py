@@ -313,6 +313,7 @@ class LocalApex:
             weight_syncs=self.weight_syncs,
             eval_result=self._window_eval,
             extra=FaultCounters(env_errors=sum(w.env_errors for w in everyone)).metrics(),
+            per_worker_keys=self.config.report.per_worker_keys,
         )
 
     def _eval_return(self) -> float | None:

@@ -275,3 +275,58 @@ def test_the_placement_check_rejects_a_learner_on_the_driver_host(tmp_path):
         check_placement(site, {**good, "learner": worker("198.18.0.2", gpu=True)})
     with pytest.raises(AssertionError):  # an env worker on the driver's host
         check_placement(site, {**good, "env_workers": [worker("198.18.0.2")]})
+
+
+WEIGHT_HOSTS, ACTORS_PER_HOST = 2, 3
+
+
+def test_each_weights_version_leaves_the_learners_host_once_per_env_host(netns_run, tmp_path):
+    """Weights once per host, counted on the wire: 2 env hosts x 3 simulated env workers
+    asking after every rollout (about 2.5x as often as the learner, its replay ratio capped,
+    makes versions), a 512x512 network (a blob of about 1.1 MB that dwarfs the rest).
+    Per version the learner's host sends at most 1.2 x hosts x blob; one blob per env
+    worker (what a pull from each actor would send) is 3x that and fails. Each env host
+    receives about one blob per version, and the env workers' policy lag stays at the
+    learner's pace (median at most 2 versions)."""
+    out = tmp_path / "weights"
+    actors = WEIGHT_HOSTS * ACTORS_PER_HOST
+    submit = [
+        "--preset", "cartpole", "--set", f"workers.num_workers={actors}",
+        "--set", "workers.rollout_fragment_length=20", "--set", "workers.max_weight_sync_delay=20",
+        "--set", "simulate.env_steps_per_s=50", "--set", "dqn.hiddens=[512,512]",
+        "--set", "replay.learning_starts=300", "--set", "learner.min_replay_ratio=null",
+        "--set", "learner.max_replay_ratio=0.2", "--set", "eval.episodes=0",
+        "--set", "eval.animation=false", "--set", "checkpoint.interval_s=0",
+        "--set", "report.per_worker_keys=true", "--set", "report.min_iter_time_s=6",
+        "--set", "report.timesteps_per_iteration=1", "--stop-iterations", "5",
+        "--out", str(out), "--quiet", "--no-tensorboard",
+    ]  # fmt: skip
+    run = netns_run(
+        ["--env-hosts", str(WEIGHT_HOSTS), "--interface", "eth0"], submit, APEX_TLS="off"
+    )
+    site = run.site()
+    moved, first, last = window_between_iterations(
+        site, out / "results.jsonl", 2, 4, timeout_s=300, alive=lambda: run.proc.poll() is None
+    )
+    assert run.wait(120) == 0, run.output()
+    versions = last["learner/version"] - first["learner/version"]
+    sends = last["learner/weight_sends"] - first["learner/weight_sends"]
+    syncs = last["sync/weight_syncs"] - first["sync/weight_syncs"]
+    blob = (last["learner/weight_bytes_sent"] - first["learner/weight_bytes_sent"]) / sends
+    assert blob > 1e6 and versions >= 3, (blob, versions)
+    assert last["relay/count"] == WEIGHT_HOSTS
+    assert syncs >= actors * versions, (syncs, versions)  # every actor takes every version
+    per_version = moved["learner"]["eth0"]["tx"] / versions
+    assert per_version <= 1.2 * WEIGHT_HOSTS * blob, (per_version, blob, moved)
+    assert sends <= WEIGHT_HOSTS * (versions + 1), (sends, versions)
+    for h in range(1, WEIGHT_HOSTS + 1):
+        into = moved[f"env{h}"]["eth0"]["rx"] / versions
+        assert 0.8 * blob <= into <= 1.2 * blob, (h, into, blob)
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()][1:4]
+    lags = sorted(
+        r["learner/version"] - r[f"env/{i}/weights_version"] for r in rows for i in range(actors)
+    )
+    assert lags[len(lags) // 2] <= 2, lags
+    assert last["health/invariant_violations"] == 0
+    final = json.loads((out / "final.json").read_text())  # after the halt: nothing in transit
+    assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"] > 0

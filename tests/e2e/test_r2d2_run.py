@@ -69,8 +69,8 @@ def test_the_run_trains_on_sequence_items_with_weight_syncs_and_staleness(traine
     assert np.abs(shard["data/state"]).sum() > 0  # states carried, not all zeros
     assert last["sync/weight_syncs"] > 0
     # per-worker epsilons, both workers acting on synced weights
-    assert last["env/epsilon/0"] > last["env/epsilon/1"] > 0
-    assert min(last["env/0/weights_version"], last["env/1/weights_version"]) > 0
+    assert last["env/workers/epsilon/max"] > last["env/workers/epsilon/min"] > 0
+    assert last["env/workers/weights_version/min"] > 0
 
 
 def test_a_restored_learner_makes_a_bit_identical_next_update(trained):

@@ -54,8 +54,8 @@ def test_c51_with_noisy_nets_trains_resumes_evaluates_and_exports(tmp_path):
     first = rows(out / "results.jsonl")
     last = first[-1]
     assert last["learner/steps_trained"] > 0 and math.isfinite(last["learner/loss"])
-    eps = [v for k, v in last.items() if k.startswith("env/epsilon/")]
-    assert eps and all(e == 0.0 for e in eps)  # noisy nets explore with their noise alone
+    eps = [last[f"env/workers/epsilon/{s}"] for s in ("min", "max")]  # rows summarise them
+    assert eps == [0.0, 0.0]  # noisy nets explore with their noise alone
     ckpt = sorted((out / "checkpoints").glob("ckpt-*"))[-1]
     learner = load_checkpoint(ckpt)[0]["learner"]
     assert learner["online"]["head.advantage.weight_mu"].shape == (2 * 51, 128)

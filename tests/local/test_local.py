@@ -24,6 +24,7 @@ TINY = {
     "report.timesteps_per_iteration": 480,
     "eval.interval_s": 0.0,
     "eval.episodes": 1,
+    "report.per_worker_keys": True,  # each env worker's own keys in the rows too
     "seed": 3,
 }
 

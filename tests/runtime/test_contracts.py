@@ -7,12 +7,19 @@ import inspect
 import pytest
 
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
-from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
+from apex_dask.runtime.actors.contracts import (
+    EnvWorkerHandle,
+    LearnerHandle,
+    RelayHandle,
+    ShardHandle,
+)
+from apex_dask.runtime.actors.weight_relay import WeightRelayActor
 
 PAIRS = [
     (ShardHandle, ReplayShardActor),
     (LearnerHandle, LearnerActor),
     (EnvWorkerHandle, EnvWorkerActor),
+    (RelayHandle, WeightRelayActor),
 ]
 
 

@@ -47,7 +47,11 @@ DRIVER_ONLY = (
 # Names actors publish beyond the result dict: per-env-worker detail, the
 # evaluator's weights version and the learner's cumulative update time (the
 # driver turns it into learner/busy_frac).
-ACTOR_ONLY = re.compile(r"^(env/\d+/[a-z_]+|eval/weights_version|learner/grad_total_s)$")
+# (Result rows hold the env workers' summaries, env/workers/<x>/<stat>; each env worker's
+# own env/<i>/<x> and exploration parameter env/<e>/<i> come from the actor alone.)
+ACTOR_ONLY = re.compile(
+    r"^(env/\d+/[a-z_]+|env/[a-z_]+/\d+|eval/weights_version|learner/grad_total_s)$"
+)
 
 
 def get(url: str) -> tuple[int, str]:
@@ -219,6 +223,25 @@ def test_metrics_json_carries_the_result_dict_names_and_values(real_run):
     assert extra == [], f"served names that no result dict carries: {extra}"
     for name in DRIVER_ONLY:
         assert same(doc["latest"][name], last[name]), (name, doc["latest"][name], last[name])
+
+
+@pytest.mark.slow
+def test_each_env_workers_epsilon_is_served_while_rows_hold_its_summary(real_run):
+    """The per-worker epsilon view: each env worker's epsilon, published by the actor, in
+    /apex/metrics.json (latest and series); result rows carry only the summary."""
+    names = {f"env/epsilon/{i}" for i in range(NUM_ENV_WORKERS)}
+
+    def served() -> dict[str, Any] | None:
+        d = metrics_json(real_run.base, "?names=env/epsilon/*")
+        return d if set(d["latest"]) == names and all(d["series"][n] for n in names) else None
+
+    doc = poll(served)
+    eps = sorted(doc["latest"].values())
+    assert 0 < eps[0] < eps[-1] <= 1, eps  # the Ape-X ladder: one epsilon per worker
+    row = real_run.result(2)
+    assert not [k for k in row if re.match(r"^env/(\d+/|epsilon/\d)", k)], sorted(row)
+    assert row["env/workers/epsilon/min"] == pytest.approx(eps[0])
+    assert row["env/workers/epsilon/max"] == pytest.approx(eps[-1])
 
 
 @pytest.mark.slow

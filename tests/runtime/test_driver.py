@@ -26,6 +26,7 @@ def small_config(**overrides) -> ApexConfig:
         "eval.interval_s": 0.0,
         "eval.episodes": 2,
         "topology.call_timeout_s": 30.0,
+        "report.per_worker_keys": True,  # each env worker's own keys in the rows too
         "seed": 3,
     }
     base.update(overrides)
@@ -176,7 +177,7 @@ def test_cartpole_preset_learns_above_random_within_its_budget(gpu_client):
 
 def test_pendulum_preset_dpg_learns_above_random_within_its_budget(gpu_client):
     """Ape-X DPG on the same plan: float actions through shards, prefetcher and priorities."""
-    cfg = ApexConfig.preset("pendulum").override({"seed": 1})
+    cfg = ApexConfig.preset("pendulum").override({"seed": 1, "report.per_worker_keys": True})
     with ApexDriver(cfg, gpu_client) as driver:
         results = driver.run(stop={"eval_return": -600, "time_s": 75})
         final = driver.halt()

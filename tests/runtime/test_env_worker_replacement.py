@@ -65,6 +65,7 @@ def test_a_worker_that_dies_while_an_env_worker_is_created_on_it_is_given_up(clu
             "report.timesteps_per_iteration": 200,
             "eval.episodes": 0,
             "topology.call_timeout_s": 30.0,
+            "report.per_worker_keys": True,  # each env worker's steps in the rows
             "seed": 5,
         }
     )

@@ -52,7 +52,8 @@ def strict_plan(results: queue.Queue) -> ExecutionPlan:
 
 
 def test_every_law_has_a_bug_here():
-    assert {law for _, _, law, _ in BUGS} == set(LAWS)
+    # relays run only on a cluster: their law's bug is tests/runtime/test_weight_relays.py's
+    assert {law for _, _, law, _ in BUGS} | {"relays"} == set(LAWS)
 
 
 @pytest.mark.slow  # about 5 s each

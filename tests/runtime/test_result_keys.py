@@ -64,6 +64,7 @@ def folded(results: list[dict[str, float]]) -> set[str]:
             key = re.sub(r"^replay/\d+/", "replay/<k>/", key)
             key = re.sub(r"^env/([a-z_]+)/\d+$", r"env/\1/<i>", key)
             key = re.sub(r"^env/\d+/", "env/<i>/", key)
+            key = re.sub(r"^env/workers/[a-z_]+/", "env/workers/<x>/", key)
             key = re.sub(r"^health/task_failures/[^/]+$", "health/task_failures/<task>", key)
             key = re.sub(
                 r"^health/invariant_violations/[^/]+$", "health/invariant_violations/<law>", key
@@ -82,6 +83,7 @@ def config() -> ApexConfig:
             "eval.interval_s": 0.0,
             "eval.episodes": 1,
             "topology.call_timeout_s": 30.0,
+            "report.per_worker_keys": True,  # every documented key, the per-worker ones too
         }
     )
 
@@ -130,6 +132,30 @@ def test_in_process_results_have_exactly_the_documented_keys(config):
     assert folded(results) == documented()["local"] | documented()["dqn"]
 
 
+def test_rows_hold_summaries_not_per_worker_keys_by_default(config):
+    """A row's size does not grow with the env workers: their keys are summarised."""
+    sizes = {}
+    for n in (2, 6):
+        cfg = config.override({"report.per_worker_keys": False, "workers.num_workers": n})
+        last = list(run_local(cfg, stop={"iterations": 1}))[-1]
+        assert not [k for k in last if re.match(r"^env/(\d+/|[a-z_]+/\d+$)", k)]
+        sizes[n] = len(last)
+        ladder = sorted(last_eps := [cfg_eps for cfg_eps in exploration(cfg)])
+        assert last["env/workers/epsilon/min"] == pytest.approx(ladder[0])
+        assert last["env/workers/epsilon/max"] == pytest.approx(ladder[-1])
+        low = ladder[: -(-n // 3)]
+        assert last["env/workers/epsilon/low_third_mean"] == pytest.approx(sum(low) / len(low))
+        assert last["env/workers/rollouts_sent/max"] >= last["env/workers/rollouts_sent/min"]
+        assert len(last_eps) == n
+    assert sizes[2] == sizes[6]
+
+
+def exploration(cfg):
+    from apex_dask.experiment.builder import exploration_ladder
+
+    return [float(e) for e in exploration_ladder(cfg)]
+
+
 @pytest.mark.parametrize("preset", ["pendulum", "cartpole_pomdp"])
 def test_the_other_agents_in_process_results_have_exactly_their_documented_keys(preset):
     cfg = ApexConfig.preset(preset).override(
@@ -139,6 +165,7 @@ def test_the_other_agents_in_process_results_have_exactly_their_documented_keys(
             "report.timesteps_per_iteration": 200,
             "eval.interval_s": 0.0,
             "eval.episodes": 1,
+            "report.per_worker_keys": True,
         }
     )
     results = list(run_local(cfg, stop={"iterations": 2}))

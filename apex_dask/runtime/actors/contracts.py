@@ -7,7 +7,8 @@ holds them to it); the orchestration types its handles with them::
 
     shard:   add -> sample -> update_priorities         (+ added, stats, parts)
     learner: start -> weights_if_newer ... -> stop      (+ progress, stats, parts)
-    env:     sync_weights -> sample_into ... / evaluate (+ set_shard, set_learner)
+    env:     sync_weights -> sample_into ... / evaluate (+ set_shard, set_learner, set_relay)
+    relay:   weights_if_newer (one per host: each version leaves the learner once per host)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-__all__ = ["ActorCall", "EnvWorkerHandle", "LearnerHandle", "ShardHandle"]
+__all__ = ["ActorCall", "EnvWorkerHandle", "LearnerHandle", "RelayHandle", "ShardHandle"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -88,6 +89,8 @@ class LearnerHandle(Protocol):
 
     def weights_if_newer(self, version: int) -> ActorCall[bytes | None]: ...
 
+    def versioned_weights_if_newer(self, version: int) -> ActorCall[tuple[int, bytes] | None]: ...
+
     def get_weights(self) -> ActorCall[tuple[int, dict[str, np.ndarray]]]: ...
 
     def state_dict(self) -> ActorCall[dict[str, Any]]: ...
@@ -127,8 +130,22 @@ class EnvWorkerHandle(Protocol):
 
     def set_learner(self, handle: Any, lost: bool = False) -> ActorCall[None]: ...
 
+    def set_relay(self, handle: Any, lost: bool = False) -> ActorCall[None]: ...
+
     def stats(self) -> ActorCall[dict[str, float]]: ...
 
     def transport(self) -> ActorCall[dict[str, Any]]: ...
+
+    def close(self) -> ActorCall[None]: ...
+
+
+class RelayHandle(Protocol):
+    """One host's weights relay (:class:`~.weight_relay.WeightRelayActor`)."""
+
+    def weights_if_newer(self, version: int, learner: Any) -> ActorCall[bytes | None]: ...
+
+    def set_learner(self, handle: Any, lost: bool = False) -> ActorCall[None]: ...
+
+    def stats(self) -> ActorCall[dict[str, float]]: ...
 
     def close(self) -> ActorCall[None]: ...

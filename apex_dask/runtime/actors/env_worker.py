@@ -103,6 +103,8 @@ class EnvWorkerActor:
         self.index = int(index)
         self._shards = [as_handle(s) for s in shards]
         self._learner = as_handle(learner)
+        self._learner_ref = learner if isinstance(learner, tuple) else None
+        self._relay: Any = None  # this host's weights relay (set_relay), or None
         self._calls = PeerCalls()  # to shards and the learner: given up when one is rebuilt
         self._dask_worker = current_worker()
         self._orphan_watch: asyncio.Task | None = None
@@ -138,9 +140,11 @@ class EnvWorkerActor:
         self.rollouts_sent = 0
         self.steps_sampled = 0
         self.weight_syncs = 0
+        self.relay_syncs = self.relay_fallbacks = 0
         self._errors_reported = 0
         self._store_s: deque[float] = deque(maxlen=10_000)  # rollout ready -> stored
         self._weight_bytes = 0
+        self._weight_bytes_direct = 0  # of them, pulled from the learner itself
         self._last_eval: dict[str, Any] | None = None
         self._applied: dict[str, Any] | None = None  # the evaluator's weights, as pulled
         self._t0 = time.monotonic()
@@ -207,14 +211,33 @@ class EnvWorkerActor:
 
     async def sync_weights(self) -> int | None:
         """Pull and apply the learner's weights if newer; the version applied, or None.
-        A learner rebuilt while the pull waited on the lost one is asked at once."""
-        try:
-            blob = await self._pull_weights()
-        except PeerReplaced:
-            blob = await self._pull_weights()
+
+        With a relay (:meth:`set_relay`) the pull goes to it; a relay call that fails
+        (a lost relay, its ask of the learner failed) pulls from the learner itself,
+        counted in ``relay_fallbacks``: a sync never fails for its relay. A learner
+        rebuilt while the pull waited on the lost one is asked at once."""
+        blob, direct = None, True
+        if self._relay is not None and self._learner_ref is not None:
+            try:
+                blob = await self._calls.call(
+                    "relay",
+                    self._relay.weights_if_newer(self._worker.weights_version, self._learner_ref),
+                    self._timeout,
+                )
+                direct = False
+                self.relay_syncs += 1
+            except Exception:  # the relay or its ask: the learner answers instead
+                self.relay_fallbacks += 1
+        if direct:
+            try:
+                blob = await self._pull_weights()
+            except PeerReplaced:
+                blob = await self._pull_weights()
         if blob is None:
             return None
         self._weight_bytes += len(blob)
+        if direct:
+            self._weight_bytes_direct += len(blob)
         version = await self._in_pool(self._apply_weights, blob)
         self.weight_syncs += 1
         return version
@@ -311,9 +334,18 @@ class EnvWorkerActor:
         ``lost``: a pull still waiting on the lost learner asks the new one at once (an
         evaluation waiting for its weights goes on now, not after the call timeout)."""
         self._learner = as_handle(handle)
+        self._learner_ref = handle if isinstance(handle, tuple) else None
         self._worker.weights_version = -1
         if lost:
             self._calls.replaced("learner")
+            self._calls.replaced("relay")  # a relay waiting on the lost one: ask the new
+
+    async def set_relay(self, handle: Any, lost: bool = False) -> None:
+        """Pull weights through this host's relay ``handle`` from now on (None: from the
+        learner). ``lost``: a pull still waiting on the old relay goes to the learner now."""
+        self._relay = None if handle is None else as_handle(handle)
+        if lost:
+            self._calls.replaced("relay")
 
     async def stats(self) -> dict[str, float]:
         """``env/<i>/*`` counters and this worker's exploration parameter."""
@@ -322,10 +354,15 @@ class EnvWorkerActor:
     async def transport(self) -> dict[str, Any]:
         """How this worker's data travelled since the last call: ``store_s``, the seconds
         from each rollout being made to its shard's reply (stored), the last 10,000;
-        ``weight_sync_bytes``, the bytes of weights pulled (``benchmarks/scale.py``)."""
-        out = {"store_s": list(self._store_s), "weight_sync_bytes": self._weight_bytes}
+        ``weight_sync_bytes``, the bytes of weights pulled, ``weight_sync_bytes_direct``
+        those pulled from the learner itself, not through a relay (``benchmarks/scale.py``)."""
+        out = {
+            "store_s": list(self._store_s),
+            "weight_sync_bytes": self._weight_bytes,
+            "weight_sync_bytes_direct": self._weight_bytes_direct,
+        }
         self._store_s.clear()
-        self._weight_bytes = 0
+        self._weight_bytes = self._weight_bytes_direct = 0
         return out
 
     async def close(self) -> None:
@@ -361,4 +398,6 @@ class EnvWorkerActor:
             rollouts_sent=self.rollouts_sent,
             weights_version=self._worker.weights_version,
             env_errors=self._worker.env_errors,
+            relay_syncs=self.relay_syncs,
+            relay_fallbacks=self.relay_fallbacks,
         )

@@ -25,6 +25,10 @@ The names (``docs/architecture.md``, "Background work"):
 - ``stall_learner`` 1: the learner thread stops training while it lives (steps trained);
 - ``stall_evaluator`` 1: evaluations never finish (the evaluation cadence);
 - ``stall_priority_sender`` 1: the sender stops draining its outbox (the bounds);
+- ``relay_fails`` 1: a weights relay fails every request (env workers must pull
+  from the learner, no sync failing);
+- ``relay_uncounted`` 1: a weights relay answers requests without counting them
+  (the relays law);
 - ``wrong_items`` 1: a shard hands out each sampled item with its neighbour's data
   (the audit, with ``replay.audit_priorities``).
 """

@@ -137,6 +137,7 @@ class LearnerActor:
         self._snap_lock: asyncio.Lock | None = None
         self._blob: tuple[int, bytes] | None = None
         self.weight_snapshots = 0
+        self.weight_sends = self.weight_bytes_sent = 0  # blobs handed out (relays, env workers)
         # learner-thread state
         self._thread: threading.Thread | None = None
         self._thread_error: str | None = None
@@ -278,6 +279,12 @@ class LearnerActor:
     async def weights_if_newer(self, version: int) -> bytes | None:
         """A pickled ``(version, {name: array})`` if the learner is past ``version``, else None
         (serialized at most once per version, however many env workers ask)."""
+        newer = await self.versioned_weights_if_newer(version)
+        return None if newer is None else newer[1]
+
+    async def versioned_weights_if_newer(self, version: int) -> tuple[int, bytes] | None:
+        """``(version, blob)`` of :meth:`weights_if_newer`, else None (a weights relay keeps
+        the version without unpickling the blob)."""
         if self._learner.version <= version:
             return None
         if self._snap_lock is None:
@@ -288,7 +295,11 @@ class LearnerActor:
                 self._blob = await loop.run_in_executor(self._snap_pool, self._snapshot)
                 self.weight_snapshots += 1
         blob_version, blob = self._blob
-        return blob if blob_version > version else None
+        if blob_version <= version:
+            return None
+        self.weight_sends += 1
+        self.weight_bytes_sent += len(blob)
+        return blob_version, blob
 
     async def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
         """``(version, {name: CPU array})`` of the online net, read between updates."""
@@ -379,6 +390,8 @@ class LearnerActor:
                     "learner/local_shards": pf.local_shards,
                     "learner/shared_batches": pf.shared_batches,
                     "learner/weight_snapshots": self.weight_snapshots,
+                    "learner/weight_sends": self.weight_sends,
+                    "learner/weight_bytes_sent": self.weight_bytes_sent,
                     "learner/outbox_size": len(self._sender.outbox),
                     "learner/priority_sends_in_flight": self._sender.in_flight,
                     **self.failures.metrics(),

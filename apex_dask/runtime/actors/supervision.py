@@ -60,6 +60,10 @@ TASKS: dict[str, str] = {
     "evaluator.animation": RESTART,
     # every env worker's (and the evaluator's) worker
     "env.orphan_watch": RESTART,
+    # each host's weights relay
+    "relay.orphan_watch": RESTART,
+    # the driver: keeps one relay per host with env workers
+    "driver.relays": RESTART,
     # the driver: the plan's jobs and the handlers of its actor calls
     "driver.report": END,
     "driver.evaluation": RESTART,

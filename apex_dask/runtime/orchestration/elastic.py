@@ -21,6 +21,9 @@ the run has moved off, :mod:`apex_dask.runtime.observability.handover`). Then:
   the newest weights before its first rollout (``elastic/env_workers_added``). Its
   first stored rollout is one line with the seconds since its worker joined
   (the scheduler's ``add-worker`` event).
+- a **weights relay** on a leaving worker is released (it holds nothing but a
+  copy); its host's env workers pull from the learner until
+  :mod:`.relays` gives the host a new one.
 
 A worker that dies without warning is not seen here: that stays a fault
 (:mod:`.faults`, :mod:`.recovery`). Each change is one line in
@@ -132,6 +135,7 @@ class Elasticity(Job):
         stop_learner: Callable[[float], Awaitable[dict[str, Any]]],
         start_learner: Callable[[], Awaitable[None]],
         evaluating: Callable[[], bool],
+        relays_leaving: Callable[[set[str]], Awaitable[None]] | None = None,
         every_s: float = 0.5,
     ) -> None:
         super().__init__(tasks, every_s)
@@ -140,6 +144,7 @@ class Elasticity(Job):
         self.start_env, self.envs_changed = start_env, envs_changed
         self.stop_learner, self.start_learner = stop_learner, start_learner
         self.evaluating = evaluating
+        self.relays_leaving = relays_leaving  # weights relays on leaving workers go first
         p = actors.placement  # the workers the run started on: no joins
         self._known = {w.address for w in [p.learner, p.evaluator, *p.shards, *p.env_workers] if w}
         self._joined: dict[str, float] = {}  # joined since the last fill: address -> wall time
@@ -190,6 +195,8 @@ class Elasticity(Job):
     async def _hand_over(self, leaving: set[str], alive: list[WorkerInfo], info: Any) -> None:
         s, p = self.state, self.actors.placement
         names = {a: w.get("name", a) for a, w in info.get("workers", {}).items()}
+        if self.relays_leaving is not None:  # a relay holds no state: released, not moved
+            await self.relays_leaving(leaving)
         for slot in [x for x in s.slots if x.address in leaving]:
             if not slot.retiring:
                 slot.retiring = True

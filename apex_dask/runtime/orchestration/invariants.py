@@ -28,6 +28,9 @@ law                    holds when
                        ``workers.rollouts_in_flight``
 ``audit``              with ``replay.audit_priorities``: no update reached an item
                        other than the one it was computed for
+``relays``             per weights relay: requests = served + current + failed + in
+                       flight; no blob taken twice for one version; its version
+                       never goes back while it follows one learner
 =====================  ==============================================================
 
 Laws that wait (``sampling``, ``training``, ``evaluation``) give a fault, an
@@ -67,6 +70,8 @@ LAWS: dict[str, str] = {
     "evaluation": "greedy evaluation reports at its interval",
     "bounds": "every queue and outbox stays under its bound",
     "audit": "no priority update lands on another item",
+    "relays": "each weights relay's requests = served + current + failed + in flight, "
+    "and it takes each version from the learner once",
 }
 
 OUTBOX_BOUND = 1024
@@ -91,7 +96,9 @@ class Observed:
     evaluated: bool = False  # an evaluation finished (or timed out) this iteration
     eval_duration_s: float = 0.0
     disturbed: tuple[float, ...] = ()  # fault and elastic counters: a change is a fault
+    env_versions: dict[int, float | None] = field(default_factory=dict)  # per env worker index
     probe: bool = False  # no iteration ended: stats gathered for the laws only
+    relays: dict[str, tuple[Any, dict[str, float]]] = field(default_factory=dict)  # by host
 
 
 @dataclass
@@ -182,6 +189,7 @@ class Invariants:
             ("evaluation", self._evaluation),
             ("bounds", self._bounds),
             ("audit", self._audit),
+            ("relays", self._relays),
         ):
             found += [(law, line) for line in test(result, obs)]
         for law in {law for law, _ in found}:
@@ -274,7 +282,7 @@ class Invariants:
         out = []
         seen = [("the learner", ("learner", obs.learner_key), r.get("learner/version"))]
         seen += [
-            (f"env worker {i}", ("env", key), r.get(f"env/{i}/weights_version"))
+            (f"env worker {i}", ("env", key), obs.env_versions.get(i))
             for i, key in sorted(obs.env_keys.items())
         ]
         if obs.evaluated:
@@ -341,4 +349,28 @@ class Invariants:
             bad = r.get(f"replay/{k}/audit_mismatches", 0.0)
             if bad > 0:
                 out.append(f"shard {k}: {bad:.0f} updated items held other data than sampled")
+        return out
+
+    def _relays(self, r: Mapping[str, float], obs: Observed) -> list[str]:
+        out = []
+        for host, (key, st) in sorted(obs.relays.items()):
+            p = f"relay/{host}/"
+            got = {n: st.get(p + n, 0.0) for n in ("requests", "served", "current", "failed")}
+            in_flight = st.get(p + "in_flight", 0.0)
+            answered = got["served"] + got["current"] + got["failed"]
+            if got["requests"] != answered + in_flight:
+                out.append(
+                    f"the relay on {host} had {got['requests']:.0f} requests but served "
+                    f"{got['served']:.0f} + current {got['current']:.0f} + failed "
+                    f"{got['failed']:.0f} + in flight {in_flight:.0f}"
+                )
+            repeats = st.get(p + "repeat_blobs", 0.0)
+            if repeats > 0:
+                out.append(f"the relay on {host} took {repeats:.0f} versions it held again")
+            version = st.get(p + "version")
+            if version is not None and version >= 0:
+                top = self._w.versions.get(("relay", key), -math.inf)
+                if version < top and self._calm(obs):
+                    out.append(f"the relay on {host}'s version went back from {top:.0f}")
+                self._w.versions[("relay", key)] = max(top, version)
         return out

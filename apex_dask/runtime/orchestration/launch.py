@@ -274,6 +274,21 @@ class ActorSet:
         self.placement = self.placement.moved(index, where)
         return EnvSlot(index, fut, handle, where.address, exploration)
 
+    async def add_relay(self, host: str, where: WorkerInfo) -> tuple[Any, Any, ActorRef]:
+        """A weights relay for ``host`` on ``where``; ``(future, handle, ref)``."""
+        from apex_dask.runtime.actors.weight_relay import WeightRelayActor
+
+        max_age = float(self.config.topology.weight_relay_max_age_s)
+        fut = self._submit(
+            WeightRelayActor,
+            host,
+            call_timeout_s=self.timeout,
+            max_age_s=max_age,
+            where=where.address,
+        )
+        handle = await self._created(fut, where)
+        return fut, handle, self._refs[fut.key]
+
     async def move_shard(self, k: int, where: WorkerInfo) -> tuple[ShardHandle, Any, Any]:
         """A new, empty replay shard ``k`` on ``where`` beside the old one, which lives on
         until :meth:`retire`; ``(new handle, its ref, the old one's Future)``."""

@@ -56,6 +56,7 @@ from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.operations import ReplayAndUpdate, StoreRollouts
 from apex_dask.runtime.orchestration.pacing import ReplayRatioPacer
 from apex_dask.runtime.orchestration.recovery import Recovery
+from apex_dask.runtime.orchestration.relays import WeightRelays
 from apex_dask.runtime.orchestration.report import Report
 from apex_dask.runtime.orchestration.state import RunState
 from apex_dask.runtime.orchestration.tasks import Job, TaskSet
@@ -139,6 +140,10 @@ class ExecutionPlan:
             self.recovery,
             self.pacer,
         ]
+        self.relays: WeightRelays | None = None
+        if actors is not None and config.topology.weight_relays:
+            self.relays = WeightRelays(state, tasks, actors, client=client, timeout_s=t)
+            self.jobs.append(self.relays)
         if actors is not None and config.topology.elastic:
             self.jobs.append(
                 Elasticity(
@@ -154,6 +159,7 @@ class ExecutionPlan:
                     stop_learner=self.replay_and_update.stop,
                     start_learner=self.replay_and_update.start,
                     evaluating=lambda: self.evaluation.pending,
+                    relays_leaving=None if self.relays is None else self.relays.leave,
                 )
             )
 

@@ -28,6 +28,19 @@ from apex_dask.runtime.orchestration.operations import StoreRollouts
 from apex_dask.runtime.orchestration.state import RunState
 from apex_dask.runtime.orchestration.tasks import Job, TaskSet
 
+
+def relay_totals(relays: dict[str, tuple[Any, dict[str, float]]]) -> dict[str, float]:
+    """``relay/<counter>`` summed over the hosts' relays, and ``relay/count``: one row
+    holds the same keys however many hosts (per-host counters: each relay's ``stats``)."""
+    out: dict[str, float] = {"relay/count": float(len(relays))}
+    for _, stats in relays.values():
+        for name, value in stats.items():
+            parts = name.split("/")
+            if len(parts) == 3 and parts[0] == "relay" and parts[2] != "version":
+                out[f"relay/{parts[2]}"] = out.get(f"relay/{parts[2]}", 0.0) + float(value)
+    return out
+
+
 __all__ = ["Report"]
 
 Stats = tuple[IterationWindow, dict[str, Any], list[dict], list[dict], Observed]
@@ -119,6 +132,7 @@ class Report(Job):
         shard_keys = [actor_key(h) for h in s.shards]
         env_keys = {slot.index: actor_key(slot.handle) for slot in s.slots}
         shards, envs = await self.small_stats()
+        relays = await self.relay_stats()
         observed = Observed(
             now=time.monotonic(),
             learner_key=learner_key,
@@ -127,7 +141,12 @@ class Report(Job):
             env_keys=env_keys,
             rollouts=rollouts,
             rollouts_in_flight={slot.index: slot.in_flight for slot in s.slots},
+            env_versions={
+                slot.index: e.get(f"env/{slot.index}/weights_version")
+                for slot, e in zip(s.slots, envs, strict=False)
+            },
             probe=probe,
+            relays=relays,
         )
         return window, learner, shards, envs, observed
 
@@ -144,6 +163,16 @@ class Report(Job):
         got = await asyncio.gather(*(one(h) for h in handles), return_exceptions=True)
         got = [g if isinstance(g, dict) else {} for g in got]
         return got[: len(s.shards)], got[len(s.shards) :]
+
+    async def relay_stats(self) -> dict[str, tuple[Any, dict[str, float]]]:
+        """Per host, ``(relay key, its stats)`` of each weights relay that answered."""
+        relays = list(self.state.relays.values())
+
+        async def one(h: Any) -> Any:
+            return await call_with_timeout(h.stats(), self.timeout)
+
+        got = await asyncio.gather(*(one(r.handle) for r in relays), return_exceptions=True)
+        return {r.host: (r.key, g) for r, g in zip(relays, got, strict=True) if isinstance(g, dict)}
 
     async def done(self, result: Stats | None, exc: BaseException | None) -> None:  # type: ignore[override]
         if exc is not None:
@@ -184,6 +213,9 @@ class Report(Job):
         self.health.see(observed.learner_key, "the learner", learner)
         for (i, key), stats in zip(observed.env_keys.items(), envs, strict=False):
             self.health.see(key, f"env worker {i}", stats)
+        for host, (key, stats) in observed.relays.items():
+            self.health.see(key, f"the weights relay on {host}", stats)
+        out.update(relay_totals(observed.relays))
         if s.evaluator is not None:
             who = actor_key(s.evaluator.handle)
             self.health.see(who, "the evaluator", self.evaluation.task_failures)
@@ -226,6 +258,7 @@ class Report(Job):
             eval_result=eval_result,
             extra={**c.driver_metrics(), **s.worker_counts()},
             retired=c.retired,
+            per_worker_keys=self.cfg.per_worker_keys,
         )
 
     async def final(self, learner: dict, timeout_s: float | None = None) -> dict[str, float]:

@@ -28,7 +28,7 @@ from apex_dask.runtime.actors.calls import actor_key
 from apex_dask.runtime.actors.contracts import EnvWorkerHandle, LearnerHandle, ShardHandle
 from apex_dask.runtime.actors.supervision import TaskFailures
 
-__all__ = ["EnvSlot", "RolloutLedger", "RunCounters", "RunState"]
+__all__ = ["EnvSlot", "RelaySlot", "RolloutLedger", "RunCounters", "RunState"]
 
 
 @dataclass
@@ -59,6 +59,21 @@ class EnvSlot:
         """A new actor for this slot (it has no weights yet: it syncs before acting)."""
         self.future, self.handle, self.address = future, handle, address
         self.version, self.steps_since_sync = -1, 0
+
+
+@dataclass
+class RelaySlot:
+    """The driver's view of one host's weights relay (its Future is kept)."""
+
+    host: str
+    future: Any
+    handle: Any
+    ref: Any  # what env workers are given
+    address: str
+
+    @property
+    def key(self) -> Any:
+        return self.future.key
 
 
 @dataclass
@@ -143,6 +158,8 @@ class RunState:
         self.slots = slots
         self.evaluator = evaluator
         self.missing_shards: set[int] = set()  # lost, being rebuilt: no rollouts go there
+        # weights relays by host (runtime/orchestration/relays.py keeps them)
+        self.relays: dict[str, RelaySlot] = {}
         self.rollouts = RolloutLedger([actor_key(h) for h in self.shards])
         self.failures = TaskFailures("the driver")  # the driver's supervised tasks
         self.dask_workers = 0  # Dask workers alive, as the newest check saw them
