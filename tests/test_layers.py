@@ -342,6 +342,7 @@ ALGO_THIRD_PARTY = {
     "imageio",
     "imageio_ffmpeg",
     "moviepy",
+    "onnxruntime",  # an exported .onnx file played back (algo/play/exported.py)
 }
 """All ``algo`` may import from outside ``apex_dask`` and the standard library."""
 

@@ -35,7 +35,6 @@ import logging
 import secrets
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from apex_dask.cli.exitcodes import (
     EXIT_TERMINATED,
     classify,
 )
+from apex_dask.cli.policyfiles import PolicySource, export
 from apex_dask.cli.runfolder import TrainedRun, check_fits, load_run
 from apex_dask.cli.watch import quiet_teardown_logs, route_logs
 
@@ -239,60 +239,12 @@ def run(args: argparse.Namespace) -> int:
 
 def play_exported(args: argparse.Namespace) -> int:
     """``--policy FILE``: the exported file's episodes, on the env its JSON names."""
-    from apex_dask.algo.play.exported import PolicyFile, PolicyFileError
-
-    try:
-        exported = PolicyFile.read(args.policy)
-        exported.policy()  # it loads here, before a cluster starts
-        factory = exported.env_factory()
-    except PolicyFileError as exc:
-        raise UsageError(str(exc)) from None
-    except ValueError as exc:  # the env id or kwargs of the JSON
-        raise UsageError(f"--policy {args.policy}: {exc}") from None
-    _check_spaces(exported, factory)
-    source = PolicySource(
-        folder=Path(args.policy).expanduser().resolve().parent,
-        source=exported.name,
-        version=exported.doc.get("weights_version"),
-        env_id=str(exported.doc["env_id"]),
-    )
+    from apex_dask.cli.policyfiles import open_policy
     from apex_dask.config import ApexConfig
 
+    source, factory, exported = open_policy(args.policy)
     # no run config: the embedded cluster one worker per core, a jobqueue's defaults
-    cfg = ApexConfig()
-    return play(args, source, cfg, factory, exported, {}, exported.max_episode_steps)
-
-
-@dataclass(frozen=True)
-class PolicySource:
-    """What the report says of an exported file (as :class:`TrainedRun` says of a run)."""
-
-    folder: Path
-    source: str
-    version: int | None
-    env_id: str
-
-
-def _check_spaces(exported: Any, factory: Any) -> None:
-    """The env the JSON names gives the spaces the file was exported for."""
-    from apex_dask.algo.play.export import describe_space
-
-    env = factory()
-    try:
-        have = {
-            "observation_space": describe_space(env.observation_space),
-            "action_space": describe_space(env.action_space),
-        }
-    finally:
-        env.close()
-    for key, space in have.items():
-        want = exported.doc[key]
-        if space != want:
-            raise UsageError(
-                f"--policy {exported.name}: {exported.doc['env_id']} here has the "
-                f"{key.replace('_', ' ')} {space}, the file was exported for {want} (another "
-                "version of the env or its package?)"
-            )
+    return play(args, source, ApexConfig(), factory, exported, {}, exported.max_episode_steps)
 
 
 def play(
@@ -358,41 +310,6 @@ def play(
         print(f"{PREFIX} video {v}", flush=True)
     print(f"{PREFIX} wrote {path}", flush=True)
     return EXIT_OK
-
-
-def export(trained: TrainedRun, spaces: Any, target: Path, fmt: str | None = None) -> None:
-    from apex_dask.algo.play.export import ExportError, export_policy
-    from apex_dask.experiment.builder import agent_spec
-
-    cfg = trained.config
-    about = {
-        "env_id": cfg.env.env_id,
-        "env_kwargs": dict(cfg.env.env_kwargs),
-        "env": {  # what apex-dask-eval --policy makes the env with, as the run's evaluation
-            "clip_rewards": cfg.env.clip_rewards,
-            "repeat_action_probability": cfg.env.repeat_action_probability,
-            "max_episode_steps": cfg.eval.max_episode_steps,
-        },
-        "algo": cfg.algo,
-        "run_dir": str(trained.folder),
-        "weights": trained.source,
-        "weights_version": trained.version,
-    }
-    if trained.best is not None:  # weights-best.npz: the evaluation that chose them
-        about["best_eval"] = trained.best
-    try:
-        program, meta = export_policy(
-            target,
-            agent_spec(cfg),
-            spaces.observation_space,
-            spaces.action_space,
-            trained.weights,
-            about=about,
-            fmt=fmt,
-        )
-    except ExportError as exc:
-        raise UsageError(f"--export: {exc}") from None
-    print(f"{PREFIX} exported the greedy policy to {program} (how to call it: {meta})")
 
 
 def _write_videos(rows: list[dict[str, Any]], folder: Path, stamp: str) -> list[str]:
