@@ -32,16 +32,17 @@ HAVE_WANDB = importlib.util.find_spec("wandb") is not None
 
 def documented_patterns() -> list[re.Pattern[str]]:
     """The names of the docs/metrics.md tables (the shared one and the agents'),
-    ``<k>``/``<i>`` as index wildcards."""
+    ``<k>``/``<i>`` as index wildcards, any other ``<name>`` as one name."""
     names = set()
     for part in DOC.read_text().split("| name | meaning | in results |")[1:]:
         table = part.split("\n\n", 1)[0].split("\n<!--", 1)[0]
         for line in table.splitlines()[2:]:
             names |= set(re.findall(r"`([^`]+)`", line.split("|")[1]))
-    return [
-        re.compile(re.escape(n).replace("<k>", r"\d+").replace("<i>", r"-?\d+") + "$")
-        for n in names
-    ]
+    def pattern(name: str) -> re.Pattern[str]:
+        text = re.escape(name).replace("<k>", r"\d+").replace("<i>", r"-?\d+")
+        return re.compile(re.sub(r"<[a-z]+>", r"[A-Za-z0-9_.]+", text) + "$")  # <task>, <law>, <x>
+
+    return [pattern(n) for n in names]
 
 
 @pytest.fixture(scope="module")

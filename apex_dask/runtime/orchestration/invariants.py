@@ -256,9 +256,10 @@ class Invariants:
                 )
         return out
 
-    def _trained_since(self, t: float) -> bool:
-        """Whether steps trained rose after time ``t``."""
-        return self._w.trained.rose_at > t
+    def _trained_through(self, t: float) -> bool:
+        """Whether steps trained kept rising for ``stall_s`` after time ``t`` (a learner
+        that stopped meanwhile is the training law's, not a shard's)."""
+        return self._w.trained.rose_at - t > self.stall_s
 
     def _sampling(self, r: Mapping[str, float], obs: Observed) -> list[str]:
         out = []
@@ -271,7 +272,7 @@ class Invariants:
                 p = self._w.shards.setdefault((key, name), _Progress())
                 p.see(value, obs.now, due=size >= self._enough)
                 stalled = p.stalled(obs.now, self._calm_since, self.stall_s)
-                if stalled is not None and self._trained_since(obs.now - stalled):
+                if stalled is not None and self._trained_through(obs.now - stalled):
                     out.append(
                         f"shard {k} holds {size:.0f} items but its {name} stayed at "
                         f"{value:.0f} for {stalled:.0f} s while the learner trained"
