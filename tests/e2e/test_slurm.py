@@ -457,7 +457,9 @@ def test_adapt_with_a_short_lifetime_cycles_env_worker_jobs_and_the_run_goes_on(
     lines = output.splitlines()
     at = lambda pattern: [i for i, ln in enumerate(lines) if re.search(pattern, ln)]  # noqa: E731
     retired = at(r"env worker \d+ retired with its leaving Dask worker")
-    added = at(r"env worker \d+ \((?:epsilon|exploration) \S+\) added on Dask worker SLURMCluster-")  # a job's
+    added = at(
+        r"env worker \d+ \((?:epsilon|exploration) \S+\) added on Dask worker SLURMCluster-"
+    )  # a job's
     assert retired and [i for i in added if i > retired[0]], output[-3000:]
 
     out = tmp_path / "run"

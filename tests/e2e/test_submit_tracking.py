@@ -38,6 +38,7 @@ def documented_patterns() -> list[re.Pattern[str]]:
         table = part.split("\n\n", 1)[0].split("\n<!--", 1)[0]
         for line in table.splitlines()[2:]:
             names |= set(re.findall(r"`([^`]+)`", line.split("|")[1]))
+
     def pattern(name: str) -> re.Pattern[str]:
         text = re.escape(name).replace("<k>", r"\d+").replace("<i>", r"-?\d+")
         return re.compile(re.sub(r"<[a-z]+>", r"[A-Za-z0-9_.]+", text) + "$")  # <task>, <law>, <x>
