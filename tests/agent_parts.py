@@ -55,3 +55,17 @@ def configs(algo: str, **keys: Any) -> tuple[Any, LearnerConfig]:
     config arguments (``Learner(obs_space, act_space, *configs("dqn", ...))``)."""
     spec = agent_spec(algo, **keys)
     return spec.config, spec.learner
+
+
+def observations(space: Any, n: int, seed: int, std: float = 1.0) -> Any:
+    """``n`` observations of a Box ``space`` to compare policies on: bool grids, uint8
+    frames of varied density, or normal floats (``std``)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if space.dtype == bool:
+        return rng.random((n, *space.shape)) < 0.2
+    if space.dtype == np.uint8:  # frames of varied density
+        on = rng.random((n, *space.shape)) < rng.random((n,) + (1,) * len(space.shape))
+        return np.where(on, rng.integers(0, 256, (n, *space.shape)), 0).astype(np.uint8)
+    return rng.normal(0, std, (n, *space.shape)).astype(space.dtype)

@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from agent_parts import observations
 from gymnasium import spaces
 
 from apex_dask.algo.agents.base import module_weights
@@ -121,16 +122,6 @@ ALL_CASES = [*DQN_CASES, "dpg:vector", "r2d2:vector", "r2d2:grid"]
 QUICK = {"dqn:frames/c51", "dpg:vector", "r2d2:vector"}
 
 
-def observations(space: spaces.Box, n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if space.dtype == bool:
-        return rng.random((n, *space.shape)) < 0.2
-    if space.dtype == np.uint8:  # frames of varied density
-        on = rng.random((n, *space.shape)) < rng.random((n,) + (1,) * len(space.shape))
-        return np.where(on, rng.integers(0, 256, (n, *space.shape)), 0).astype(np.uint8)
-    return rng.normal(0, 1.5, (n, *space.shape)).astype(space.dtype)
-
-
 def greedy_sequences(spec, obs_space, act_space, weights) -> tuple[list[np.ndarray], list]:
     """For a recurrent agent: the observations and the policy's actions over whole
     episodes (R2D2's env; an image space: a random walk of frames) totalling >= 1000 steps,
@@ -139,7 +130,7 @@ def greedy_sequences(spec, obs_space, act_space, weights) -> tuple[list[np.ndarr
     episodes, actions = [], []
     if obs_space.dtype == bool:
         for seed in range(4):
-            obs = observations(obs_space, 250, seed=100 + seed)
+            obs = observations(obs_space, 250, seed=100 + seed, std=1.5)
             policy.reset()
             episodes.append(obs)
             actions.append([policy.act(o) for o in obs])
@@ -296,7 +287,7 @@ class Exported:
                     job["episodes"].append(str(folder / f"{slug}-ep{i}.npy"))
                 self.want[case] = actions
             else:
-                obs = observations(obs_space, 1000, seed=len(slug))
+                obs = observations(obs_space, 1000, seed=len(slug), std=1.5)
                 np.save(folder / f"{slug}.npy", obs)
                 job["obs"] = str(folder / f"{slug}.npy")
                 policy = make_policy(spec, obs_space, act_space, weights)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from agent_parts import observations
 from gymnasium import spaces
 from trained_runs import cartpole_run, minatar_run, pendulum_model, pendulum_run
 
@@ -57,16 +58,6 @@ def load_elsewhere(program: Path, obs: np.ndarray, tmp_path: Path) -> dict:
 def network_actions(net: torch.nn.Module, obs: np.ndarray, start: int = 0) -> list[int]:
     with torch.no_grad():
         return (net(torch.as_tensor(obs)).argmax(dim=1) + start).tolist()
-
-
-def observations(space: spaces.Box, n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if space.dtype == bool:
-        return rng.random((n, *space.shape)) < 0.2
-    if space.dtype == np.uint8:  # frames of varied density
-        on = rng.random((n, *space.shape)) < rng.random((n,) + (1,) * len(space.shape))
-        return np.where(on, rng.integers(0, 256, (n, *space.shape)), 0).astype(np.uint8)
-    return rng.normal(0, 1, (n, *space.shape)).astype(space.dtype)
 
 
 CASES = {
