@@ -18,13 +18,14 @@ batch 128, 8 env workers with Ape-X epsilons):
 * ``noisy``: ``dqn.noisy=true`` (sigma0 0.5; every worker's epsilon 0, the noise
   explores);
 * ``hl_gauss``: ``dqn.loss=hl_gauss``, 51 bins on [-10, 40], sigma 0.75 bin widths;
-* ``layer_norm``: ``dqn.layer_norm=true``.
+* ``layer_norm``: ``dqn.layer_norm=true``;
+* ``c51_noisy``: C51 as above with noisy nets (both options of Rainbow's head).
 
-The default is the full benchmark: two games (Breakout, Space Invaders) x five heads x
-20 minutes x seed 0 = 200 minutes. ``--games``, ``--heads``, ``--minutes`` and
+The default is the full benchmark: two games (Breakout, Space Invaders) x six heads x
+20 minutes x seed 0 = 240 minutes. ``--games``, ``--heads``, ``--minutes`` and
 ``--seeds`` shorten it (the JSON records what ran).
 
-    python benchmarks/minatar_heads.py                                   # 200 minutes
+    python benchmarks/minatar_heads.py                                   # 240 minutes
     python benchmarks/minatar_heads.py --games Breakout --minutes 5      # 25 minutes
     python benchmarks/minatar_heads.py --plot-only
 
@@ -61,6 +62,7 @@ HEADS: dict[str, list[str]] = {
     "noisy": ["dqn.noisy=true"],
     "hl_gauss": ["dqn.loss=hl_gauss", "dqn.num_bins=51", *SUPPORT],
     "layer_norm": ["dqn.layer_norm=true"],
+    "c51_noisy": ["dqn.num_atoms=51", *SUPPORT, "dqn.noisy=true"],
 }
 COLORS = {
     "plain": "tab:blue",
@@ -68,6 +70,7 @@ COLORS = {
     "noisy": "tab:green",
     "hl_gauss": "tab:red",
     "layer_norm": "tab:purple",
+    "c51_noisy": "tab:brown",
 }
 
 

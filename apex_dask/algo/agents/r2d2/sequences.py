@@ -33,7 +33,6 @@ Each item's keys (see :mod:`apex_dask.algo.agents.r2d2.loss`): ``obs`` (T, ...),
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,26 +52,16 @@ SEQUENCE_KEYS: tuple[str, ...] = (
 """The keys of a sequence item."""
 
 
-@dataclass
-class _Episode:
-    """One env's episode so far: entries from episode step ``base`` on."""
-
-    obs: list[np.ndarray] = field(default_factory=list)  # o_base .. o_length
-    action: list[int] = field(default_factory=list)
-    reward: list[float] = field(default_factory=list)
-    done: list[bool] = field(default_factory=list)
-    state: list[np.ndarray] = field(default_factory=list)  # (2, H) before each step
-    version: list[int] = field(default_factory=list)
-    base: int = 0
-    length: int = 0  # steps made
-    next_start: int = 0  # the next trace start to emit
-
-
 class SequenceAdder:
     """Builds sequence items from vector env steps; see the module docstring.
 
     ``priority_fn(batch) -> float32 [n]`` gives the items' initial priorities at
     :meth:`take` (None: no priorities, the shard then gives its maximum).
+
+    Each env's episode lives in rows of preallocated arrays (episode step ``i`` at row
+    ``i - base``): a step is a few row writes per env, an item a copy of row slices.
+    Fewer than ``T`` rows are still needed after an emission (no owed trace is full),
+    and they move to the front when the steps up to the next emission would not fit.
     """
 
     def __init__(
@@ -97,26 +86,38 @@ class SequenceAdder:
                 f"period ({period}) must be <= trace_length ({trace_length}), or steps "
                 "between traces would never be trained"
             )
-        self.num_envs = int(num_envs)
+        self.num_envs = n = int(num_envs)
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
         self.burn_in, self.trace_length, self.period = int(burn_in), int(trace_length), int(period)
         self.length = self.burn_in + self.trace_length
         self.state_size = int(state_size)
         self.priority_fn = priority_fn
-        self._episodes = [_Episode() for _ in range(self.num_envs)]
+        # rows per env: fewer than T are live after each step's emissions (see _trim)
+        self._rows = rows = 2 * self.length + 2
+        self._obs = np.zeros((n, rows + 1, *self.obs_shape), self.obs_dtype)  # o_base ..
+        self._action = np.zeros((n, rows), np.int64)
+        self._reward = np.zeros((n, rows), np.float32)
+        self._done = np.zeros((n, rows), np.float32)
+        self._h = np.zeros((n, rows, self.state_size), np.float32)  # the state before each step
+        self._c = np.zeros((n, rows, self.state_size), np.float32)
+        self._ver = np.zeros((n, rows), np.int64)
+        self._base = [0] * n  # episode step of row 0
+        self._steps = [0] * n  # steps made in the episode
+        self._next = [0] * n  # the next trace start to emit
         self._items: list[dict[str, np.ndarray]] = []
-        self._state = np.zeros((self.num_envs, 2, self.state_size), np.float32)
+        self._state_h = np.zeros((n, self.state_size), np.float32)
+        self._state_c = np.zeros((n, self.state_size), np.float32)
         self._version = 0
 
     @property
     def num_pending(self) -> int:
         """Steps of all envs not yet in an emitted trace."""
-        return sum(e.length - min(e.next_start, e.length) for e in self._episodes)
+        return sum(s - min(n, s) for s, n in zip(self._steps, self._next, strict=True))
 
     def set_states(self, h: np.ndarray, c: np.ndarray, version: int) -> None:
         """The ``(h, c)`` (each (N, H)) every env acts from at the coming step, computed
-        with weights ``version``."""
-        self._state = np.stack([np.asarray(h, np.float32), np.asarray(c, np.float32)], axis=1)
+        with weights ``version``; read (copied) at the next :meth:`add`."""
+        self._state_h, self._state_c = h, c
         self._version = int(version)
 
     def add(
@@ -131,68 +132,74 @@ class SequenceAdder:
         any_end: bool = True,
     ) -> None:
         """One vector step (each argument's first axis: the envs)."""
-        for j, ep in enumerate(self._episodes):
+        steps, base, nxt = self._steps, self._base, self._next
+        h, c, version, trace = self._state_h, self._state_c, self._version, self.trace_length
+        for j in range(self.num_envs):
             if active is not None and not active[j]:
-                self._episodes[j] = _Episode()  # the partial episode is dropped
+                steps[j] = base[j] = nxt[j] = 0  # the partial episode is dropped
                 continue
-            if not ep.obs:
-                ep.obs.append(np.array(obs[j], self.obs_dtype))
-            ep.action.append(int(actions[j]))
-            ep.reward.append(float(reward[j]))
-            ep.done.append(bool(terminated[j]))
-            ep.state.append(self._state[j].copy())
-            ep.version.append(self._version)
-            ep.obs.append(np.array(next_obs[j], self.obs_dtype))
-            ep.length += 1
+            i = steps[j]
+            r = i - base[j]
+            if i == 0:
+                self._obs[j, 0] = obs[j]
+            self._obs[j, r + 1] = next_obs[j]
+            self._action[j, r] = actions[j]
+            self._reward[j, r] = reward[j]
+            self._done[j, r] = terminated[j]
+            self._h[j, r] = h[j]
+            self._c[j, r] = c[j]
+            self._ver[j, r] = version
+            steps[j] = i = i + 1
             if terminated[j] or truncated[j]:
-                while ep.next_start < ep.length:
-                    self._emit(ep, ep.next_start)
-                    ep.next_start += self.period
-                self._episodes[j] = _Episode()
-                continue
-            while ep.next_start + self.trace_length <= ep.length:
-                self._emit(ep, ep.next_start)
-                ep.next_start += self.period
-            self._trim(ep)
+                while nxt[j] < i:
+                    self._emit(j, nxt[j])
+                    nxt[j] += self.period
+                steps[j] = base[j] = nxt[j] = 0
+            elif nxt[j] + trace <= i:
+                while nxt[j] + trace <= i:
+                    self._emit(j, nxt[j])
+                    nxt[j] += self.period
+                self._trim(j)
 
-    def _trim(self, ep: _Episode) -> None:
-        """Drop the entries no item still owed needs (before ``next_start - B``)."""
-        keep_from = ep.next_start - self.burn_in
-        drop = keep_from - ep.base
-        if drop > 0:
-            del ep.obs[:drop], ep.action[:drop], ep.reward[:drop], ep.done[:drop]
-            del ep.state[:drop], ep.version[:drop]
-            ep.base = keep_from
+    def _trim(self, j: int) -> None:
+        """Move env ``j``'s rows that an item still owed needs (from ``next_start - B``) to
+        the front unless the steps up to its next emission (at most ``P``) fit."""
+        if self._steps[j] - self._base[j] + self.period <= self._rows:
+            return  # the steps up to the next emission fit
+        keep_from = self._next[j] - self.burn_in
+        drop = keep_from - self._base[j]
+        live = self._steps[j] - keep_from  # < T: no trace start owed is full
+        for buf in (self._action, self._reward, self._done, self._h, self._c, self._ver):
+            buf[j, :live] = buf[j, drop : drop + live].copy()
+        self._obs[j, : live + 1] = self._obs[j, drop : drop + live + 1].copy()
+        self._base[j] = keep_from
 
-    def _emit(self, ep: _Episode, start: int) -> None:
-        """The item of trace start ``start``: steps ``start - B .. start + L - 1``."""
+    def _emit(self, j: int, start: int) -> None:
+        """Env ``j``'s item of trace start ``start``: steps ``start - B .. start + L - 1``."""
         t = self.length
         lo = start - self.burn_in  # episode step of position 0
-        item = {
-            "obs": np.zeros((t + 1, *self.obs_shape), self.obs_dtype),
-            "action": np.zeros(t, np.int64),
-            "reward": np.zeros(t, np.float32),
-            "done": np.zeros(t, np.float32),
-            "mask": np.zeros(t, np.float32),
-            "first": np.zeros(t, np.float32),
-        }
         first_pos = max(0, -lo)  # position of the first real step
-        steps_to = min(t, ep.length - lo)  # positions < steps_to hold real steps
-        obs_to = min(t + 1, ep.length + 1 - lo)  # positions < obs_to hold observations
-        b = ep.base
-        for p in range(first_pos, obs_to):
-            item["obs"][p] = ep.obs[lo + p - b]
-        for p in range(first_pos, steps_to):
-            i = lo + p - b
-            item["action"][p] = ep.action[i]
-            item["reward"][p] = ep.reward[i]
-            item["done"][p] = ep.done[i]
-            item["mask"][p] = 1.0
+        steps_to = min(t, self._steps[j] - lo)  # positions < steps_to hold real steps
+        obs_to = min(t + 1, self._steps[j] + 1 - lo)  # positions < obs_to: observations
+        r0 = lo + first_pos - self._base[j]  # the row of the first real step
+        obs = np.zeros((t + 1, *self.obs_shape), self.obs_dtype)
+        obs[first_pos:obs_to] = self._obs[j, r0 : r0 + obs_to - first_pos]
+        item = {"obs": obs[:t], "next_obs": obs[t]}
+        n = steps_to - first_pos
+        for key, buf, dtype in (
+            ("action", self._action, np.int64),
+            ("reward", self._reward, np.float32),
+            ("done", self._done, np.float32),
+        ):
+            value = np.zeros(t, dtype)
+            value[first_pos:steps_to] = buf[j, r0 : r0 + n]
+            item[key] = value
+        item["mask"] = np.zeros(t, np.float32)
+        item["mask"][first_pos:steps_to] = 1.0
+        item["first"] = np.zeros(t, np.float32)
         item["first"][first_pos] = 1.0
-        obs = item.pop("obs")
-        item["obs"], item["next_obs"] = obs[:t], obs[t]
-        item["state"] = ep.state[lo + first_pos - b].copy()
-        item["state_version"] = np.int64(ep.version[lo + first_pos - b])
+        item["state"] = np.stack([self._h[j, r0], self._c[j, r0]])
+        item["state_version"] = np.int64(self._ver[j, r0])
         self._items.append(item)
 
     def take(

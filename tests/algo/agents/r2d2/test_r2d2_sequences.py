@@ -13,28 +13,31 @@ B, L, P, H = 3, 4, 2, 2
 T = B + L
 
 
-def expected_items(episode_id, length, terminated, env=0):
-    """Every item of one whole episode, built from the definition."""
+def expected_items(episode_id, length, terminated, env=0, shape=(B, L, P)):
+    """Every item of one whole episode, built from the definition (``shape``: burn-in,
+    trace length, period)."""
+    b, _, p = shape
+    t = sum(shape[:2])
     items = []
-    for s in range(0, length, P):
-        lo = s - B
-        obs = np.zeros((T + 1, 2), np.float32)
-        mask, first = np.zeros(T, np.float32), np.zeros(T, np.float32)
-        action, reward, done = np.zeros(T, np.int64), np.zeros(T, np.float32), np.zeros(T)
-        for p in range(T + 1):
-            i = lo + p
+    for s in range(0, length, p):
+        lo = s - b
+        obs = np.zeros((t + 1, 2), np.float32)
+        mask, first = np.zeros(t, np.float32), np.zeros(t, np.float32)
+        action, reward, done = np.zeros(t, np.int64), np.zeros(t, np.float32), np.zeros(t)
+        for q in range(t + 1):
+            i = lo + q
             if 0 <= i <= length:
-                obs[p] = (episode_id, i)
-            if 0 <= i < length and p < T:
-                mask[p], action[p], reward[p] = 1.0, i % 2, 10 * episode_id + i
-                done[p] = float(terminated and i == length - 1)
+                obs[q] = (episode_id, i)
+            if 0 <= i < length and q < t:
+                mask[q], action[q], reward[q] = 1.0, i % 2, 10 * episode_id + i
+                done[q] = float(terminated and i == length - 1)
         p0 = max(0, -lo)
         first[p0] = 1.0
         state = np.array([[episode_id, lo + p0], [env, -(lo + p0)]], np.float32)
         items.append(
             dict(
-                obs=obs[:T],
-                next_obs=obs[T],
+                obs=obs[:t],
+                next_obs=obs[t],
                 action=action,
                 reward=reward,
                 done=done,
@@ -130,3 +133,86 @@ def test_stored_state_and_version_are_those_of_the_first_real_step():
 def test_period_longer_than_the_trace_is_refused():
     with pytest.raises(ValueError, match="period"):
         SequenceAdder(1, (1,), np.float32, burn_in=1, trace_length=2, period=3, state_size=1)
+
+
+@pytest.mark.parametrize("take_every", [1, 7, 1000])
+@pytest.mark.parametrize("shape", [(B, L, P), (0, 5, 5), (6, 9, 7)])  # burn-in, trace, period
+def test_envs_stepped_together_give_each_episode_its_items_through_long_episodes(take_every, shape):
+    """Three envs in one vector step: episodes of different lengths (long ones move the
+    adder's rows many times), a time limit, an env error, envs that run out of work."""
+    plans = {
+        0: [(53, True), (4, False), (29, True)],
+        1: [(1, True), (70, False)],
+        2: [(17, False), (17, True), (40, True)],
+    }
+    fail = (2, 1, 9)  # env 2's second episode fails at its step 9
+    n, (b, l_, p) = len(plans), shape
+    adder = SequenceAdder(n, (2,), np.float32, burn_in=b, trace_length=l_, period=p, state_size=H)
+    at = {j: [0, 0] for j in range(n)}  # env -> [episode, step]
+    got, clock = [], 0
+
+    def collect():
+        batch, _ = adder.take()
+        got.extend({k: v[i] for k, v in batch.items()} for i in range(len(batch["obs"])))
+
+    while any(at[j][0] < len(plans[j]) for j in range(n)):
+        ids, steps, ends, terms, active = [], [], [], [], []
+        for j in range(n):
+            e, i = at[j]
+            if e >= len(plans[j]):
+                ids.append(-1), steps.append(0), ends.append(False), terms.append(False)
+                active.append(False)  # no work left: reads as a dropped (empty) episode
+                continue
+            length, terminated = plans[j][e]
+            ids.append(100 * j + e), steps.append(i)
+            last = i == length - 1
+            ends.append(last), terms.append(terminated and last)
+            active.append((j, e, i) != fail)
+        ids_a, steps_a = np.array(ids, np.float32), np.array(steps, np.float32)
+        adder.set_states(
+            np.stack([ids_a, steps_a], 1), np.stack([np.arange(n), -steps_a], 1), clock
+        )
+        terms_a, ends_a = np.array(terms), np.array(ends)
+        adder.add(
+            np.stack([ids_a, steps_a], 1),
+            steps_a.astype(np.int64) % 2,
+            10.0 * ids_a + steps_a,
+            np.stack([ids_a, steps_a + 1], 1),
+            terms_a,
+            ends_a & ~terms_a,
+            np.array(active),
+        )
+        for j in range(n):
+            if at[j][0] >= len(plans[j]):
+                continue
+            if ends[j] or not active[j]:
+                at[j] = [at[j][0] + 1, 0]
+            else:
+                at[j][1] += 1
+        clock += 1
+        if clock % take_every == 0:
+            collect()
+    collect()
+    want = []
+    for j, episodes in plans.items():
+        for e, (length, terminated) in enumerate(episodes):
+            items = expected_items(100 * j + e, length, terminated, env=j, shape=shape)
+            if (j, e) == fail[:2]:
+                items = [
+                    it
+                    for s, it in zip(range(0, length, p), items, strict=True)
+                    if s + l_ <= fail[2]
+                ]
+            want += items
+
+    def order(it):
+        p0 = int(it["first"].argmax())
+        return (int(it["obs"][p0][0]), int(it["state"][0, 1]) - p0)
+
+    got.sort(key=order)
+    want.sort(key=order)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        for key, value in w.items():
+            np.testing.assert_array_equal(g[key], value, err_msg=f"{key} of {order(w)}")
+    assert adder.num_pending == 0
