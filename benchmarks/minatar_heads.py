@@ -87,7 +87,8 @@ def run_one(game: str, head: str, seed: int, args: argparse.Namespace) -> dict[s
 def print_table(runs: dict[str, dict]) -> dict[str, Any]:
     print(
         f"\n{'game':14s} {'head':10s} {'seed':>4s} {'min':>5s} {'env steps':>10s} "
-        f"{'updates':>8s} {'evals':>5s} {'ret@N':>7s} {'last3':>7s} {'/plain':>7s}"
+        f"{'updates':>8s} {'evals':>5s} {'ret@N':>7s} {'last3':>7s} {'/plain':>7s} "
+        f"{'per 1k upd':>10s} {'per 1M st':>9s}"
     )
     summary: dict[str, Any] = {}
     for key in sorted(runs, key=lambda k: (runs[k]["game"], list(HEADS).index(runs[k]["method"]))):
@@ -98,11 +99,21 @@ def print_table(runs: dict[str, dict]) -> dict[str, Any]:
         if plain is not None:
             base = at_minutes(plain)[1]
             ratio = last3 / base if base else math.nan
-        summary[key] = {"return_at_n": ret, "last3": last3, "last3_over_plain": ratio}
+        # the return bought by each update and by each env step: a head that loses in wall
+        # time may lose by making fewer of them, or by learning less from each
+        per_update = 1000 * last3 / r["updates"] if r["updates"] else math.nan
+        per_step = 1e6 * last3 / r["steps"] if r["steps"] else math.nan
+        summary[key] = {
+            "return_at_n": ret,
+            "last3": last3,
+            "last3_over_plain": ratio,
+            "last3_per_1k_updates": per_update,
+            "last3_per_1m_env_steps": per_step,
+        }
         print(
             f"{r['game']:14s} {r['method']:10s} {r['seed']:>4d} {r['minutes']:5.1f} "
             f"{r['steps']:>10d} {r['updates']:>8d} {len(r['curve']):>5d} {ret:7.2f} "
-            f"{last3:7.2f} {ratio:7.2f}"
+            f"{last3:7.2f} {ratio:7.2f} {per_update:10.3f} {per_step:9.2f}"
         )
     return summary
 
