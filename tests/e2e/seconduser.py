@@ -81,7 +81,9 @@ class SecondUser:
 
     def needed(self) -> list[Path]:
         """What the user reads to run this environment's Python with apex_dask."""
+        # the package itself: ROOT's own folder may be closed (a checkout under mktemp -d)
         paths = {Path(sys.executable), Path(sys.base_prefix), Path(sys.prefix), ROOT, OUTSIDER}
+        paths.add(ROOT / "apex_dask")
         paths |= {Path(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib")}
         return sorted(paths)
 

@@ -358,7 +358,7 @@ def test_env_workers_act_with_the_learners_weights_from_their_first_rollout(gpu_
 
 def test_before_learn_on_batch_named_in_the_config_runs_on_the_learner(gpu_client):
     cfg = small_config(
-        **{"learner.before_learn_on_batch": "hooks:scale_weights", "eval.episodes": 0}
+        **{"learner.before_learn_on_batch": "learner_hooks:scale_weights", "eval.episodes": 0}
     )
     with ApexDriver(cfg, gpu_client) as driver:
         driver.run(stop={"iterations": 2})

@@ -1,4 +1,4 @@
-"""A ``before_learn_on_batch`` hook named by import path in tests (``hooks:scale_weights``)."""
+"""A ``before_learn_on_batch`` hook named by import path in tests (``learner_hooks:scale_weights``; not ``hooks``, the name MkDocs gives the docs site's hooks module in the same process)."""
 
 from __future__ import annotations
 
