@@ -50,6 +50,9 @@ from apex_dask.algo.agents.registry import make_env_worker  # noqa: E402
 from apex_dask.config import ApexConfig  # noqa: E402
 from apex_dask.experiment.builder import env_factory, worker_spec  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from acting import _agent_probes  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "r2d2_acting.json"
 clock = time.thread_time
@@ -64,21 +67,9 @@ def worker_probes(preset: str, fragment: int) -> dict[str, Callable[[], int]]:
     worker = make_env_worker(spec, env_factory(cfg), exploration=0.05, seed=0)
     twin = make_env_worker(spec, env_factory(cfg), exploration=0.05, seed=1)
     worker.sample(), twin.sample()
-    n = twin.num_envs
-    x, state = torch.as_tensor(twin._obs), [twin.net.initial_state(n)]
-    rng = np.random.default_rng(0)
-
-    def env() -> int:
-        for _ in range(10):
-            twin._envs.step(rng.integers(twin.num_actions, size=n))
-        return 10 * n
-
-    def forward() -> int:
-        with torch.inference_mode():
-            for _ in range(10):
-                q, state[0] = twin.net.step_cell(x, state[0])
-                q.argmax(dim=1).numpy()
-        return 10 * n
+    # env and forward: acting.py's own probes of the same twin (its R2D2 forward is one
+    # batched LSTM step and its argmax, ten back to back)
+    probes = _agent_probes(twin, np.random.default_rng(0))
 
     cell = worker.net.step_cell
     timed = [0.0]
@@ -97,8 +88,8 @@ def worker_probes(preset: str, fragment: int) -> dict[str, Callable[[], int]]:
             del worker.net.step_cell
 
     return {
-        "env": env,
-        "forward": forward,
+        "env": probes["env"],
+        "forward": probes["forward"],
         "worker": lambda: worker.sample().steps,
         "in_worker": in_worker,
         "_timed": timed,  # type: ignore[dict-item]
@@ -181,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = ["apex_dask"]
         if args.baseline:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
             from version_ab import BASE, unpack_baseline
 
             base_sha = unpack_baseline(args.baseline, Path(tmp))
