@@ -44,6 +44,7 @@ FIXTURE_GROUPS = (
 on one worker, so the fixture runs once instead of once per worker."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         group = SITE_GROUPS.get(item.path.name)
@@ -53,6 +54,43 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):  # an xdist worker: the long site groups go out first
         items.sort(key=lambda item: item.path.name not in SITE_GROUPS)
+
+
+_UNGROUPED: str | None = None
+"""Why the grouped tests cannot run on this xdist worker (None: they can)."""
+
+
+def pytest_collection_finish(session) -> None:
+    """On an xdist worker under ``--dist loadgroup``: were the groups applied?
+
+    pytest-xdist marks a grouped test by a suffix on its node id; pytest 9.2 ignores
+    that suffix (xdist 3.8 writes an attribute 9.2 no longer reads), so every group is
+    silently split over the workers: two chaos clusters and two site builds at once.
+    Then each grouped test errors with that line (an error raised here would only crash
+    the worker, without the line).
+    """
+    global _UNGROUPED
+    config = session.config
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid
+    ]
+    if lost:
+        import xdist
+
+        _UNGROUPED = (
+            f"pytest-xdist {xdist.__version__} under pytest {pytest.__version__} did not "
+            f"group {len(lost)} tests marked xdist_group; install the versions "
+            "pyproject.toml pins with: bash scripts/setup.sh test"
+        )
+
+
+def pytest_runtest_setup(item) -> None:
+    if _UNGROUPED is not None and item.get_closest_marker("xdist_group") is not None:
+        pytest.fail(_UNGROUPED, pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,10 @@ from apex_dask.experiment.builder import (
 )
 from apex_dask.experiment.checkpoints.store import read_manifest
 from apex_dask.runtime.actors import EnvWorkerActor, LearnerActor, ReplayShardActor
+from apex_dask.runtime.orchestration.operations import StoreRollouts
 from apex_dask.runtime.orchestration.plan import ExecutionPlan
 from apex_dask.runtime.orchestration.state import EnvSlot, RunState
+from apex_dask.runtime.orchestration.tasks import TaskSet
 
 
 def small_config() -> ApexConfig:
@@ -172,3 +174,57 @@ def test_rollouts_go_only_to_live_shards_while_one_is_rebuilt(missing):
     assert s.live_shards() == [k for k in range(3) if k not in missing]
     s.replace_shard(1, "new")
     assert s.live_shards() == [0, 1, 2] and s.shards[1] == "new"
+
+
+def test_held_rollouts_released_after_a_restart_keep_the_worker_under_its_bound():
+    """The chaos matrix's row 3 once saw 4 rollout calls on one env worker (bound 2): both
+    of its rollouts were held by the pacer, a failed weights sync restarted the worker
+    (which filled it), then the pacer released the two held rollouts on top."""
+    cfg = small_config()
+    bound = cfg.workers.rollouts_in_flight
+
+    async def scenario():
+        state = build(cfg)
+        tasks = TaskSet(timeout_s=60)
+        held: list = []
+
+        def hold(slot, relaunch):  # the learner is behind: hold each rollout as it returns
+            if len(held) < bound:
+                held.append(relaunch)
+                return True
+            return False
+
+        def failed(slot, exc, relaunch, restart=None):
+            raise AssertionError(f"a call failed: {exc!r}")
+
+        store = StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+        slot = state.slots[0]
+        peak = 0
+        store.start(slot)  # syncs the weights first, then fills the worker
+        deadline = time.monotonic() + 60
+        while len(held) < bound:
+            assert time.monotonic() < deadline, f"{len(held)} rollouts held after 60 s"
+            await tasks.step(0.1)
+            peak = max(peak, slot.in_flight)
+        assert slot.in_flight == 0
+        store.start(slot)  # what the fault handler calls after a failed weights sync
+        for relaunch in held:  # then the learner catches up: the pacer lets them go
+            relaunch(slot)
+        peak = max(peak, slot.in_flight)
+        in_flight_after_release = slot.in_flight
+        state.halting = True  # no more launches: what is in flight returns
+        while slot.in_flight:
+            assert time.monotonic() < deadline + 60, "rollouts still in flight"
+            await tasks.step(0.1)
+        for h in state.handles():
+            await h.close()
+        return state, peak, in_flight_after_release
+
+    state, peak, after = asyncio.run(scenario())
+    assert after == bound
+    assert peak == bound
+    # every call went out and came back: no shard is owed a rollout
+    assert all(x.in_flight == 0 for x in state.rollouts.shards)
+    per_call = cfg.workers.rollouts_per_call
+    assert state.counters.rollouts_returned == sum(x.acked for x in state.rollouts.shards)
+    assert state.counters.rollouts_returned == (bound + bound) * per_call

@@ -86,8 +86,13 @@ class StoreRollouts:
             self.launch(slot)
 
     def launch(self, slot: EnvSlot) -> None:
-        """One call of ``rollouts_per_call`` rollouts, each to a uniformly random shard."""
+        """One call of ``rollouts_per_call`` rollouts, each to a uniformly random shard;
+        none while ``rollouts_in_flight`` calls are out. Two paths can ask for the same
+        place: the pacer's release of a held rollout, and a restart (after a failed
+        weights sync) that fills the slot while that rollout was held."""
         if slot.retiring:  # its Dask worker is leaving (elastic runs)
+            return
+        if slot.in_flight >= self.w.rollouts_in_flight:
             return
         n = self.w.rollouts_per_call
         shards = self.state.live_shards()
