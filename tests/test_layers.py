@@ -402,6 +402,11 @@ LONG_MODULES: dict[str, str] = {
         "one actor's learner thread, prefetcher, priority sender and versioned weight blobs "
         "share one model lock and the counters its stats report"
     ),
+    "runtime/orchestration/invariants.py": (
+        "every law of the counters reads one watch of the run (which actor each number came "
+        "from, the calm after a fault, when each counter last rose); split, a law would sit "
+        "apart from the rule that excuses it after a fault"
+    ),
     "runtime/orchestration/launch.py": (
         "the one ActorSet that creates, refers to and retires every actor of a run (learner, "
         "shards, env workers, relays), so a rebuilt actor's Future replaces the lost one's "

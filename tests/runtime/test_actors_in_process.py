@@ -71,6 +71,24 @@ class WeightsSource:
         self.asked += 1
         return pickle.dumps((self.version, self.weights)) if self.version > version else None
 
+    async def versioned_weights_if_newer(self, version: int) -> tuple[int, bytes] | None:
+        """What a weights relay asks: ``(version, blob)`` if newer."""
+        blob = await self.weights_if_newer(version)
+        return None if blob is None else (self.version, blob)
+
+
+class LostLearner:
+    """A learner actor whose worker died: a call made to it from another actor never
+    answers (Dask's behaviour; ``apex_dask/runtime/actors/calls.py``)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def versioned_weights_if_newer(self, version: int) -> tuple[int, bytes] | None:
+        self.asked += 1
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
 
 def test_shard_answers_none_below_learning_starts_then_batches_and_takes_priorities():
     async def scenario():
@@ -323,3 +341,43 @@ def test_calls_waiting_on_a_replaced_peer_end_at_once_and_read_as_a_lost_peer():
     exc, took, both = asyncio.run(scenario())
     assert isinstance(exc, PeerReplaced) and peer_lost(exc)
     assert took < 1.0 and both == 1 + 7  # one call ended; the other peer's call unaffected
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["requests-only", "driver-named"])
+def test_a_relay_serves_a_rebuilt_learner_at_once_while_asks_of_the_lost_one_wait(named):
+    """The chaos matrix's row 2 once waited 60 s for a greedy evaluation after the learner
+    was killed: the relay's ask of the lost learner held it, and requests naming the
+    rebuilt learner queued behind (then behind requests still naming the lost one)."""
+    from apex_dask.runtime.actors.weight_relay import StaleLearner, WeightRelayActor
+
+    weights = {"w": np.arange(3, dtype=np.float32)}
+
+    async def scenario():
+        relay = WeightRelayActor("h", call_timeout_s=60.0)
+        lost, new = LostLearner(), WeightsSource(7, weights)
+        old = [asyncio.ensure_future(relay.weights_if_newer(-1, lost)) for _ in range(3)]
+        await until(lambda: lost.asked == 1)  # one ask, two requests queued behind it
+        t0 = time.monotonic()
+        if named:  # the driver's recovery tells the relays before the env workers
+            await relay.set_learner(new, lost=True)
+        got = await asyncio.wait_for(relay.weights_if_newer(-1, new), 10.0)
+        took = time.monotonic() - t0
+        ends = await asyncio.gather(*old, return_exceptions=True)
+        late = await asyncio.gather(relay.weights_if_newer(-1, lost), return_exceptions=True)
+        again = await relay.weights_if_newer(7, new)
+        return got, took, ends, late, again, await relay.stats(), lost.asked, new.asked
+
+    got, took, ends, late, again, stats, lost_asks, new_asks = asyncio.run(scenario())
+    assert pickle.loads(got)[0] == 7
+    np.testing.assert_array_equal(pickle.loads(got)[1]["w"], weights["w"])
+    assert took < 5.0, f"the rebuilt learner's weights came {took:.1f} s later"
+    # the lost learner's requests failed (their env workers pull from the learner they
+    # follow); one ask only reached it, and a late request for it fails at once
+    assert all(isinstance(e, ConnectionError) for e in ends), ends
+    assert isinstance(late[0], StaleLearner) and lost_asks == 1
+    assert again is None and new_asks == 2  # nothing newer than 7
+    p = "relay/h/"
+    assert stats[p + "requests"] == 6
+    assert stats[p + "served"] == 1 and stats[p + "current"] == 1
+    assert stats[p + "failed"] == 4 and stats[p + "in_flight"] == 0
+    assert stats[p + "version"] == 7

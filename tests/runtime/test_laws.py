@@ -29,6 +29,7 @@ BUGS = [  # (failpoint, value, the law it breaks, words of the line)
     ("drop_priority_update_every", 10, "priority_updates", "missing"),
     ("skip_shard", 1, "sampling", "batches_sampled stayed"),
     ("weights_version_back", 1, "versions", "went back"),
+    ("stall_weight_sync", 1, "versions", "while the learner had"),
     ("stall_learner", 1, "training", "steps trained stayed"),
     ("stall_evaluator", 1, "evaluation", "no evaluation for"),
     ("stall_priority_sender", 1, "bounds", "outbox holds"),
@@ -57,7 +58,7 @@ def test_every_law_has_a_bug_here():
 
 
 @pytest.mark.slow  # about 5 s each
-@pytest.mark.parametrize(("failpoint", "value", "law", "words"), BUGS, ids=[b[2] for b in BUGS])
+@pytest.mark.parametrize(("failpoint", "value", "law", "words"), BUGS, ids=[b[0] for b in BUGS])
 def test_a_law_trips_on_the_bug_that_breaks_it(monkeypatch, failpoint, value, law, words):
     monkeypatch.setattr(invariants, "OUTBOX_BOUND", 64)  # the stalled sender's outbox: soon
     results: queue.Queue = queue.Queue()

@@ -22,6 +22,7 @@ __all__ = [
     "current_worker",
     "local_actor",
     "peer_lost",
+    "tell",
 ]
 
 # (class, worker address, key): names an actor without making its key a dependency.
@@ -117,6 +118,16 @@ async def call_with_timeout(fut: Awaitable[T], timeout_s: float) -> T:
         return await fut
 
     return await asyncio.wait_for(_wait(), timeout_s)
+
+
+async def tell(handles: list[Any], method: str, *args: Any, timeout_s: float) -> None:
+    """``method(*args)`` on each actor of ``handles``, together, each within ``timeout_s``;
+    a call that fails is left to the checks that replace lost actors."""
+
+    async def one(h: Any) -> None:
+        await call_with_timeout(getattr(h, method)(*args), timeout_s)
+
+    await asyncio.gather(*(one(h) for h in handles), return_exceptions=True)
 
 
 class PeerReplaced(ConnectionError):

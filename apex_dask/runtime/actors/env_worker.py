@@ -216,6 +216,8 @@ class EnvWorkerActor:
         (a lost relay, its ask of the learner failed) pulls from the learner itself,
         counted in ``relay_fallbacks``: a sync never fails for its relay. A learner
         rebuilt while the pull waited on the lost one is asked at once."""
+        while self.index >= 0 and failpoint("stall_weight_sync"):  # a failpoint: stuck
+            await asyncio.sleep(0.1)
         blob, direct = None, True
         if self._relay is not None and self._learner_ref is not None:
             try:

@@ -21,6 +21,8 @@ The names (``docs/architecture.md``, "Background work"):
   storing it (the rollout law);
 - ``weights_version_back`` N: an env worker reports weights version N after each sync
   (an old version; the versions law);
+- ``stall_weight_sync`` 1: an env worker's weights syncs never finish while it goes on
+  acting (the versions law: an acting worker takes newer weights);
 - ``skip_shard`` k: the learner's prefetcher stops sampling shard k (the sampling law);
 - ``stall_learner`` 1: the learner thread stops training while it lives (steps trained);
 - ``stall_evaluator`` 1: evaluations never finish (the evaluation cadence);

@@ -18,7 +18,13 @@ With ``topology.weight_relay_max_age_s`` = ``a`` > 0 an ask that began at most
 learner at most about once per ``a`` seconds, and an env worker's version may
 trail the learner's at its sync by the versions made in ``a`` seconds.
 A request naming another learner (a rebuilt or handed-over one) drops the copy
-and follows the new learner.
+and follows the new learner; an ask still waiting on the old one ends at once
+(its requests fail, their env workers pull from the learner they follow), since
+a call to an actor whose worker died never answers and the ask holds the relay.
+A learner left behind is never followed again: requests still queued for it,
+and later ones (an env worker not yet told of the rebuild), fail at once rather
+than ask it. The driver names the new learner to the relays
+(:meth:`WeightRelayActor.set_learner`) before it tells the env workers.
 
 Counters (``relay/<host>/*``, the ``relays`` law of
 :mod:`~apex_dask.runtime.orchestration.invariants`): ``requests`` = ``served``
@@ -50,7 +56,17 @@ from apex_dask.runtime.actors.calls import (
 from apex_dask.runtime.actors.failpoints import InjectedFault, failpoint
 from apex_dask.runtime.actors.supervision import TaskFailures, start_supervised
 
-__all__ = ["WeightRelayActor", "relay_prefix"]
+__all__ = ["StaleLearner", "WeightRelayActor", "relay_prefix"]
+
+
+class StaleLearner(ConnectionError):
+    """A request named a learner the driver has replaced (an ``OSError``: the env worker
+    pulls from the learner it follows, as for any failed relay call)."""
+
+
+def _learner_key(learner: Any) -> Any:
+    """What names a learner in a request: its Dask key (by id for one in this process)."""
+    return learner[2] if isinstance(learner, tuple) else id(learner)
 
 
 def relay_prefix(host: str) -> str:
@@ -72,6 +88,8 @@ class WeightRelayActor:
         self._lock: asyncio.Lock | None = None
         self._learner_key: Any = None
         self._learner: Any = None
+        self._wanted: Any = None  # the learner followed: the newest named by a request or
+        self._left: set[Any] = set()  # the driver; and those it followed before
         self._version = -1
         self._blob: bytes | None = None
         self._asked_at = -float("inf")  # when the newest ask of the learner began
@@ -104,10 +122,13 @@ class WeightRelayActor:
         return blob
 
     async def _newest(self, learner: ActorRef, arrived: float) -> tuple[int, bytes | None]:
+        key = _learner_key(learner)
+        self._follow(key)
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            key = learner[2] if isinstance(learner, tuple) else id(learner)
+            if key != self._wanted:  # a newer learner was named meanwhile
+                raise self._stale()
             if key != self._learner_key:  # another learner: its versions count afresh
                 self._learner_key, self._learner = key, as_handle(learner)
                 self._version, self._blob, self._asked_at = -1, None, -float("inf")
@@ -127,6 +148,25 @@ class WeightRelayActor:
                 self._asked_at = began
             return self._version, self._blob
 
+    def _follow(self, key: Any) -> None:
+        """Follow learner ``key`` if it is new (a learner that was followed once and then
+        left behind is never followed again: a request naming it fails at once)."""
+        if key == self._wanted:
+            return
+        if key in self._left:
+            raise self._stale()
+        if self._wanted is not None:
+            self._left.add(self._wanted)
+        self._wanted = key
+        if self._lock is not None and self._lock.locked() and key != self._learner_key:
+            self._calls.replaced("learner")  # an ask of the old learner ends now
+
+    def _stale(self) -> StaleLearner:
+        return StaleLearner(
+            f"the weights relay on {self.host} follows another learner (a rebuilt or "
+            "handed-over one) than this request named"
+        )
+
     def _watch(self) -> None:
         if self._orphan_watch is None and self._dask_worker is not None:
             self._orphan_watch = start_supervised(
@@ -141,8 +181,10 @@ class WeightRelayActor:
         await self.close()
 
     async def set_learner(self, handle: Any, lost: bool = False) -> None:
-        """``lost``: an ask still waiting on a lost learner ends now (its requests fail and
-        their env workers pull from the learner they follow)."""
+        """The learner env workers follow from now on: a request naming another fails at
+        once. ``lost``: an ask still waiting on a lost learner ends now (its requests fail
+        and their env workers pull from the learner they follow)."""
+        self._follow(_learner_key(handle))
         if lost:
             self._calls.replaced("learner")
 

@@ -42,7 +42,7 @@ from typing import Any
 from apex_dask.algo.rollout.exploration import ladder_fill_order
 from apex_dask.config import ApexConfig
 from apex_dask.experiment.flow import LearnerFlow
-from apex_dask.runtime.actors.calls import call_with_timeout
+from apex_dask.runtime.actors.calls import call_with_timeout, tell
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.creation import ActorNotCreated
 from apex_dask.runtime.orchestration.launch import ActorSet
@@ -286,6 +286,8 @@ class Elasticity(Job):
         s.last_learner = {}
         if not s.halting:
             await self.start_learner()
+        relays = [r.handle for r in s.relays.values()]  # first: they follow the new one
+        await tell(relays, "set_learner", actors.learner_ref, timeout_s=self.timeout)
         await self._tell_all("set_learner", actors.learner_ref, learner=None)
         await actors.retire(old_fut)
         s.counters.elastic.learner_moved += 1
@@ -298,11 +300,7 @@ class Elasticity(Job):
         targets = [slot.handle for slot in self.state.env_slots()]
         if learner is not None:
             targets.append(learner)
-
-        async def one(h: Any) -> None:
-            await call_with_timeout(getattr(h, method)(*args), self.timeout)
-
-        await asyncio.gather(*(one(h) for h in targets), return_exceptions=True)
+        await tell(targets, method, *args, timeout_s=self.timeout)
 
     # -- joined -------------------------------------------------------------------
     async def _note_joins(self, addresses: set[str]) -> None:

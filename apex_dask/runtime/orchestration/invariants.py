@@ -18,7 +18,10 @@ law                    holds when
                        ``priority_updates_applied`` rises, within ``stall_s`` while
                        the learner trains
 ``versions``           no actor's weights version goes back (the learner's, an env
-                       worker's, the evaluator's) except across a rebuilt learner
+                       worker's, the evaluator's) except across a rebuilt learner;
+                       an env worker that acts while the learner has newer weights
+                       takes them within ``stall_s`` (and :data:`SYNC_STEPS` times
+                       the steps it may act between syncs)
 ``training``           steps trained rise within ``stall_s`` while the learner has
                        batches queued
 ``evaluation``         a greedy evaluation reports within two intervals and twice its
@@ -65,7 +68,7 @@ LAWS: dict[str, str] = {
     "rollouts": "every rollout a shard acknowledged is stored there",
     "priority_updates": "priority updates sent = applied + stale + failed + in flight",
     "sampling": "every shard holding enough items is sampled and updated while the learner trains",
-    "versions": "no weights version goes back",
+    "versions": "no weights version goes back, and acting env workers take newer weights",
     "training": "steps trained rise while the learner has batches queued",
     "evaluation": "greedy evaluation reports at its interval",
     "bounds": "every queue and outbox stays under its bound",
@@ -78,6 +81,9 @@ OUTBOX_BOUND = 1024
 """Priority updates waiting in the learner's outbox (the sender drains it every 4 ms)."""
 SENDS_BOUND = 4096
 """Priority updates sent to other processes and not answered yet."""
+SYNC_STEPS = 10
+"""An env worker syncs after ``workers.max_weight_sync_delay`` steps, plus the rollouts
+in flight then: past this many times that without a newer version, its syncs are stuck."""
 
 log = logging.getLogger("apex_dask.health")
 
@@ -97,6 +103,7 @@ class Observed:
     eval_duration_s: float = 0.0
     disturbed: tuple[float, ...] = ()  # fault and elastic counters: a change is a fault
     env_versions: dict[int, float | None] = field(default_factory=dict)  # per env worker index
+    env_steps: dict[int, float | None] = field(default_factory=dict)  # steps sampled, per index
     probe: bool = False  # no iteration ended: stats gathered for the laws only
     relays: dict[str, tuple[Any, dict[str, float]]] = field(default_factory=dict)  # by host
 
@@ -132,6 +139,8 @@ class _Watch:
     versions: dict[Any, float] = field(default_factory=dict)
     shards: dict[tuple[Any, str], _Progress] = field(default_factory=dict)
     trained: _Progress = field(default_factory=_Progress)
+    synced: dict[Any, _Progress] = field(default_factory=dict)  # per env worker actor
+    steps_at_sync: dict[Any, float] = field(default_factory=dict)  # its steps when it rose
 
 
 class Invariants:
@@ -296,6 +305,38 @@ class Invariants:
             if version < top and calm:
                 out.append(f"{who}'s weights version went back from {top:.0f} to {version:.0f}")
             self._w.versions[key] = version if not calm else max(top, version)
+        return out + self._syncs(r.get("learner/version"), obs)
+
+    def _syncs(self, learner: float | None, obs: Observed) -> list[str]:
+        """Env workers that act on while the learner has newer weights (a stuck sync)."""
+        if learner is None or math.isnan(learner):
+            return []
+        w = self.cfg.workers
+        per_sync = w.max_weight_sync_delay + (
+            w.rollouts_in_flight
+            * w.rollouts_per_call
+            * w.rollout_fragment_length
+            * w.envs_per_worker
+        )
+        out = []
+        for i, key in sorted(obs.env_keys.items()):
+            version, steps = obs.env_versions.get(i), obs.env_steps.get(i)
+            if version is None or steps is None or math.isnan(version) or math.isnan(steps):
+                continue
+            p = self._w.synced.setdefault(key, _Progress())
+            synced = version != p.value  # a sync took a version (a rebuilt learner's: lower)
+            if synced:
+                self._w.steps_at_sync[key] = steps
+            acted = steps - self._w.steps_at_sync[key]
+            p.see(version, obs.now, due=learner > version and acted > SYNC_STEPS * per_sync)
+            if synced:
+                p.rose_at = obs.now
+            stalled = p.stalled(obs.now, self._calm_since, self.stall_s)
+            if stalled is not None:
+                out.append(
+                    f"env worker {i} acted {acted:.0f} steps over {stalled:.0f} s with weights "
+                    f"version {version:.0f} while the learner had {learner:.0f}"
+                )
         return out
 
     def _training(self, r: Mapping[str, float], obs: Observed) -> list[str]:

@@ -35,7 +35,7 @@ from typing import Any
 from apex_dask.experiment.checkpoints.store import read_manifest
 from apex_dask.experiment.flow import LearnerFlow, ShardFlow
 from apex_dask.experiment.results import shard_stat
-from apex_dask.runtime.actors.calls import call_with_timeout
+from apex_dask.runtime.actors.calls import call_with_timeout, tell
 from apex_dask.runtime.errors import ApexRuntimeError, describe
 from apex_dask.runtime.orchestration.creation import ActorNotCreated
 from apex_dask.runtime.orchestration.launch import ActorSet
@@ -181,6 +181,9 @@ class Recovery(Job):
         if not s.halting:
             await self.start_learner()
         ref = self.actors.learner_ref  # lost=True: pulls waiting on the old one ask the new
+        # the relays first: from then on a request naming the lost learner fails at once
+        relays = [r.handle for r in s.relays.values() if r.address in {w.address for w in alive}]
+        await tell(relays, "set_learner", ref, True, timeout_s=self.timeout)
         await self._tell_all("set_learner", ref, True, alive=alive, learner=None)
         source = f"checkpoint {ckpt.name}" if ckpt is not None else "fresh weights (no checkpoint)"
         s.note(f"the learner was lost with {was}; rebuilt on {where.name} from {source}")
@@ -194,8 +197,4 @@ class Recovery(Job):
         targets = [slot.handle for slot in self.state.env_slots() if slot.address in addresses]
         if learner is not None:
             targets.append(learner)
-
-        async def one(h: Any) -> None:
-            await call_with_timeout(getattr(h, method)(*args), self.timeout)
-
-        await asyncio.gather(*(one(h) for h in targets), return_exceptions=True)
+        await tell(targets, method, *args, timeout_s=self.timeout)

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
-from apex_dask.runtime.actors.calls import actor_key, call_with_timeout
+from apex_dask.runtime.actors.calls import actor_key, tell
 from apex_dask.runtime.orchestration.creation import ActorNotCreated
 from apex_dask.runtime.orchestration.launch import ActorSet
 from apex_dask.runtime.orchestration.placement import WorkerInfo, workers_from_scheduler_info
@@ -148,10 +148,4 @@ class WeightRelays(Job):
         await self.actors.retire(relay.future)
 
     async def _tell(self, handles: list[Any], method: str, *args: Any) -> None:
-        """``method(*args)`` on each handle, at once; one that fails (its actor lost) is
-        the fault handler's or the next check's."""
-
-        async def one(h: Any) -> None:
-            await call_with_timeout(getattr(h, method)(*args), self.timeout)
-
-        await asyncio.gather(*(one(h) for h in handles), return_exceptions=True)
+        await tell(handles, method, *args, timeout_s=self.timeout)

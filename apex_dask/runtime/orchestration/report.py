@@ -145,6 +145,10 @@ class Report(Job):
                 slot.index: e.get(f"env/{slot.index}/weights_version")
                 for slot, e in zip(s.slots, envs, strict=False)
             },
+            env_steps={
+                slot.index: e.get(f"env/{slot.index}/steps_sampled")
+                for slot, e in zip(s.slots, envs, strict=False)
+            },
             probe=probe,
             relays=relays,
         )
