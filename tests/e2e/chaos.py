@@ -189,7 +189,7 @@ def shards_sampled_and_updated_again(row: RowResult, num_shards: int, handled) -
     ``priority_updates_applied`` rose past their values at the first result that shows
     the fault handled (``handled(result)``); fails past :data:`BOUND_S`."""
     after = [(t, r) for t, r in row.after(row.fault_at) if handled(r)]
-    assert after, "no result showed the fault handled"
+    assert after, f"no result showed the fault handled\n{timeline(row)}"
     _, first = after[0]
     names = ("batches_sampled", "priority_updates_applied")
     for t, r in after[1:]:
@@ -206,7 +206,34 @@ def shards_sampled_and_updated_again(row: RowResult, num_shards: int, handled) -
         for k in range(num_shards)
         for n in names
     }
-    raise AssertionError(f"a shard was not sampled or updated again after the fault: {stuck}")
+    raise AssertionError(
+        f"a shard was not sampled or updated again after the fault: {stuck}\n{timeline(row)}"
+    )
+
+
+TIMELINE_KEYS = (
+    "timesteps_total",
+    "flow/rollouts_stored",
+    "learner/steps_trained",
+    "learner/ratio_wait_s",
+    "learner/queue_size",
+    "faults/env_workers_replaced",
+    "faults/shards_restored",
+    "faults/learner_restored",
+    "faults/rollouts_failed",
+    "env/workers/weights_version/min",
+    "learner/version",
+)
+
+
+def timeline(row: RowResult, since_s: float = 3.0) -> str:
+    """A line per result from ``since_s`` before the fault: seconds from the fault and the
+    counters that say which flow stopped (the reason a failed row gives)."""
+    lines = ["s from fault | " + " ".join(k.split("/", 1)[-1] for k in TIMELINE_KEYS)]
+    for t, r in row.after(row.fault_at - since_s):
+        cells = " ".join(f"{r.get(k, math.nan):.6g}" for k in TIMELINE_KEYS)
+        lines.append(f"{t - row.fault_at:+7.1f} | {cells}")
+    return "\n".join(lines)
 
 
 def healthy_and_balanced(final: dict[str, float]) -> None:

@@ -228,3 +228,56 @@ def test_held_rollouts_released_after_a_restart_keep_the_worker_under_its_bound(
     per_call = cfg.workers.rollouts_per_call
     assert state.counters.rollouts_returned == sum(x.acked for x in state.rollouts.shards)
     assert state.counters.rollouts_returned == (bound + bound) * per_call
+
+
+def test_held_rollouts_released_while_the_worker_is_replaced_are_not_sent_to_it():
+    """A rollout the pacer held and lets go while the fault handler replaces its env
+    worker is not launched (it would be a call to the lost actor, one more failed
+    rollout, or act on the new actor before its weights sync); the restart fills it."""
+    cfg = small_config()
+    bound = cfg.workers.rollouts_in_flight
+
+    async def scenario():
+        state = build(cfg)
+        tasks = TaskSet(timeout_s=60)
+        held: list = []
+
+        def hold(slot, relaunch):
+            if len(held) < bound:
+                held.append(relaunch)
+                return True
+            return False
+
+        def failed(slot, exc, relaunch, restart=None):
+            raise AssertionError(f"a call failed: {exc!r}")
+
+        store = StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+        slot = state.slots[0]
+        store.start(slot)
+        deadline = time.monotonic() + 60
+        while len(held) < bound:
+            assert time.monotonic() < deadline, f"{len(held)} rollouts held after 60 s"
+            await tasks.step(0.1)
+        launched = state.counters.rollouts_returned
+        slot.replacing = True  # what the fault handler sets while it checks or replaces
+        for relaunch in held:
+            relaunch(slot)
+        during = slot.in_flight
+        slot.replacing = False
+        store.start(slot)  # the fault handler's restart
+        after = slot.in_flight
+        state.halting = True
+        while slot.in_flight:
+            assert time.monotonic() < deadline + 60, "rollouts still in flight"
+            await tasks.step(0.1)
+        for h in state.handles():
+            await h.close()
+        return state, launched, during, after
+
+    state, launched, during, after = asyncio.run(scenario())
+    assert during == 0
+    assert after == bound
+    per_call = cfg.workers.rollouts_per_call
+    assert launched == bound * per_call
+    assert state.counters.rollouts_returned == 2 * bound * per_call
+    assert all(x.in_flight == 0 for x in state.rollouts.shards)

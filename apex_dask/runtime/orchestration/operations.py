@@ -89,8 +89,10 @@ class StoreRollouts:
         """One call of ``rollouts_per_call`` rollouts, each to a uniformly random shard;
         none while ``rollouts_in_flight`` calls are out. Two paths can ask for the same
         place: the pacer's release of a held rollout, and a restart (after a failed
-        weights sync) that fills the slot while that rollout was held."""
-        if slot.retiring:  # its Dask worker is leaving (elastic runs)
+        weights sync) that fills the slot while that rollout was held. None while the
+        fault handler replaces the worker: its restart syncs the new actor, then fills it
+        (a held rollout let go meanwhile would be a call to the lost actor)."""
+        if slot.retiring or slot.replacing:  # leaving (elastic runs), or being replaced
             return
         if slot.in_flight >= self.w.rollouts_in_flight:
             return
