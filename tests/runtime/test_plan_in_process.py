@@ -176,6 +176,24 @@ def test_rollouts_go_only_to_live_shards_while_one_is_rebuilt(missing):
     assert s.live_shards() == [0, 1, 2] and s.shards[1] == "new"
 
 
+def holding_store(state, tasks, cfg, held: list) -> StoreRollouts:
+    """A store whose pacer holds the first ``rollouts_in_flight`` rollouts as they return
+    (their relaunches go into ``held``: the learner is behind) and lets later ones go;
+    any failed call fails the test."""
+    bound = cfg.workers.rollouts_in_flight
+
+    def hold(slot, relaunch):
+        if len(held) < bound:
+            held.append(relaunch)
+            return True
+        return False
+
+    def failed(slot, exc, relaunch, restart=None):
+        raise AssertionError(f"a call failed: {exc!r}")
+
+    return StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+
+
 def test_held_rollouts_released_after_a_restart_keep_the_worker_under_its_bound():
     """The chaos matrix's row 3 once saw 4 rollout calls on one env worker (bound 2): both
     of its rollouts were held by the pacer, a failed weights sync restarted the worker
@@ -187,17 +205,7 @@ def test_held_rollouts_released_after_a_restart_keep_the_worker_under_its_bound(
         state = build(cfg)
         tasks = TaskSet(timeout_s=60)
         held: list = []
-
-        def hold(slot, relaunch):  # the learner is behind: hold each rollout as it returns
-            if len(held) < bound:
-                held.append(relaunch)
-                return True
-            return False
-
-        def failed(slot, exc, relaunch, restart=None):
-            raise AssertionError(f"a call failed: {exc!r}")
-
-        store = StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+        store = holding_store(state, tasks, cfg, held)
         slot = state.slots[0]
         peak = 0
         store.start(slot)  # syncs the weights first, then fills the worker
@@ -241,17 +249,7 @@ def test_held_rollouts_released_while_the_worker_is_replaced_are_not_sent_to_it(
         state = build(cfg)
         tasks = TaskSet(timeout_s=60)
         held: list = []
-
-        def hold(slot, relaunch):
-            if len(held) < bound:
-                held.append(relaunch)
-                return True
-            return False
-
-        def failed(slot, exc, relaunch, restart=None):
-            raise AssertionError(f"a call failed: {exc!r}")
-
-        store = StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+        store = holding_store(state, tasks, cfg, held)
         slot = state.slots[0]
         store.start(slot)
         deadline = time.monotonic() + 60
