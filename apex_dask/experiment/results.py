@@ -92,6 +92,7 @@ def env_metrics(
     env_errors: int = 0,
     relay_syncs: int = 0,
     relay_fallbacks: int = 0,
+    direct_blobs: int = 0,
 ) -> dict[str, float]:
     """One env worker's ``env/<i>/*`` counters and its exploration parameter
     ``env/<exploration_name>/<i>`` (its agent's: ``epsilon``, DPG's ``noise_scale``; the
@@ -108,6 +109,7 @@ def env_metrics(
         f"env/{i}/env_errors": float(env_errors),
         f"env/{i}/relay_syncs": float(relay_syncs),
         f"env/{i}/relay_fallbacks": float(relay_fallbacks),
+        f"env/{i}/direct_blobs": float(direct_blobs),
     }
 
 
@@ -167,17 +169,21 @@ def learner_metrics(
     recent: Sequence[tuple[float, float, float]],
     flow: LearnerFlow,
     counters: Mapping[str, float],
+    counts: Mapping[str, int] | None = None,
 ) -> dict[str, float]:
     """The learner's ``learner/*`` stats, its ``flow/*`` counters and ``counters``.
 
     ``learner`` is any agent's learner; ``recent`` the
-    last updates' ``(loss, mean_q, grad_norm)``.
+    last updates' ``(loss, mean_q, grad_norm)``. ``counts``: the learner's
+    :meth:`counters` as of the last batch ``flow`` counted (a learner training in
+    another thread; default its counters now).
     """
+    c = learner.counters() if counts is None else counts
     return {
-        "learner/steps_trained": float(learner.steps_trained),
-        "learner/updates": float(learner.num_updates),
-        "learner/target_updates": float(learner.num_target_updates),
-        "learner/version": float(learner.version),
+        "learner/steps_trained": float(c["steps_trained"]),
+        "learner/updates": float(c["num_updates"]),
+        "learner/target_updates": float(c["num_target_updates"]),
+        "learner/version": float(c["version"]),
         "learner/loss": mean_or_nan([r[0] for r in recent]),
         "learner/mean_q": mean_or_nan([r[1] for r in recent]),
         "learner/grad_norm": mean_or_nan([r[2] for r in recent]),

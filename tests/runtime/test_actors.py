@@ -127,6 +127,27 @@ def test_full_inqueue_makes_the_prefetcher_wait_counts_it_and_drops_nothing(
     assert final["learner/queue_size/q100"] <= 2
 
 
+def test_stats_asked_mid_training_count_each_batch_with_its_update(
+    client, worker_addresses, spaces
+):
+    # a learner's stats may be asked between an update and the count of its batch: both
+    # sides come from the same step (a result that counted one and not the other broke
+    # the flow law ``flow/batches_trained == learner/updates`` in a run's rows)
+    rng = np.random.default_rng(4)
+    shard_fut = make_shard(client, worker_addresses[0], 0)
+    shard_fut.result().add(rollout(512, rng)).result()
+    learner = make_learner(client, worker_addresses[0], spaces, [shard_fut]).result()
+    learner.start().result()
+    reads = [learner.stats().result() for _ in range(300)]
+    final = learner.stop().result()
+    mid = [r for r in reads if 0 < r["flow/batches_trained"] < final["flow/batches_trained"]]
+    assert len(mid) > 100, len(mid)  # read while training
+    for r in reads:
+        updates = r["learner/updates"]
+        assert r["flow/batches_trained"] == updates == r["learner/version"], r
+        assert r["learner/steps_trained"] == 16 * updates, r
+
+
 def test_priorities_go_back_to_the_shard_that_sampled_the_batch(client, worker_addresses, spaces):
     rng = np.random.default_rng(2)
     # Shard 0 holds 2000 items, shard 1 only 40: indices from shard 0 sent to

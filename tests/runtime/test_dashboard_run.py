@@ -38,11 +38,13 @@ NUM_SHARDS = 2
 NUM_ENV_WORKERS = 2
 
 # Result-dict names only the driver publishes (no actor reports them), so the
-# store's latest value is exactly that of the last result dict it received.
+# store's latest value is exactly that of the last result dict it received: among them
+# the run totals (flow/*, health/*), which the learner holds too but does not publish.
 DRIVER_ONLY = (
     "iteration time_s timesteps_total env/steps_sampled env/steps_per_s env/episode_return_mean "
     "learner/updates_per_s learner/busy_frac learner/replay_ratio replay/size sync/weight_syncs "
-    "sync/policy_lag flow/rollouts_sent flow/rollouts_stored"
+    "sync/policy_lag flow/rollouts_sent flow/rollouts_stored flow/batches_received "
+    "flow/batches_trained flow/priority_updates_sent health/task_failures"
 ).split()
 # Names actors publish beyond the result dict: per-env-worker detail, the
 # evaluator's weights version and the learner's cumulative update time (the
@@ -190,7 +192,16 @@ def test_apex_page_serves_a_bokeh_document_of_the_run(real_run):
 @pytest.mark.slow
 def test_metrics_json_values_grow_while_training(real_run):
     base = real_run.base
-    growing = ["learner/steps_trained", "learner/updates", "env/steps_sampled", "iteration"]
+    # cumulative counters of each source (learner, shard, driver): one source per name,
+    # so a series never steps back to a value read before the one it holds
+    growing = [
+        "learner/steps_trained",
+        "learner/updates",
+        "replay/0/added",
+        "flow/batches_trained",
+        "env/steps_sampled",
+        "iteration",
+    ]
     first = poll(lambda: (d := metrics_json(base)) and all(n in d["latest"] for n in growing) and d)
     assert first["run"] == real_run.driver.run_id
     expected = {"learner", "driver"}

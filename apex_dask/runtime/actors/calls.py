@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from apex_dask.runtime.observability.metrics import MetricsPublisher
+from apex_dask.runtime.observability.metrics import MetricsPublisher, actor_names
 
 __all__ = [
     "ActorRef",
@@ -203,7 +203,8 @@ class Throttled:
     """A :class:`MetricsPublisher` that builds the metrics dict only when one is due.
 
     ``maybe(make)`` calls ``make()`` and publishes its result at most once per
-    ``min_interval_s``; ``now(make)`` publishes at once (e.g. on close).
+    ``min_interval_s``; ``now(make)`` publishes at once (e.g. on close). The actor's own
+    names only: the run totals are the driver's (:func:`actor_names`).
     """
 
     def __init__(self, source: str, run: str, min_interval_s: float = 1.0) -> None:
@@ -215,8 +216,8 @@ class Throttled:
         now = time.monotonic()
         if now - self._last >= self._interval:
             self._last = now
-            self.publisher.publish(make(), force=True)
+            self.publisher.publish(actor_names(make()), force=True)
 
     def now(self, make: Callable[[], dict[str, float]]) -> None:
         self._last = time.monotonic()
-        self.publisher.publish(make(), force=True)
+        self.publisher.publish(actor_names(make()), force=True)

@@ -141,6 +141,7 @@ class EnvWorkerActor:
         self.steps_sampled = 0
         self.weight_syncs = 0
         self.relay_syncs = self.relay_fallbacks = 0
+        self.direct_blobs = 0  # blobs pulled from the learner itself (no relay, or its fallback)
         self._errors_reported = 0
         self._store_s: deque[float] = deque(maxlen=10_000)  # rollout ready -> stored
         self._weight_bytes = 0
@@ -240,6 +241,7 @@ class EnvWorkerActor:
         self._weight_bytes += len(blob)
         if direct:
             self._weight_bytes_direct += len(blob)
+            self.direct_blobs += 1
         version = await self._in_pool(self._apply_weights, blob)
         self.weight_syncs += 1
         return version
@@ -402,4 +404,5 @@ class EnvWorkerActor:
             env_errors=self._worker.env_errors,
             relay_syncs=self.relay_syncs,
             relay_fallbacks=self.relay_fallbacks,
+            direct_blobs=self.direct_blobs,
         )

@@ -146,6 +146,9 @@ class LearnerActor:
         self._qsize = WindowStat("learner/queue_size", 50)
         self._window: deque[tuple[float, float, float]] = deque(maxlen=50)
         self.batches_trained = self.hook_calls = 0
+        # the learner's counters as of the last batch counted in ``batches_trained``: a
+        # stats call between an update and its count reads both sides of the same step
+        self._counts = self._learner.counters()
         self._pub = Throttled("learner", run)
 
     # ------------------------------------------------------------------ control
@@ -177,6 +180,7 @@ class LearnerActor:
             self._stop_thread = True  # the thread trains what is queued, then exits
             await asyncio.get_running_loop().run_in_executor(None, thread.join, left())
         await self._sender.stop(left())
+        self._pub.now(self._metrics)  # the counters the final stats hold
         return self._metrics()
 
     async def _stop_when_released(self) -> None:
@@ -216,6 +220,7 @@ class LearnerActor:
             except queue.Empty:
                 if self._stop_thread:
                     return None
+                self._pub.maybe(self._metrics)  # starved or not started: still published
 
     def _train_loop(self) -> None:
         loop = self._loop
@@ -249,7 +254,6 @@ class LearnerActor:
                     self._grad.push(t3 - t2)
                     self._grad_cpu.push(c3 - c2)
                     self._qsize.push(qsize)
-                    self.batches_trained += 1
                     self._overall.push(time.perf_counter() - t0)
                 self._pub.maybe(self._metrics)
             with self._model_lock:  # a pipelined learner's last update
@@ -262,7 +266,11 @@ class LearnerActor:
         """The updates whose results are in: this batch's (a pipelined learner's: the one
         before it)."""
         with self._model_lock:
-            return self._learner.submit(batch.data, batch.weights, tag=batch)
+            done = self._learner.submit(batch.data, batch.weights, tag=batch)
+            with self._stats_lock:  # the batch and the learner's counters move together
+                self.batches_trained += 1
+                self._counts = self._learner.counters()
+            return done
 
     def _hand_back(self, done: list[FinishedUpdate]) -> None:
         for d in done:  # the outqueue, and the loss window
@@ -343,6 +351,8 @@ class LearnerActor:
         try:
             with self._model_lock:
                 self._learner.load_state_dict(state)
+                with self._stats_lock:
+                    self._counts = self._learner.counters()
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             raise CheckpointError(
@@ -383,6 +393,7 @@ class LearnerActor:
                 overall=self._overall,
                 queue_size=self._qsize,
                 recent=list(self._window),
+                counts=self._counts,
                 counters={
                     "learner/enqueue_blocked_s": pf.enqueue_blocked_s,
                     "learner/ratio_wait_s": pf.ratio_wait_s,

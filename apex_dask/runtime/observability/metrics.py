@@ -9,7 +9,9 @@ Message format (``docs/metrics.md``), logged under topic ``apex-metrics``::
 
 Actors publish through a :class:`MetricsPublisher` created in their
 ``__init__``; the driver publishes result dicts with
-:func:`publish_from_client`. :class:`ApexMetricsPlugin` receives every message
+:func:`publish_from_client`. Each name has one source (:func:`actor_names`,
+:func:`driver_names`): two sources of one counter would interleave a value read
+earlier with a newer one, and a cumulative series would step back. :class:`ApexMetricsPlugin` receives every message
 on the scheduler (``SchedulerPlugin.log_event``) and keeps them in a
 :class:`~apex_dask.runtime.observability.metrics_store.MetricsStore`.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -34,6 +36,8 @@ ANIMATION_TOPIC = "apex-animation"
 """The evaluator's GIF of its newest evaluation episode (``eval.animation``):
 ``{"run", "source", "time", "gif": bytes, "return", "length", "weights_version"}``."""
 PLUGIN_NAME = "apex-metrics"
+RUN_TOTALS = ("flow/", "health/")
+"""Name prefixes only the driver publishes: run totals, lost actors' counts included."""
 
 Sink = Callable[[str, dict[str, Any]], None]
 
@@ -55,6 +59,22 @@ def make_message(
     msg = {"run": str(run), "source": str(source), "time": time.time(), "metrics": clean}
     msg.update({k: v for k, v in fields.items() if v is not None})
     return msg
+
+
+def actor_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """What an actor publishes of its stats: its own names (``learner/*``,
+    ``replay/<k>/*``, ``env/<i>/*``, ...), not the run totals (:data:`RUN_TOTALS`)."""
+    return {k: v for k, v in metrics.items() if not k.startswith(RUN_TOTALS)}
+
+
+def driver_names(
+    row: Mapping[str, float], actor_stats: Iterable[Mapping[str, Any]]
+) -> dict[str, float]:
+    """What the driver publishes of a result ``row``: all but the names the actors whose
+    ``actor_stats`` it holds publish themselves (:func:`actor_names`), read by the actor
+    when it publishes rather than when the driver asked."""
+    own = {name for stats in actor_stats for name in actor_names(stats)}
+    return {k: v for k, v in row.items() if k not in own}
 
 
 def worker_sink() -> Sink | None:

@@ -20,7 +20,7 @@ from apex_dask.config.tree import ReportConfig
 from apex_dask.experiment.results import IterationWindow, build_result
 from apex_dask.runtime.actors.calls import actor_key, call_with_timeout
 from apex_dask.runtime.errors import ApexRuntimeError, InvariantViolated
-from apex_dask.runtime.observability.metrics import TOPIC, make_message
+from apex_dask.runtime.observability.metrics import TOPIC, driver_names, make_message
 from apex_dask.runtime.orchestration.evaluation import Evaluation
 from apex_dask.runtime.orchestration.health import TaskHealth, learner_thread_failed
 from apex_dask.runtime.orchestration.invariants import Invariants, Observed
@@ -168,12 +168,16 @@ class Report(Job):
         got = [g if isinstance(g, dict) else {} for g in got]
         return got[: len(s.shards)], got[len(s.shards) :]
 
-    async def relay_stats(self) -> dict[str, tuple[Any, dict[str, float]]]:
-        """Per host, ``(relay key, its stats)`` of each weights relay that answered."""
+    async def relay_stats(
+        self, timeout_s: float | None = None
+    ) -> dict[str, tuple[Any, dict[str, float]]]:
+        """Per host, ``(relay key, its stats)`` of each weights relay that answered (within
+        ``timeout_s``, default the call timeout)."""
         relays = list(self.state.relays.values())
+        bound = self.timeout if timeout_s is None else timeout_s
 
         async def one(h: Any) -> Any:
-            return await call_with_timeout(h.stats(), self.timeout)
+            return await call_with_timeout(h.stats(), bound)
 
         got = await asyncio.gather(*(one(r.handle) for r in relays), return_exceptions=True)
         return {r.host: (r.key, g) for r, g in zip(relays, got, strict=True) if isinstance(g, dict)}
@@ -196,7 +200,8 @@ class Report(Job):
         s.rate_base = learner
         self._check(out, learner, observed, evaluated, envs)
         try:
-            msg = make_message(self.run_id, "driver", out)
+            # the learner's, shards' and env workers' own names come from them
+            msg = make_message(self.run_id, "driver", driver_names(out, [learner, *shards, *envs]))
             sent = self.client.scheduler.log_event(topic=TOPIC, msg=msg)
             await asyncio.wait_for(sent, min(self.timeout, 10.0))
         except Exception:  # metrics must never stop (or hold up) training
@@ -268,10 +273,13 @@ class Report(Job):
     async def final(self, learner: dict, timeout_s: float | None = None) -> dict[str, float]:
         """Stats taken after a halt, when every hop's counters agree (each actor's asked
         with ``timeout_s``, default the call timeout; one that does not answer counts 0)."""
-        shards, envs = await self.small_stats(timeout_s)
+        (shards, envs), relays = await asyncio.gather(
+            self.small_stats(timeout_s), self.relay_stats(timeout_s)
+        )
         window = self.store.take_window()
         window.wall_s = time.monotonic() - self._window_t0
         out = self.result(window, learner, shards, envs, self.evaluation.last)
+        out.update(relay_totals(relays))  # halted: every blob the learner sent has arrived
         self.health.see(actor_key(self.state.learner), "the learner", learner)
         if self.invariants is not None:
             out.update(self.invariants.metrics())
