@@ -79,6 +79,28 @@ def test_a_resumed_run_appends_to_the_same_log_and_hides_steps_after_the_checkpo
     ]
 
 
+def test_a_resume_hides_the_row_after_the_checkpoint_that_has_the_checkpoints_own_step(
+    tmp_path,
+):
+    # the attempt cut short: a checkpoint after row 3, and no rollout stored between it
+    # and row 4, whose step is then the checkpoint's own (3500); results.jsonl moves rows
+    # 4 and 5 aside, so TensorBoard must hide both
+    from apex_dask.runtime.orchestration.resume import open_tensorboard
+
+    first = TensorBoardSink(tmp_path)
+    for it, step in enumerate((1000, 2000, 3000, 3500, 4500), start=1):
+        first.write({"iteration": it, "timesteps_total": step})
+    first.close()
+    meta = {"iteration": 3, "timesteps_total": 3500, "row_timesteps_total": 3000}
+    cfg = ApexConfig.preset("cartpole")
+    resumed = open_tensorboard(tmp_path, cfg, "run-1", meta)
+    for it, step in ((4, 4200), (5, 5000)):
+        resumed.write({"iteration": it, "timesteps_total": step})
+    resumed.close()
+    shown = read_scalars(tmp_path)["iteration"]
+    assert shown == [(1000, 1.0), (2000, 2.0), (3000, 3.0), (4200, 4.0), (5000, 5.0)]
+
+
 def test_missing_tensorboard_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard", None)
     with pytest.raises(TrackingError, match=r"apex_dask\[tensorboard\]") as info:

@@ -173,6 +173,7 @@ class Checkpointer(Job):
                 "left_out": left,
                 "timesteps_total": s.counters.steps_total,
                 "iteration": s.counters.iteration,
+                "row_timesteps_total": s.counters.row_steps,
                 "num_shards": len(s.shards),
                 "env_id": self.config.env.env_id,
                 "config": self.config.to_dict(),

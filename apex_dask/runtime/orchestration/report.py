@@ -103,7 +103,6 @@ class Report(Job):
             return self._gather(IterationWindow(wall_s=now - self._window_t0), probe=True)
         window = self.store.take_window()
         window.wall_s, self._window_t0 = now - self._window_t0, now
-        self.state.counters.iteration += 1
         return self._gather(window)
 
     async def _gather(self, window: IterationWindow, probe: bool = False) -> Stats:
@@ -196,7 +195,11 @@ class Report(Job):
             self._check(out, learner, observed, self.evaluation.finished, envs)
             return
         evaluated = self.evaluation.take()
+        # numbered when handed out: a checkpoint written while the stats were asked holds
+        # the rows before it (a resume from it writes this one again, no gap)
+        s.counters.iteration += 1
         out = self.result(window, learner, shards, envs, evaluated)
+        s.counters.row_steps = s.counters.steps_total
         s.rate_base = learner
         self._check(out, learner, observed, evaluated, envs)
         try:

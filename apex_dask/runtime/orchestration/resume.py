@@ -140,11 +140,14 @@ def open_tensorboard(
     resumed: dict[str, Any] | None = None,
 ) -> TensorBoardSink:
     """A run's TensorBoard sink (the config and run id in its Text tab). A run resumed
-    from a checkpoint at ``timesteps_total = T`` (``resumed``, its metadata) purges the
-    events at steps above ``T`` that an earlier attempt wrote: the curves continue from
-    the checkpoint without a fold."""
+    from a checkpoint (``resumed``, its metadata) purges the events an earlier attempt
+    wrote past the checkpoint's last row, at steps above that row's ``timesteps_total``
+    (``row_timesteps_total``; a checkpoint without it: above its own ``timesteps_total``):
+    the curves continue from the checkpoint without a fold. (The row after the checkpoint
+    may have the checkpoint's own step when no rollout was stored between them.)"""
     meta = resumed or {}
-    purge = int(meta["timesteps_total"]) + 1 if "timesteps_total" in meta else None
+    step = meta.get("row_timesteps_total", meta.get("timesteps_total"))
+    purge = None if step is None else int(step) + 1
     try:
         sink = TensorBoardSink(log_dir, purge_step=purge)
     except TrackingError as exc:

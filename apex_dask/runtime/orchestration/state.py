@@ -127,6 +127,7 @@ class RunCounters:
     rollouts_returned: int = 0  # rollouts that returned sample_into calls stored
     weight_syncs: int = 0
     iteration: int = 0
+    row_steps: int = 0  # timesteps_total of the last row handed out (iteration's)
     faults: FaultCounters = field(default_factory=FaultCounters)
     elastic: ElasticCounters = field(default_factory=ElasticCounters)
     retired: RetiredFlow = field(default_factory=RetiredFlow.empty)  # lost actors' last flow
@@ -244,6 +245,7 @@ class RunState:
             "steps_total": c.steps_total,
             "weight_syncs": c.weight_syncs,
             "iteration": c.iteration,
+            "row_steps": c.row_steps,
             "time_s": self.elapsed_s(),
             "eval_history": list(self.eval_history),
             "faults": c.faults.metrics(),
@@ -258,6 +260,7 @@ class RunState:
         c.steps_total = int(state["steps_total"])
         c.weight_syncs = int(state["weight_syncs"])
         c.iteration = int(state["iteration"])
+        c.row_steps = int(state.get("row_steps", c.steps_total))  # older checkpoints: none
         c.faults = FaultCounters.from_metrics(state["faults"])
         c.elastic = ElasticCounters.from_metrics(state.get("elastic", {}))
         c.retired = RetiredFlow.from_state_dict(state.get("retired", {}))
