@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -176,11 +178,33 @@ def test_rollouts_go_only_to_live_shards_while_one_is_rebuilt(missing):
     assert s.live_shards() == [0, 1, 2] and s.shards[1] == "new"
 
 
-def holding_store(state, tasks, cfg, held: list) -> StoreRollouts:
-    """A store whose pacer holds the first ``rollouts_in_flight`` rollouts as they return
-    (their relaunches go into ``held``: the learner is behind) and lets later ones go;
-    any failed call fails the test."""
+@dataclass
+class Held:
+    """Env worker 0 of a fresh state whose store's pacer held its first
+    ``rollouts_in_flight`` rollouts as they returned (their relaunches in ``held``: the
+    learner is behind); later ones go. Any failed call fails the test."""
+
+    state: Any
+    tasks: TaskSet
+    store: StoreRollouts
+    slot: Any
+    held: list
+    peak: int  # the most rollout calls on the worker while they were held
+    deadline: float
+
+    async def drain(self) -> None:
+        """No more launches: wait for what is in flight, then close the actors."""
+        self.state.halting = True
+        while self.slot.in_flight:
+            assert time.monotonic() < self.deadline + 60, "rollouts still in flight"
+            await self.tasks.step(0.1)
+        for h in self.state.handles():
+            await h.close()
+
+
+async def hold_first_rollouts(cfg) -> Held:
     bound = cfg.workers.rollouts_in_flight
+    state, tasks, held = build(cfg), TaskSet(timeout_s=60), []
 
     def hold(slot, relaunch):
         if len(held) < bound:
@@ -191,7 +215,15 @@ def holding_store(state, tasks, cfg, held: list) -> StoreRollouts:
     def failed(slot, exc, relaunch, restart=None):
         raise AssertionError(f"a call failed: {exc!r}")
 
-    return StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+    store = StoreRollouts(state, tasks, cfg.workers, on_failure=failed, hold=hold)
+    slot, peak = state.slots[0], 0
+    store.start(slot)  # syncs the weights first, then fills the worker
+    deadline = time.monotonic() + 60
+    while len(held) < bound:
+        assert time.monotonic() < deadline, f"{len(held)} rollouts held after 60 s"
+        await tasks.step(0.1)
+        peak = max(peak, slot.in_flight)
+    return Held(state, tasks, store, slot, held, peak, deadline)
 
 
 def test_held_rollouts_released_after_a_restart_keep_the_worker_under_its_bound():
@@ -202,31 +234,16 @@ def test_held_rollouts_released_after_a_restart_keep_the_worker_under_its_bound(
     bound = cfg.workers.rollouts_in_flight
 
     async def scenario():
-        state = build(cfg)
-        tasks = TaskSet(timeout_s=60)
-        held: list = []
-        store = holding_store(state, tasks, cfg, held)
-        slot = state.slots[0]
-        peak = 0
-        store.start(slot)  # syncs the weights first, then fills the worker
-        deadline = time.monotonic() + 60
-        while len(held) < bound:
-            assert time.monotonic() < deadline, f"{len(held)} rollouts held after 60 s"
-            await tasks.step(0.1)
-            peak = max(peak, slot.in_flight)
+        h = await hold_first_rollouts(cfg)
+        slot = h.slot
         assert slot.in_flight == 0
-        store.start(slot)  # what the fault handler calls after a failed weights sync
-        for relaunch in held:  # then the learner catches up: the pacer lets them go
+        h.store.start(slot)  # what the fault handler calls after a failed weights sync
+        for relaunch in h.held:  # then the learner catches up: the pacer lets them go
             relaunch(slot)
-        peak = max(peak, slot.in_flight)
+        peak = max(h.peak, slot.in_flight)
         in_flight_after_release = slot.in_flight
-        state.halting = True  # no more launches: what is in flight returns
-        while slot.in_flight:
-            assert time.monotonic() < deadline + 60, "rollouts still in flight"
-            await tasks.step(0.1)
-        for h in state.handles():
-            await h.close()
-        return state, peak, in_flight_after_release
+        await h.drain()
+        return h.state, peak, in_flight_after_release
 
     state, peak, after = asyncio.run(scenario())
     assert after == bound
@@ -246,31 +263,18 @@ def test_held_rollouts_released_while_the_worker_is_replaced_are_not_sent_to_it(
     bound = cfg.workers.rollouts_in_flight
 
     async def scenario():
-        state = build(cfg)
-        tasks = TaskSet(timeout_s=60)
-        held: list = []
-        store = holding_store(state, tasks, cfg, held)
-        slot = state.slots[0]
-        store.start(slot)
-        deadline = time.monotonic() + 60
-        while len(held) < bound:
-            assert time.monotonic() < deadline, f"{len(held)} rollouts held after 60 s"
-            await tasks.step(0.1)
-        launched = state.counters.rollouts_returned
+        h = await hold_first_rollouts(cfg)
+        slot = h.slot
+        launched = h.state.counters.rollouts_returned
         slot.replacing = True  # what the fault handler sets while it checks or replaces
-        for relaunch in held:
+        for relaunch in h.held:
             relaunch(slot)
         during = slot.in_flight
         slot.replacing = False
-        store.start(slot)  # the fault handler's restart
+        h.store.start(slot)  # the fault handler's restart
         after = slot.in_flight
-        state.halting = True
-        while slot.in_flight:
-            assert time.monotonic() < deadline + 60, "rollouts still in flight"
-            await tasks.step(0.1)
-        for h in state.handles():
-            await h.close()
-        return state, launched, during, after
+        await h.drain()
+        return h.state, launched, during, after
 
     state, launched, during, after = asyncio.run(scenario())
     assert during == 0
