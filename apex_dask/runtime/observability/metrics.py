@@ -11,7 +11,8 @@ Actors publish through a :class:`MetricsPublisher` created in their
 ``__init__``; the driver publishes result dicts with
 :func:`publish_from_client`. Each name has one source (:func:`actor_names`,
 :func:`driver_names`): two sources of one counter would interleave a value read
-earlier with a newer one, and a cumulative series would step back. :class:`ApexMetricsPlugin` receives every message
+earlier with a newer one, and a cumulative series would step back.
+:class:`ApexMetricsPlugin` receives every message
 on the scheduler (``SchedulerPlugin.log_event``) and keeps them in a
 :class:`~apex_dask.runtime.observability.metrics_store.MetricsStore`.
 """

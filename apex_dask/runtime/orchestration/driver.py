@@ -297,9 +297,7 @@ class ApexDriver(RunViews):
         """Count the partial iteration a caller recorded from :attr:`final` (after a
         halt mid-iteration), so later results and checkpoints number after it."""
         if self._plan is not None:
-            c = self._plan.state.counters
-            c.iteration += 1
-            c.row_steps = c.steps_total
+            self._plan.state.counters.next_row()
 
     @property
     def final(self) -> dict[str, float] | None:

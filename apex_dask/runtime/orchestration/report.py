@@ -197,9 +197,8 @@ class Report(Job):
         evaluated = self.evaluation.take()
         # numbered when handed out: a checkpoint written while the stats were asked holds
         # the rows before it (a resume from it writes this one again, no gap)
-        s.counters.iteration += 1
+        s.counters.next_row()
         out = self.result(window, learner, shards, envs, evaluated)
-        s.counters.row_steps = s.counters.steps_total
         s.rate_base = learner
         self._check(out, learner, observed, evaluated, envs)
         try:

@@ -132,6 +132,12 @@ class RunCounters:
     elastic: ElasticCounters = field(default_factory=ElasticCounters)
     retired: RetiredFlow = field(default_factory=RetiredFlow.empty)  # lost actors' last flow
 
+    def next_row(self) -> None:
+        """A row is handed out: it is numbered now and its step is the one a resumed run's
+        TensorBoard purges past (``row_steps``)."""
+        self.iteration += 1
+        self.row_steps = self.steps_total
+
     def driver_metrics(self) -> dict[str, float]:
         """The fault counters and ``flow/rollouts_sent``: rollout calls that finished, a
         lost env worker's included (its own counter died with it)."""
