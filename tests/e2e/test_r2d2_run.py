@@ -32,6 +32,12 @@ SMALL = [
     "--set", "eval.episodes=2",
     "--set", "eval.interval_s=0",
     "--set", "eval.animation=false",
+    # an item every 2 steps after 2 of burn-in: the item of trace start 4 begins at an
+    # episode's step 2, and no CartPole episode ends before step 5, so every episode has
+    # items whose stored state is carried from inside it (the preset's 10 and 10 need
+    # episodes over 20 steps, which a young policy may never play in 1,500 steps)
+    "--set", "r2d2.burn_in=2",
+    "--set", "r2d2.period=2",
 ]  # fmt: skip
 
 
@@ -43,6 +49,12 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 def rows(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if x]
+
+
+def last_checkpoint(out: Path) -> tuple[dict, ApexConfig]:
+    """The run's newest checkpoint's parts and the config the run trained with."""
+    parts, meta = load_checkpoint(sorted((out / "checkpoints").glob("ckpt-*"))[-1])
+    return parts, ApexConfig.from_dict(meta["config"])
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +71,19 @@ def test_the_run_trains_on_sequence_items_with_weight_syncs_and_staleness(traine
     assert last["flow/batches_lost"] == 0 and last["replay/stale_priority_updates"] == 0
     staleness = [r["learner/state_staleness"] for r in rows(trained)]
     assert np.isfinite(staleness[-1]) and staleness[-1] >= 0
-    ckpt = sorted((trained / "checkpoints").glob("ckpt-*"))[-1]
-    parts, _ = load_checkpoint(ckpt)
-    cfg = ApexConfig.preset("cartpole_pomdp")
+    parts, cfg = last_checkpoint(trained)
+    assert (cfg.agent.burn_in, cfg.agent.period) == (2, 2)
     t = cfg.agent.burn_in + cfg.agent.trace_length
-    shard = parts["shard_0"]
-    assert shard["data/obs"].shape[1:] == (t, 2)  # sequence items, positions only
-    assert shard["data/state"].shape[1:] == (2, cfg.agent.lstm_size)
-    assert np.abs(shard["data/state"]).sum() > 0  # states carried, not all zeros
+    for name in ("shard_0", "shard_1"):
+        shard = parts[name]
+        assert shard["data/obs"].shape[1:] == (t, 2)  # sequence items, positions only
+        assert shard["data/state"].shape[1:] == (2, cfg.agent.lstm_size)
+        carried = np.abs(shard["data/state"]).sum(axis=(1, 2)) > 0
+        # an item that begins before its episode (burn-in padded) holds the zero state
+        # the episode starts from; the others mostly begin inside one, with a real state
+        padded = shard["data/first"][:, 0] == 0
+        assert not carried[padded].any(), name
+        assert carried.sum() > carried.size // 4, (name, carried.sum(), carried.size)
     assert last["sync/weight_syncs"] > 0
     # per-worker epsilons, both workers acting on synced weights
     assert last["env/workers/epsilon/max"] > last["env/workers/epsilon/min"] > 0
@@ -74,9 +91,7 @@ def test_the_run_trains_on_sequence_items_with_weight_syncs_and_staleness(traine
 
 
 def test_a_restored_learner_makes_a_bit_identical_next_update(trained):
-    ckpt = sorted((trained / "checkpoints").glob("ckpt-*"))[-1]
-    parts, meta = load_checkpoint(ckpt)
-    cfg = ApexConfig.preset("cartpole_pomdp")
+    parts, cfg = last_checkpoint(trained)
     import gymnasium as gym
 
     env = gym.make(POMDP_CARTPOLE_ID)
