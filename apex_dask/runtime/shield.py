@@ -28,6 +28,10 @@ not the batch system's. The nanny's preload marks it
 (``<APEX_STOP_FILE>.restart-<pid>``) before the signal goes out, and the worker
 process with that pid takes Dask's own handling (it ends, its nanny starts a
 new one, the driver replaces its actors) instead of stopping the whole job.
+A process that has not ended by the nanny's next memory check (its handler could
+not run: a task held the GIL) gets SIGKILL and never takes its marker; the nanny
+removes it once the process is gone, so no later process with that pid takes a
+batch system's SIGTERM for a restart.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ import os
 import signal
 import socket
 import threading
+import time
 from typing import Any
+
+import psutil
 
 __all__ = ["CLOSING_SUFFIX", "RESTART_SUFFIX", "STOP_FILE_ENV", "dask_setup", "install"]
 
@@ -73,13 +80,48 @@ def _mark_memory_restarts(nanny: Any) -> None:
 
     def marking(topic: Any, msg: Any) -> Any:
         if topic == "worker-restart-memory" and isinstance(msg, dict) and msg.get("pid"):
+            pid = int(msg["pid"])
+            marker = f"{path}{RESTART_SUFFIX}{pid}"
             try:
-                os.close(os.open(f"{path}{RESTART_SUFFIX}{int(msg['pid'])}", os.O_CREAT, 0o600))
+                os.close(os.open(marker, os.O_CREAT, 0o600))
             except OSError:
                 pass
+            else:
+                _remove_when_ended(pid, marker)
         return log_event(topic, msg)
 
     nanny.log_event = marking
+
+
+def _remove_when_ended(pid: int, marker: str, timeout_s: float = 600.0) -> threading.Thread:
+    """Remove ``marker`` once process ``pid`` has ended (or already has: its SIGTERM
+    handler took it), from a daemon thread polling every 0.1 s; a process still running
+    after ``timeout_s`` keeps its marker. The thread is returned (already started)."""
+    try:
+        proc: psutil.Process | None = psutil.Process(pid)
+    except psutil.Error:
+        proc = None  # already gone
+
+    def ended() -> bool:
+        try:
+            return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
+    def wait_then_remove() -> None:
+        deadline = time.monotonic() + timeout_s
+        while proc is not None and not ended():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+        try:
+            os.unlink(marker)
+        except OSError:
+            pass  # taken by the process's own handler
+
+    thread = threading.Thread(target=wait_then_remove, name="apex-shield-marker", daemon=True)
+    thread.start()
+    return thread
 
 
 def install() -> bool:
