@@ -39,6 +39,7 @@ FIXTURE_GROUPS = (
     "test_bad_input_runs.py",  # a running cluster
     "test_r2d2_run.py",  # an r2d2 run of the cartpole_pomdp preset (about 40 s)
     "test_docs_site.py",  # the documentation site, built once (about 30 s)
+    "test_export_formats.py",  # every agent and head exported, each runtime run (about 45 s)
 )
 """Test files whose module-scoped fixture trains or starts a cluster: each file's tests run
 on one worker, so the fixture runs once instead of once per worker."""
