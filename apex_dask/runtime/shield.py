@@ -36,6 +36,7 @@ batch system's SIGTERM for a restart.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -93,10 +94,10 @@ def _mark_memory_restarts(nanny: Any) -> None:
     nanny.log_event = marking
 
 
-def _remove_when_ended(pid: int, marker: str, timeout_s: float = 600.0) -> threading.Thread:
+def _remove_when_ended(pid: int, marker: str, timeout_s: float = 600.0) -> None:
     """Remove ``marker`` once process ``pid`` has ended (or already has: its SIGTERM
     handler took it), from a daemon thread polling every 0.1 s; a process still running
-    after ``timeout_s`` keeps its marker. The thread is returned (already started)."""
+    after ``timeout_s`` keeps its marker, said in one logged line."""
     try:
         proc: psutil.Process | None = psutil.Process(pid)
     except psutil.Error:
@@ -112,6 +113,13 @@ def _remove_when_ended(pid: int, marker: str, timeout_s: float = 600.0) -> threa
         deadline = time.monotonic() + timeout_s
         while proc is not None and not ended():
             if time.monotonic() > deadline:
+                logging.getLogger(__name__).warning(
+                    "worker process %d still runs %.0f s after its nanny's memory restart; "
+                    "its marker %s is left",
+                    pid,
+                    timeout_s,
+                    marker,
+                )
                 return
             time.sleep(0.1)
         try:
@@ -119,9 +127,7 @@ def _remove_when_ended(pid: int, marker: str, timeout_s: float = 600.0) -> threa
         except OSError:
             pass  # taken by the process's own handler
 
-    thread = threading.Thread(target=wait_then_remove, name="apex-shield-marker", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=wait_then_remove, name="apex-shield-marker", daemon=True).start()
 
 
 def install() -> bool:
