@@ -110,6 +110,18 @@ def _remove_when_ended(pid: int, marker: str, timeout_s: float = 600.0) -> None:
             return True
 
     def wait_then_remove() -> None:
+        try:
+            poll_then_remove()
+        except Exception as exc:  # the marker stays: said once, as a give-up is
+            logging.getLogger(__name__).warning(
+                "could not watch worker process %d for its marker %s (%s: %s); it is left",
+                pid,
+                marker,
+                type(exc).__name__,
+                exc,
+            )
+
+    def poll_then_remove() -> None:
         deadline = time.monotonic() + timeout_s
         while proc is not None and not ended():
             if time.monotonic() > deadline:

@@ -97,6 +97,14 @@ def sends_and_versions(a: dict, b: dict) -> tuple[float, float, float]:
     )
 
 
+def env_counts(driver: ApexDriver, name: str) -> list[float]:
+    """Each env worker's own counter ``env/<i>/<name>``, asked of it (after a halt: final)."""
+    state = driver._state  # noqa: SLF001 - the env workers' own counters
+    return [
+        slot.handle.stats().result(timeout=30)[f"env/{slot.index}/{name}"] for slot in state.slots
+    ]
+
+
 def test_each_version_leaves_the_learner_once_for_the_host(cluster):
     # The learner is held to 0.1 transitions trained per transition stored: with
     # fragments of 20 and batches of 64 the env workers sync about 32 times per version
@@ -134,10 +142,7 @@ def test_each_version_leaves_the_learner_once_for_the_host(cluster):
         # halted, every hop's counters agree: each blob the learner sent went to the relay,
         # each of a version it did not hold, or to an env worker pulling its own before it
         # was told the relay (about one each; no relay call failed)
-        pulled = [
-            slot.handle.stats().result(timeout=30)[f"env/{slot.index}/direct_blobs"]
-            for slot in state.slots
-        ]
+        pulled = env_counts(driver, "direct_blobs")
         sent = final["learner/weight_sends"]
         assert sent == final["relay/blobs_in"] + sum(pulled), (
             sent,
@@ -188,11 +193,7 @@ def test_without_relays_every_env_worker_pulls_its_own_copy(cluster):
         for r in rows:
             assert r["learner/weight_sends"] <= r["sync/weight_syncs"] + WORKERS, r
         final = driver.halt()
-        state = driver._state  # noqa: SLF001 - the env workers' own counters
-        pulled = [
-            slot.handle.stats().result(timeout=30)[f"env/{slot.index}/direct_blobs"]
-            for slot in state.slots
-        ]
+        pulled = env_counts(driver, "direct_blobs")
         # halted, every call finished: each blob the learner sent is one sync the driver
         # counted and one blob an env worker pulled itself, exactly
         assert final["learner/weight_sends"] == final["sync/weight_syncs"] == sum(pulled), (
@@ -229,11 +230,7 @@ def test_a_failing_relay_costs_no_sync_and_no_rollout(cluster):
         assert after["faults/env_workers_replaced"] == after["faults/rollouts_failed"] == 0
         assert after["health/invariant_violations"] == 0
         final = driver.halt()
-        state = driver._state  # noqa: SLF001 - the env workers' own counters
-        fell_back = [
-            slot.handle.stats().result(timeout=30)[f"env/{slot.index}/relay_fallbacks"]
-            for slot in state.slots
-        ]
+        fell_back = env_counts(driver, "relay_fallbacks")
     assert final["flow/rollouts_sent"] == final["flow/rollouts_stored"]
     # halted, every call finished: each failed relay call was one fallback, exactly
     assert sum(fell_back) == final["relay/failed"] > 20, (fell_back, final["relay/failed"])
